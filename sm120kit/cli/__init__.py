@@ -1,0 +1,71 @@
+"""The ``sm120kit`` command line. It parses, calls one core function, and prints; nothing else.
+
+Each command group lives in its own module below and registers itself on :data:`cli`; :func:`main` maps
+errors to exit codes (see :mod:`sm120kit.errors`).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+
+import click
+
+from sm120kit import __version__
+from sm120kit.cli.common import AppContext
+from sm120kit.errors import Sm120kitError
+from sm120kit.ui import print_json
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("-v", "--verbose", is_flag=True, help="Show commands run, debug output and tracebacks.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only results and errors.")
+@click.version_option(__version__, prog_name="sm120kit")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool, quiet: bool) -> None:
+    """Make SGLang run correctly on NVIDIA SM120 GPUs (RTX PRO 6000 Blackwell, RTX 5090, DGX Spark)."""
+    ctx.obj = AppContext(verbose=verbose, quiet=quiet)
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s",
+                        stream=sys.stderr)
+
+
+def _register() -> None:
+    # One module per command group; importing it adds its commands to `cli`.
+    from sm120kit.cli import releases  # noqa: F401
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    verbose = "-v" in args or "--verbose" in args
+    json_mode = "--json" in args
+    _register()
+    try:
+        code = cli.main(args=args, prog_name="sm120kit", standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except Sm120kitError as exc:
+        if verbose:
+            traceback.print_exc()
+        if json_mode:
+            print_json(exc.to_json())
+        click.echo(click.style("error: ", fg="red") + exc.render(), err=True)
+        if not verbose and exc.exit_code not in (2,):
+            click.echo("(run with -v for details)", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # a bug in sm120kit, not a user error
+        if verbose:
+            traceback.print_exc()
+        click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
+        click.echo("This is a bug in sm120kit; run again with -v and report the traceback.", err=True)
+        sys.exit(1)

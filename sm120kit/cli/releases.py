@@ -1,0 +1,31 @@
+"""``sm120kit fetch-release``: download SGLang releases from PyPI into the cache."""
+
+from __future__ import annotations
+
+import click
+
+from sm120kit import releases
+from sm120kit.cli import cli
+from sm120kit.cli.common import AppContext, emit, json_option, pass_app
+
+
+@cli.command("fetch-release")
+@click.argument("versions", nargs=-1, required=True)
+@json_option
+@pass_app
+def fetch_release(app: AppContext, versions: tuple[str, ...], json_mode: bool) -> None:
+    """Download SGLang VERSIONS (e.g. 0.5.23, or a range 0.5.2..0.5.23) into the cache, unpacked."""
+    console = app.console(json_mode)
+    wanted: list[str] = []
+    for text in versions:
+        if ".." in text:
+            wanted += releases.parse_release_range(text, releases.available_releases())
+        else:
+            wanted.append(releases.check_version(text))
+    result = []
+    for i, version in enumerate(wanted, 1):
+        path = releases.fetch_release(version, console=console)
+        console.progress(i, len(wanted), version)
+        result.append({"version": version, "path": str(path)})
+    emit(json_mode, {"releases": result},
+         lambda: [console.info(f"{r['version']}: {r['path']}") for r in result])

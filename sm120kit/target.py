@@ -1,0 +1,144 @@
+"""Find an SGLang tree and describe it: where the ``sglang`` package lies, its release, and git state.
+
+Accepted paths: a git clone of SGLang (``python/sglang/``), its ``python/`` folder, an installed package
+folder (``.../site-packages/sglang``), the folder that holds it, or nothing (the ``sglang`` that this
+interpreter would import, found with importlib's finder without importing it).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import re
+import sys
+from dataclasses import dataclass, field
+from email.parser import HeaderParser
+from pathlib import Path
+
+from sm120kit.errors import NotSglangTree
+
+_VERSION_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "git-clone" | "python-folder" | "installed" | "importable"
+    package_dir: Path  # .../sglang
+    version: str | None
+    repo_root: Path | None = None  # git working tree root, for a clone
+    commit: str | None = None
+    dirty_files: tuple[str, ...] = field(default=())  # paths relative to package_dir.parent
+
+    @property
+    def root(self) -> Path:
+        """The folder that holds ``sglang/``: diffs (``sglang/...``) apply relative to it."""
+        return self.package_dir.parent
+
+    @property
+    def label(self) -> str:
+        what = self.version or "unknown release"
+        if self.commit:
+            what += f" @ {self.commit[:12]}"
+        return f"{self.package_dir} ({what})"
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "package_dir": str(self.package_dir),
+            "version": self.version,
+            "repo_root": str(self.repo_root) if self.repo_root else None,
+            "commit": self.commit,
+            "dirty_files": list(self.dirty_files),
+        }
+
+
+def _looks_like_package(path: Path) -> bool:
+    return path.name == "sglang" and (path / "__init__.py").is_file() and (path / "srt").is_dir()
+
+
+def read_version(package_dir: Path) -> str | None:
+    """From ``sglang/version.py``, else from a ``sglang-*.dist-info`` beside the package."""
+    version_file = package_dir / "version.py"
+    if version_file.is_file():
+        match = _VERSION_RE.search(version_file.read_text(encoding="utf-8", errors="replace"))
+        if match:
+            return match.group(1)
+    for meta in sorted(package_dir.parent.glob("sglang-*.dist-info/METADATA")):
+        headers = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
+        if headers.get("Version"):
+            return headers["Version"]
+    return None
+
+
+def _importable_package() -> Path | None:
+    spec = importlib.machinery.PathFinder.find_spec("sglang", sys.path)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _git_state(package_dir: Path) -> tuple[Path | None, str | None, tuple[str, ...]]:
+    try:
+        import git  # gitpython
+    except ImportError:  # pragma: no cover - a core dependency
+        return None, None, ()
+    try:
+        repo = git.Repo(package_dir, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None, None, ()
+    root = Path(repo.working_tree_dir).resolve()
+    try:
+        commit = repo.head.commit.hexsha
+    except ValueError:  # no commit yet
+        commit = None
+    base = package_dir.parent.resolve()
+    dirty: list[str] = []
+    changed = [d.a_path for d in repo.index.diff(None)]
+    if commit:
+        changed += [d.a_path for d in repo.index.diff("HEAD")]
+    changed += repo.untracked_files
+    for rel in sorted(set(changed)):
+        full = (root / rel).resolve()
+        if full.is_relative_to(base):
+            dirty.append(full.relative_to(base).as_posix())
+    return root, commit, tuple(dirty)
+
+
+def find_target(path: str | Path | None = None) -> Target:
+    """Resolve ``path`` (or the importable sglang) to a :class:`Target`; :class:`NotSglangTree` if none."""
+    if path is None:
+        package = _importable_package()
+        if package is None or not _looks_like_package(package):
+            raise NotSglangTree(
+                "No PATH was given and this Python interpreter cannot import an SGLang package "
+                f"({sys.executable}).",
+                hint="Pass the path of an SGLang git clone or installed sglang package, or install SGLang "
+                "into this environment.",
+            )
+        kind = "importable"
+    else:
+        given = Path(path).expanduser()
+        if not given.exists():
+            raise NotSglangTree(f"The path {given} does not exist.",
+                                hint="Pass an SGLang git clone or an installed sglang package folder.")
+        given = given.resolve()
+        candidates = [
+            (given, "installed"),
+            (given / "sglang", "installed"),
+            (given / "python" / "sglang", "git-clone"),
+        ]
+        if given.name == "python":
+            candidates.insert(1, (given / "sglang", "python-folder"))
+        for package, kind in candidates:
+            if _looks_like_package(package):
+                break
+        else:
+            raise NotSglangTree(
+                f"{given} is not an SGLang tree: looked for an 'sglang' package (a folder with __init__.py "
+                "and srt/) at PATH itself, at PATH/sglang and at PATH/python/sglang.",
+                hint="Pass an SGLang git clone, its python/ folder, or an installed .../site-packages/sglang.",
+            )
+    repo_root, commit, dirty = _git_state(package)
+    if kind == "installed" and repo_root is not None and package.parent.name == "python":
+        kind = "git-clone"
+    return Target(kind=kind, package_dir=package, version=read_version(package),
+                  repo_root=repo_root, commit=commit, dirty_files=dirty)

@@ -1,0 +1,73 @@
+"""Shared fixtures: real SGLang releases from PyPI, laid out as an installed package and as a git clone.
+
+Releases are downloaded once into the sm120kit cache (``$SM120KIT_CACHE_DIR``; CI points it at a folder it
+keeps between steps) and copied into each test's ``tmp_path``; nothing here is a mock of SGLang.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import git
+import pytest
+
+from sm120kit import releases
+
+# The releases the patch manager is tested on (issue: patch manager) and the wider series matrix.
+CORE_RELEASES = ("0.5.2", "0.5.6", "0.5.10", "0.5.17", "0.5.23")
+SERIES_RELEASES = ("0.5.2", "0.5.4", "0.5.6.post2", "0.5.8", "0.5.10", "0.5.14", "0.5.17", "0.5.20", "0.5.23")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def release_dir():
+    """``release_dir("0.5.23")`` -> the cached, unpacked release (read-only by convention: copy it first)."""
+    return lambda version: releases.fetch_release(version)
+
+
+@pytest.fixture(scope="session")
+def _git_templates(tmp_path_factory, release_dir):
+    made: dict[str, Path] = {}
+
+    def make(version: str) -> Path:
+        if version not in made:
+            repo_dir = tmp_path_factory.mktemp(f"sglang-git-{version}") / "sglang"
+            shutil.copytree(release_dir(version) / "sglang", repo_dir / "python" / "sglang")
+            (repo_dir / "README.md").write_text(f"SGLang {version} (test clone built from the PyPI wheel)\n")
+            repo = git.Repo.init(repo_dir, initial_branch="main")
+            with repo.config_writer() as cfg:
+                cfg.set_value("user", "name", "sm120kit tests")
+                cfg.set_value("user", "email", "tests@sm120kit.invalid")
+            repo.git.add("-A")
+            repo.git.commit("-q", "-m", f"SGLang {version}")
+            repo.git.tag(f"v{version}")
+            made[version] = repo_dir
+        return made[version]
+
+    return make
+
+
+@pytest.fixture
+def installed_tree(tmp_path, release_dir):
+    """``installed_tree("0.5.23")`` -> a fresh ``site-packages`` folder holding ``sglang/`` + dist-info."""
+
+    def make(version: str) -> Path:
+        site = tmp_path / f"site-packages-{version}"
+        shutil.copytree(release_dir(version), site)
+        return site / "sglang"
+
+    return make
+
+
+@pytest.fixture
+def git_clone_tree(tmp_path, _git_templates):
+    """``git_clone_tree("0.5.23")`` -> a fresh git clone root (files under ``python/sglang``, committed)."""
+
+    def make(version: str) -> Path:
+        dest = tmp_path / f"sglang-clone-{version}"
+        shutil.copytree(_git_templates(version), dest, symlinks=True)
+        return dest
+
+    return make
