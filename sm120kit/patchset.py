@@ -1,0 +1,426 @@
+"""Patch series: ``series.toml``, each patch's ``patch.toml`` and its version-ranged diffs.
+
+:func:`load_series` reads and validates a whole series (format: ``docs/series-format.md``). Validation is
+strict: an unknown key is rejected with a did-you-mean suggestion, a wrong type or value names the file
+and line, and every diff is parsed with :mod:`unidiff` up front, so a series that loads is usable.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import unidiff
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from sm120kit import resources
+from sm120kit.errors import SeriesError
+from sm120kit.hunks import DiffFormatError, FileDiff, file_diffs
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+SERIES_FILE = "series.toml"
+PATCH_FILE = "patch.toml"
+
+_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+# -- the data --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Upstream:
+    reference: str  # PR or issue URL ("" when not forwarded)
+    forwarded: bool
+    reason: str  # why not forwarded (required when forwarded is false)
+
+    def to_json(self) -> dict:
+        return {"reference": self.reference, "forwarded": self.forwarded, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Variant:
+    diff: Path
+    releases: SpecifierSet
+    base: str
+    patch_set: unidiff.PatchSet = field(compare=False, hash=False, repr=False)
+    files: tuple[FileDiff, ...] = field(default=(), compare=False, hash=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.diff.name
+
+    def contains(self, version: str) -> bool:
+        try:
+            return self.releases.contains(Version(version), prereleases=True)
+        except InvalidVersion:
+            return False
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(f.path for f in self.files)
+
+    def to_json(self) -> dict:
+        return {"diff": self.diff.name, "releases": str(self.releases), "base": self.base,
+                "files": list(self.paths)}
+
+
+@dataclass(frozen=True)
+class Marker:
+    files: tuple[str, ...]  # alternatives: the first that exists is searched
+    pattern: re.Pattern
+
+    def to_json(self) -> dict:
+        return {"files": list(self.files), "pattern": self.pattern.pattern}
+
+
+@dataclass(frozen=True)
+class Patch:
+    id: str
+    title: str
+    description: str
+    problem: str
+    upstream: Upstream
+    variants: tuple[Variant, ...]
+    markers: tuple[Marker, ...]
+    folder: Path
+
+    def variants_newest_first(self) -> tuple[Variant, ...]:
+        return tuple(sorted(self.variants, key=lambda v: Version(v.base), reverse=True))
+
+    def variant_for(self, version: str) -> Variant | None:
+        """The variant whose release range contains ``version`` (newest base first), else ``None``."""
+        for variant in self.variants_newest_first():
+            if variant.contains(version):
+                return variant
+        return None
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "title": self.title, "description": self.description, "problem": self.problem,
+                "upstream": self.upstream.to_json(), "variants": [v.to_json() for v in self.variants],
+                "markers": [m.to_json() for m in self.markers], "folder": str(self.folder)}
+
+
+@dataclass(frozen=True)
+class Series:
+    path: Path
+    patches: tuple[Patch, ...]
+
+    def get(self, patch_id: str) -> Patch | None:
+        for patch in self.patches:
+            if patch.id == patch_id:
+                return patch
+        return None
+
+    def to_json(self) -> dict:
+        return {"path": str(self.path), "patches": [p.to_json() for p in self.patches]}
+
+
+def default_series_dir() -> Path:
+    return resources.patches_dir() / "sglang"
+
+
+# -- TOML with line numbers -------------------------------------------------------------------------------
+
+_TABLE_RE = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(#.*)?$")
+_KEY_RE = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_\-]+(?:\s*\.\s*[A-Za-z0-9_\-]+)*)\s*=""")
+
+
+def _unquote(key: str) -> str:
+    key = key.strip()
+    return key[1:-1] if key[:1] in "\"'" and key[-1:] == key[:1] else key
+
+
+class _Lines:
+    """Where each key of a TOML document was written: ``line_of(("variants", 1, "diff"))`` -> 1-based line.
+
+    A small scan that understands tables, arrays of tables, dotted keys and multi-line strings; enough to
+    point an error at the right line (the values themselves come from :mod:`tomllib`).
+    """
+
+    def __init__(self, text: str) -> None:
+        self.where: dict[tuple, int] = {}
+        counts: dict[tuple, int] = {}
+        table: tuple = ()
+        in_string: str | None = None
+        for number, line in enumerate(text.splitlines(), 1):
+            if in_string:
+                if line.count(in_string) % 2 == 1:
+                    in_string = None
+                continue
+            match = _TABLE_RE.match(line)
+            if match and not _KEY_RE.match(line):
+                parts = tuple(_unquote(p) for p in match.group(2).split("."))
+                if match.group(1) == "[[":
+                    index = counts.get(parts, 0)
+                    counts[parts] = index + 1
+                    table = parts + (index,)
+                else:
+                    table = parts
+                self.where.setdefault(table, number)
+                continue
+            match = _KEY_RE.match(line)
+            if match:
+                key = tuple(_unquote(p) for p in match.group(1).split("."))
+                self.where.setdefault(table + key, number)
+                rest = line[match.end():]
+                for quote in ('"""', "'''"):
+                    if rest.count(quote) % 2 == 1:
+                        in_string = quote
+                        break
+
+    def line_of(self, path: tuple) -> int | None:
+        for end in range(len(path), -1, -1):
+            if path[:end] in self.where:
+                return self.where[path[:end]]
+        return None
+
+
+@dataclass
+class _Doc:
+    file: Path
+    data: dict
+    lines: _Lines
+
+    def fail(self, path: tuple, message: str, hint: str | None = None) -> SeriesError:
+        line = self.lines.line_of(path)
+        where = f"{self.file}:{line}" if line else str(self.file)
+        return SeriesError(f"{where}: {message}", hint=hint)
+
+
+def _read_toml(file: Path) -> _Doc:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SeriesError(f"{file} does not exist.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SeriesError(f"{file}: cannot be read ({exc}).") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = re.search(r"\(at line (\d+), column (\d+)\)", message)
+        where = f"{file}:{match.group(1)}:{match.group(2)}" if match else str(file)
+        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", message)
+        raise SeriesError(f"{where}: not valid TOML: {reason}.",
+                          hint="Fix the syntax (see docs/series-format.md for an example).") from None
+    return _Doc(file=file, data=data, lines=_Lines(text))
+
+
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def _check_keys(doc: _Doc, table: dict, path: tuple, known: dict[str, type | tuple], required: tuple[str, ...],
+                what: str) -> None:
+    for key, value in table.items():
+        if key not in known:
+            raise doc.fail(path + (key,), f"unknown key '{key}' in {what}.{_did_you_mean(key, known)}",
+                           hint=f"Allowed keys: {', '.join(known)}.")
+        want = known[key]
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            names = " or ".join(t.__name__ for t in (want if isinstance(want, tuple) else (want,)))
+            raise doc.fail(path + (key,), f"'{key}' in {what} must be a {_toml_type(names)}, "
+                                          f"not {_toml_type(type(value).__name__)} ({value!r}).")
+    for key in required:
+        if key not in table:
+            raise doc.fail(path, f"{what} lacks the required key '{key}'.")
+
+
+def _toml_type(name: str) -> str:
+    return {"str": "string", "bool": "boolean (true/false)", "list": "array", "dict": "table",
+            "int": "integer"}.get(name, name).replace("str or list", "string or array of strings")
+
+
+# -- loading ---------------------------------------------------------------------------------------------
+
+def load_series(path: Path | None = None) -> Series:
+    """Read the series in ``path`` (default: the bundled ``patches/sglang``); :class:`SeriesError` if bad."""
+    folder = Path(path) if path is not None else default_series_dir()
+    folder = folder.expanduser()
+    if not folder.is_dir():
+        raise SeriesError(f"The patch series folder {folder} does not exist.",
+                          hint="Pass --series DIR with a folder holding series.toml (docs/series-format.md).")
+    series_file = folder / SERIES_FILE
+    if not series_file.is_file():
+        raise SeriesError(
+            f"The patch series folder {folder} has no {SERIES_FILE} yet, so there is nothing to list or apply.",
+            hint="Add series.toml naming the patches in order (docs/series-format.md), or pass --series DIR.")
+    doc = _read_toml(series_file)
+    _check_keys(doc, doc.data, (), {"patches": list}, (), "series.toml")
+    ids = doc.data.get("patches", [])
+    seen: set[str] = set()
+    patches: list[Patch] = []
+    for i, patch_id in enumerate(ids):
+        if not isinstance(patch_id, str) or not _ID_RE.match(patch_id):
+            raise doc.fail(("patches",), f"entry {i + 1} of 'patches' ({patch_id!r}) is not a patch id "
+                                         "(lower-case letters, digits, '.', '_' and '-').")
+        if patch_id in seen:
+            raise doc.fail(("patches",), f"patch '{patch_id}' is listed twice in 'patches'.")
+        seen.add(patch_id)
+        patch_folder = folder / patch_id
+        if not (patch_folder / PATCH_FILE).is_file():
+            present = sorted(p.name for p in folder.iterdir() if (p / PATCH_FILE).is_file())
+            raise doc.fail(("patches",), f"patch '{patch_id}' has no folder {patch_folder.name}/ with "
+                                         f"{PATCH_FILE}.{_did_you_mean(patch_id, present)}")
+        patches.append(load_patch(patch_folder))
+    listed = set(ids)
+    for extra in sorted(p for p in folder.iterdir() if (p / PATCH_FILE).is_file() and p.name not in listed):
+        raise doc.fail(("patches",), f"the folder {extra.name}/ holds a patch that series.toml does not list.",
+                       hint="Add its id to 'patches' (in order of application) or remove the folder.")
+    return Series(path=folder, patches=tuple(patches))
+
+
+_PATCH_KEYS = {"id": str, "title": str, "description": str, "problem": str, "upstream": dict,
+               "variants": list, "markers": list}
+_UPSTREAM_KEYS = {"reference": str, "forwarded": bool, "reason": str}
+_VARIANT_KEYS = {"diff": str, "releases": str, "base": str}
+_MARKER_KEYS = {"file": (str, list), "pattern": str}
+
+
+def load_patch(folder: Path) -> Patch:
+    """Read one patch folder (``patch.toml`` and its diffs)."""
+    doc = _read_toml(folder / PATCH_FILE)
+    data = doc.data
+    _check_keys(doc, data, (), _PATCH_KEYS, tuple(_PATCH_KEYS), "patch.toml")
+    if data["id"] != folder.name:
+        raise doc.fail(("id",), f"id '{data['id']}' differs from its folder name '{folder.name}'.",
+                       hint="The id, the folder and the entry in series.toml must be the same.")
+    for key in ("title", "problem", "description"):
+        if not data[key].strip():
+            raise doc.fail((key,), f"'{key}' is empty.")
+
+    up = data["upstream"]
+    _check_keys(doc, up, ("upstream",), _UPSTREAM_KEYS, ("forwarded",), "[upstream]")
+    reference, reason = up.get("reference", "").strip(), up.get("reason", "").strip()
+    if up["forwarded"]:
+        if not re.match(r"^https?://\S+$", reference):
+            raise doc.fail(("upstream", "reference"),
+                           f"a forwarded patch needs 'reference' set to the URL of its pull request or "
+                           f"issue (got {reference!r}).")
+    elif not reason:
+        raise doc.fail(("upstream", "forwarded"), "'forwarded = false' needs a 'reason' saying why the patch "
+                                                  "is not sent upstream.")
+    upstream = Upstream(reference=reference, forwarded=up["forwarded"], reason=reason)
+
+    if not data["variants"]:
+        raise doc.fail(("variants",), "a patch needs at least one [[variants]] entry.")
+    variants = tuple(_variant(doc, folder, i, v) for i, v in enumerate(data["variants"]))
+    _check_overlap(doc, variants)
+
+    if not data["markers"]:
+        raise doc.fail(("markers",), "a patch needs at least one [[markers]] entry (a pattern that shows an "
+                                     "upstream tree already has the fix).")
+    markers = tuple(_marker(doc, i, m) for i, m in enumerate(data["markers"]))
+    return Patch(id=data["id"], title=data["title"].strip(), description=data["description"].strip(),
+                 problem=data["problem"].strip(), upstream=upstream, variants=variants, markers=markers,
+                 folder=folder)
+
+
+def _table(doc: _Doc, value: Any, path: tuple, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise doc.fail(path, f"each {what} entry must be a table ([[{path[0]}]]), not {value!r}.")
+    return value
+
+
+def _variant(doc: _Doc, folder: Path, index: int, raw: Any) -> Variant:
+    path = ("variants", index)
+    raw = _table(doc, raw, path, "variants")
+    _check_keys(doc, raw, path, _VARIANT_KEYS, tuple(_VARIANT_KEYS), f"[[variants]] entry {index + 1}")
+    try:
+        releases = SpecifierSet(raw["releases"])
+    except InvalidSpecifier:
+        raise doc.fail(path + ("releases",), f"releases = {raw['releases']!r} is not a PEP 440 specifier set.",
+                       hint="Write something like \">=0.5.2,<0.5.7\".") from None
+    if not str(releases):
+        raise doc.fail(path + ("releases",), "releases is empty; give the range, e.g. \">=0.5.2\".")
+    try:
+        Version(raw["base"])
+    except InvalidVersion:
+        raise doc.fail(path + ("base",), f"base = {raw['base']!r} is not a release version.") from None
+    if not releases.contains(Version(raw["base"]), prereleases=True):
+        raise doc.fail(path + ("base",), f"base {raw['base']} lies outside its own releases range "
+                                         f"'{releases}'.")
+    diff_path = folder / raw["diff"]
+    if "/" in raw["diff"] or not diff_path.is_file():
+        present = sorted(p.name for p in folder.glob("*.diff"))
+        raise doc.fail(path + ("diff",), f"diff file '{raw['diff']}' is not in {folder}."
+                                         f"{_did_you_mean(raw['diff'], present)}")
+    patch_set = parse_diff(diff_path)
+    files = _files(diff_path, patch_set)
+    return Variant(diff=diff_path, releases=releases, base=raw["base"], patch_set=patch_set, files=files)
+
+
+def _check_overlap(doc: _Doc, variants: tuple[Variant, ...]) -> None:
+    for i, a in enumerate(variants):
+        for j, b in enumerate(variants):
+            if i != j and b.contains(a.base):
+                raise doc.fail(("variants", max(i, j), "releases"),
+                               f"the release ranges of variants {a.name} ('{a.releases}') and {b.name} "
+                               f"('{b.releases}') overlap: {a.base} is in both.",
+                               hint="Each release must select exactly one variant.")
+
+
+def _marker(doc: _Doc, index: int, raw: Any) -> Marker:
+    path = ("markers", index)
+    raw = _table(doc, raw, path, "markers")
+    _check_keys(doc, raw, path, _MARKER_KEYS, tuple(_MARKER_KEYS), f"[[markers]] entry {index + 1}")
+    files = (raw["file"],) if isinstance(raw["file"], str) else tuple(raw["file"])
+    if not files or not all(isinstance(f, str) and f.startswith("sglang/") and ".." not in f for f in files):
+        raise doc.fail(path + ("file",), f"file = {raw['file']!r} must be a path (or list of paths) "
+                                         "starting with 'sglang/'.")
+    try:
+        pattern = re.compile(raw["pattern"], re.M)
+    except re.error as exc:
+        raise doc.fail(path + ("pattern",), f"pattern {raw['pattern']!r} is not a valid regular expression: "
+                                            f"{exc}.") from None
+    return Marker(files=files, pattern=pattern)
+
+
+class _CountingLines:
+    """Feeds a diff to unidiff line by line and remembers the number of the last line read."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self._lines = lines
+        self.line = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for self.line, text in enumerate(self._lines, 1):
+            yield text
+
+
+def parse_diff(diff_path: Path) -> unidiff.PatchSet:
+    """Parse a unified diff; :class:`SeriesError` naming ``file:line`` if unidiff rejects it."""
+    try:
+        with open(diff_path, encoding="utf-8", newline="") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SeriesError(f"{diff_path}: cannot be read as UTF-8 text ({exc}).") from None
+    lines = re.findall(r"[^\n]*\n|[^\n]+", text)
+    feed = _CountingLines(lines)
+    try:
+        patch_set = unidiff.PatchSet(feed)
+    except unidiff.UnidiffParseError as exc:
+        raise SeriesError(f"{diff_path}:{feed.line}: not a valid unified diff: {exc}.",
+                          hint="Regenerate the diff with 'git diff' or 'diff -u' rather than editing hunks "
+                               "by hand (hunk headers count lines).") from None
+    if not len(patch_set):
+        raise SeriesError(f"{diff_path}: holds no file changes (expected '--- a/sglang/...' and "
+                          "'+++ b/sglang/...' headers followed by hunks).")
+    return patch_set
+
+
+def _files(diff_path: Path, patch_set: unidiff.PatchSet) -> tuple[FileDiff, ...]:
+    try:
+        return file_diffs(patch_set)
+    except DiffFormatError as exc:
+        where = f"{diff_path}:{exc.line}" if exc.line else str(diff_path)
+        raise SeriesError(f"{where}: {exc}.") from None

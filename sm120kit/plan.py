@@ -1,0 +1,424 @@
+"""Planning a series on a tree: what each patch would do, computed wholly in memory.
+
+:func:`plan_series` reads files and writes nothing, so it serves ``--dry-run``, ``status`` and any tool
+that wants to know how a series fits a tree (a release, a git worktree of a main commit). Each patch gets
+one status:
+
+- ``applies``: every hunk places (exactly, at an offset, or within ``fuzz``) and the Python it leaves
+  compiles.
+- ``already-applied``: the patch's result is already in the files: the state record lists it and the
+  diff reverse-applies, or, without a record, the diff reverse-applies and the upstream markers (if they
+  match) stop matching once it is undone.
+- ``present-upstream``: the patch's upstream markers match, so the tree carries an equivalent fix.
+- ``not-applicable``: the release is outside every variant's range, or the files it changes are absent.
+- ``conflict``: a hunk does not place, or the result would not compile; the hunk results say where.
+
+Patches are planned in series order on the result of the ones before them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Collection, Mapping
+
+from sm120kit.hunks import FileDiff, HunkResult, decode, encode, place_hunks, split_lines
+from sm120kit.patchset import Marker, Patch, Series, Variant
+from sm120kit.state import read_recorded
+
+STATUSES = ("applies", "already-applied", "present-upstream", "not-applicable", "conflict")
+DEFAULT_FILE_MODE = 0o644
+
+__all__ = ["STATUSES", "FileChange", "HunkResult", "PatchPlan", "SeriesPlan", "plan_series"]
+
+
+@dataclass(frozen=True)
+class PatchPlan:
+    """One patch on one tree. ``new_files``: content after this patch of each file it changes (``None``
+    for a file it deletes); filled only when ``status == "applies"``."""
+
+    patch_id: str
+    status: str
+    variant: Variant | None
+    reason: str
+    hunks: tuple[HunkResult, ...] = ()
+    new_files: dict[str, bytes | None] = field(default_factory=dict, compare=False, repr=False)
+    title: str = ""
+
+    def to_json(self) -> dict:
+        return {"id": self.patch_id, "title": self.title, "status": self.status,
+                "variant": self.variant.name if self.variant else None,
+                "variant_releases": str(self.variant.releases) if self.variant else None,
+                "reason": self.reason, "hunks": [h.to_json() for h in self.hunks]}
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """A file the whole plan changes: its content before and after (``None``: absent)."""
+
+    path: str
+    before: bytes | None = field(repr=False)
+    after: bytes | None = field(repr=False)
+    mode: int  # permission bits to keep (of the existing file, or for a created one)
+    patches: tuple[str, ...]
+
+    @property
+    def action(self) -> str:
+        if self.before is None:
+            return "create"
+        if self.after is None:
+            return "delete"
+        return "modify"
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "action": self.action, "patches": list(self.patches)}
+
+
+@dataclass(frozen=True)
+class SeriesPlan:
+    root: Path
+    version: str | None
+    exact_release: bool
+    fuzz: int
+    patches: tuple[PatchPlan, ...]
+    changes: tuple[FileChange, ...] = ()
+
+    @property
+    def conflicts(self) -> tuple[PatchPlan, ...]:
+        return tuple(p for p in self.patches if p.status == "conflict")
+
+    @property
+    def ok(self) -> bool:
+        return not self.conflicts
+
+    def with_status(self, status: str) -> tuple[PatchPlan, ...]:
+        return tuple(p for p in self.patches if p.status == status)
+
+    def counts(self) -> dict[str, int]:
+        return {s: len(self.with_status(s)) for s in STATUSES}
+
+    def to_json(self) -> dict:
+        return {"root": str(self.root), "version": self.version, "exact_release": self.exact_release,
+                "fuzz": self.fuzz, "patches": [p.to_json() for p in self.patches],
+                "changes": [c.to_json() for c in self.changes], "counts": self.counts()}
+
+
+class _Tree:
+    """Files under ``root`` as text, read on first use; changes stay in memory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._original: dict[str, bytes | None] = {}
+        self._text: dict[str, str | None] = {}
+        self._lines: dict[str, tuple[str, ...] | None] = {}
+        self.modes: dict[str, int] = {}
+        self.touched_by: dict[str, list[str]] = {}
+
+    def _load(self, path: str) -> None:
+        if path in self._original:
+            return
+        full = self.root / path
+        try:
+            data = full.read_bytes()
+            self.modes[path] = full.stat().st_mode & 0o7777
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            data = None
+        self._original[path] = data
+        self._text[path] = None if data is None else decode(data)
+
+    def text(self, path: str) -> str | None:
+        self._load(path)
+        return self._text[path]
+
+    def lines(self, path: str) -> tuple[str, ...] | None:
+        if path not in self._lines:
+            text = self.text(path)
+            self._lines[path] = None if text is None else tuple(split_lines(text))
+        return self._lines[path]
+
+    def set(self, path: str, text: str | None, patch_id: str, mode: int | None = None) -> None:
+        self._load(path)
+        self._text[path] = text
+        self._lines.pop(path, None)
+        if mode is not None and path not in self.modes:
+            self.modes[path] = mode
+        self.touched_by.setdefault(path, []).append(patch_id)
+
+    def changes(self) -> tuple[FileChange, ...]:
+        out = []
+        for path in sorted(self.touched_by):
+            before = self._original[path]
+            text = self._text[path]
+            after = None if text is None else encode(text)
+            if before == after:
+                continue
+            out.append(FileChange(path=path, before=before, after=after,
+                                  mode=self.modes.get(path, DEFAULT_FILE_MODE),
+                                  patches=tuple(dict.fromkeys(self.touched_by[path]))))
+        return tuple(out)
+
+
+# -- one variant against the tree ------------------------------------------------------------------------
+
+@dataclass
+class _Attempt:
+    variant: Variant
+    ok: bool
+    absent: list[str]
+    contents: dict[str, str | None]  # new text per file (ok only)
+    modes: dict[str, int]
+    hunks: list[HunkResult]
+    notes: list[str]
+
+
+def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Variant, *, fuzz: int,
+                 reverse: bool, describe: bool = True) -> _Attempt:
+    ok = True
+    absent: list[str] = []
+    contents: dict[str, str | None] = {}
+    modes: dict[str, int] = {}
+    results: list[HunkResult] = []
+    notes: list[str] = []
+    for diff in variant.files:
+        lines = get_lines(diff.path)
+        creates = (diff.action == "create") != reverse  # the file must not exist before this direction
+        removes = (diff.action == "delete") != reverse
+        if diff.action != "modify":
+            whole = diff.target_text if diff.action == "create" else diff.source_text
+            if creates:
+                if lines is None:
+                    contents[diff.path] = whole
+                    if diff.mode is not None:
+                        modes[diff.path] = diff.mode
+                    results.extend(HunkResult(file=diff.path, index=h.index, status="applies", line=1)
+                                   for h in diff.hunks)
+                else:
+                    ok = False
+                    notes.append(f"{diff.path} already exists")
+                    results.extend(HunkResult(file=diff.path, index=h.index, status="conflict", line=1,
+                                              expected=[], found=[l.rstrip("\r\n") for l in lines[:5]],
+                                              closest_line=None) for h in diff.hunks)
+            else:
+                assert removes
+                if lines is None:
+                    ok = False
+                    absent.append(diff.path)
+                elif "".join(lines) == whole:
+                    contents[diff.path] = None
+                    results.extend(HunkResult(file=diff.path, index=h.index, status="applies", line=1)
+                                   for h in diff.hunks)
+                else:
+                    ok = False
+                    notes.append(f"{diff.path} differs from the content the diff removes")
+                    results.extend(HunkResult(file=diff.path, index=h.index, status="conflict", line=1)
+                                   for h in diff.hunks)
+            continue
+        if lines is None:
+            ok = False
+            absent.append(diff.path)
+            continue
+        placed = place_hunks(lines, diff, fuzz=fuzz, reverse=reverse, describe_failures=describe)
+        results.extend(placed.results)
+        if placed.ok:
+            contents[diff.path] = "".join(placed.lines)
+        else:
+            ok = False
+    return _Attempt(variant=variant, ok=ok, absent=absent, contents=contents, modes=modes, hunks=results,
+                    notes=notes)
+
+
+def _overlay(tree: _Tree, contents: Mapping[str, str | None]) -> Callable[[str], str | None]:
+    def text(path: str) -> str | None:
+        return contents[path] if path in contents else tree.text(path)
+    return text
+
+
+def _markers_match(markers: tuple[Marker, ...], text_of: Callable[[str], str | None]) -> str | None:
+    """A description of where every marker matched, or ``None`` when one does not."""
+    found = []
+    for marker in markers:
+        for path in marker.files:
+            text = text_of(path)
+            if text is not None:
+                break
+        else:
+            return None
+        match = marker.pattern.search(text)
+        if not match:
+            return None
+        line = text.count("\n", 0, match.start()) + 1
+        found.append(f"{path}:{line}")
+    return ", ".join(found)
+
+
+# -- syntax check ---------------------------------------------------------------------------------------
+
+_compile_cache: dict[str, str | None] = {}
+
+
+def _syntax_error(path: str, text: str) -> str | None:
+    """``None`` if ``text`` compiles as Python (what py_compile checks), else ``"line N: message"``."""
+    key = hashlib.blake2b(encode(text), digest_size=16).hexdigest()
+    if key in _compile_cache:
+        return _compile_cache[key]
+    try:
+        compile(text, path, "exec", dont_inherit=True)
+        error = None
+    except SyntaxError as exc:
+        error = f"line {exc.lineno}: {exc.msg}"
+    except ValueError as exc:  # source holds a null byte
+        error = str(exc)
+    if len(_compile_cache) > 256:
+        _compile_cache.clear()
+    _compile_cache[key] = error
+    return error
+
+
+def _check_syntax(tree: _Tree, attempt: _Attempt) -> tuple[str | None, list[str]]:
+    """A syntax error the patch would introduce, and notes about files that did not compile before."""
+    notes = []
+    for path, text in attempt.contents.items():
+        if text is None or not path.endswith(".py"):
+            continue
+        error = _syntax_error(path, text)
+        if error is None:
+            continue
+        before = tree.text(path)
+        if before is not None and _syntax_error(path, before) is not None:
+            notes.append(f"{path} does not compile with this Python before the patch either; not checked")
+            continue
+        return f"{path} {error}", notes
+    return None, notes
+
+
+# -- one patch ------------------------------------------------------------------------------------------
+
+def _candidates(patch: Patch, version: str | None, exact: bool) -> list[Variant]:
+    newest = list(patch.variants_newest_first())
+    if version is None:
+        return newest
+    preferred = patch.variant_for(version)
+    if exact:
+        return [preferred] if preferred else []
+    return ([preferred] if preferred else []) + [v for v in newest if v is not preferred]
+
+
+def _ranges(patch: Patch) -> str:
+    return "; ".join(f"{v.name}: {v.releases}" for v in patch.variants)
+
+
+def _summary(hunks: list[HunkResult]) -> str:
+    moved = [f"{h.file} hunk {h.index} at offset {h.offset:+d}" for h in hunks if h.offset]
+    fuzzed = [f"{h.file} hunk {h.index} with fuzz {h.fuzz}" for h in hunks if h.fuzz]
+    files = len({h.file for h in hunks})
+    text = f"{len(hunks)} hunk{'s' * (len(hunks) != 1)} in {files} file{'s' * (files != 1)}"
+    if moved or fuzzed:
+        text += " (" + "; ".join(moved + fuzzed) + ")"
+    return text
+
+
+def _conflict_reason(attempt: _Attempt) -> str:
+    bad = [h for h in attempt.hunks if h.status == "conflict"]
+    if attempt.notes:
+        return "; ".join(attempt.notes)
+    if not bad:
+        return "does not apply"
+    first = bad[0]
+    where = f"closest match at line {first.closest_line}" if first.closest_line else "no similar lines found"
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    return f"{first.file} hunk {first.index} does not match ({where}){more}"
+
+
+def _mark_already_present(get_lines, attempt: _Attempt, fuzz: int) -> list[HunkResult]:
+    """For a conflict: tell hunks whose result is already in the file from the ones that do not fit."""
+    reverse = _run_variant(get_lines, attempt.variant, fuzz=fuzz, reverse=True, describe=False)
+    present = {(h.file, h.index) for h in reverse.hunks if h.status == "applies"}
+    out = []
+    for h in attempt.hunks:
+        if h.status == "conflict" and (h.file, h.index) in present:
+            h = HunkResult(file=h.file, index=h.index, status="already-applied", line=h.line)
+        out.append(h)
+    return out
+
+
+def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, fuzz: int,
+                recorded: bool) -> tuple[PatchPlan, _Attempt | None]:
+    def plan(status: str, variant: Variant | None, reason: str, hunks=(), new_files=None) -> PatchPlan:
+        return PatchPlan(patch_id=patch.id, status=status, variant=variant, reason=reason, hunks=tuple(hunks),
+                         new_files=new_files or {}, title=patch.title)
+
+    candidates = _candidates(patch, version, exact)
+    marker_hit = _markers_match(patch.markers, tree.text)
+
+    if recorded or marker_hit:
+        for variant in candidates or list(patch.variants_newest_first()):
+            undo = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=True, describe=False)
+            if not undo.ok:
+                continue
+            if recorded:
+                return plan("already-applied", variant, "recorded in the state record; its changes are in "
+                                                        "the files", undo.hunks), None
+            if _markers_match(patch.markers, _overlay(tree, undo.contents)) is None:
+                return plan("already-applied", variant, "its changes are in the files (the diff "
+                                                        "reverse-applies; no state record lists it)",
+                            undo.hunks), None
+    if marker_hit:
+        return plan("present-upstream", None, f"upstream marker found: {marker_hit}"), None
+    if not candidates:
+        return plan("not-applicable", None, f"release {version} is outside every variant's range "
+                                            f"({_ranges(patch)})"), None
+
+    first_conflict: _Attempt | None = None
+    absent_reasons: list[str] = []
+    for variant in candidates:
+        attempt = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=False)
+        if attempt.absent and not attempt.ok:
+            absent_reasons.append(f"{variant.name}: file absent: {', '.join(attempt.absent)}")
+            continue
+        if attempt.ok:
+            error, notes = _check_syntax(tree, attempt)
+            if error:
+                reason = f"would leave a syntax error in {error}; nothing written"
+                return plan("conflict", variant, reason, attempt.hunks), None
+            reason = _summary(attempt.hunks) + ("; " + "; ".join(notes) if notes else "")
+            new_files = {p: (None if t is None else encode(t)) for p, t in attempt.contents.items()}
+            return plan("applies", variant, reason, attempt.hunks, new_files), attempt
+        undo = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=True, describe=False)
+        if undo.ok:
+            return plan("already-applied", variant, "its changes are in the files (the diff reverse-applies; "
+                                                    "no state record lists it)", undo.hunks), None
+        if first_conflict is None:
+            first_conflict = attempt
+    if first_conflict is None:
+        return plan("not-applicable", None, "; ".join(absent_reasons)), None
+    hunks = _mark_already_present(tree.lines, first_conflict, fuzz)
+    reason = _conflict_reason(first_conflict)
+    if recorded:
+        reason += " (the state record lists it as applied: the file was edited or the series changed since)"
+    return plan("conflict", first_conflict.variant, reason, hunks), None
+
+
+def plan_series(root: Path, series: Series, *, version: str | None, fuzz: int = 0, exact: bool = True,
+                recorded: Collection[str] | None = None) -> SeriesPlan:
+    """Plan ``series`` on the tree whose ``sglang/`` lies in ``root``; reads files, writes nothing.
+
+    ``version``: the tree's SGLang release (``None``: unknown; every variant is tried, newest first).
+    ``exact=False`` says the tree is near that release but not exactly it (a git commit past a tag): the
+    variant for the release is tried first, then the others, newest first. ``recorded``: ids of patches
+    the state record lists (default: read from the tree's state record, if any).
+    """
+    root = Path(root)
+    if recorded is None:
+        recorded = read_recorded(root)
+    tree = _Tree(root)
+    plans = []
+    for patch in series.patches:
+        result, attempt = _plan_patch(tree, patch, version=version, exact=exact, fuzz=fuzz,
+                                      recorded=patch.id in recorded)
+        if attempt is not None:
+            for path, text in attempt.contents.items():
+                tree.set(path, text, patch.id, attempt.modes.get(path))
+        plans.append(result)
+    return SeriesPlan(root=root, version=version, exact_release=exact, fuzz=fuzz, patches=tuple(plans),
+                      changes=tree.changes())

@@ -1,0 +1,279 @@
+"""The state record a patched tree carries: what sm120kit changed, so apply is idempotent and revert exact.
+
+Everything lives in one hidden folder inside the package, ``sglang/.sm120kit/``:
+
+- ``state.json``: the patches applied (id, variant, base), and per file the SHA-256 of its content before
+  sm120kit first changed it and after the last apply. Written last, after every file is in place.
+- ``blobs/<sha256>``: the original content of each changed file (and, while a write is under way, the
+  content it is replacing), so revert restores the exact bytes even if the series has changed since.
+- ``journal.json``: written (and flushed to disk) before the first file is replaced and removed after the
+  state record is saved. Found on a later run, it means a run was killed mid-write; every file it lists
+  is wholly old or wholly new (writes are atomic renames), and :func:`sm120kit.apply.repair` puts the
+  listed files back to their ``from`` content.
+- ``lock``: held (``flock``) while a run writes; it names the holder.
+- ``kept/<time>/sglang/...``: copies of files edited after apply that a forced revert replaced.
+- ``.gitignore`` (``*``): keeps the folder out of ``git status`` in a clone.
+
+A revert removes the folder, so a reverted tree is byte-identical to the original, file list included.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sm120kit import __version__
+from sm120kit.atomicfile import write_atomic
+from sm120kit.errors import IOFailure, StateDamagedError
+
+STATE_DIR = ".sm120kit"
+FORMAT = 1
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    path: str  # relative to the folder holding sglang/ ("sglang/srt/utils.py")
+    before: str | None  # sha256 before sm120kit first changed it; None: the file did not exist
+    after: str | None  # sha256 after the last apply; None: the series deleted it
+    mode: int | None  # permission bits before (None for a file the series created)
+    patches: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "before": self.before, "after": self.after,
+                "mode": None if self.mode is None else oct(self.mode), "patches": list(self.patches)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "FileRecord":
+        mode = data.get("mode")
+        return cls(path=data["path"], before=data.get("before"), after=data.get("after"),
+                   mode=int(mode, 8) if isinstance(mode, str) else mode, patches=tuple(data.get("patches", ())))
+
+
+@dataclass(frozen=True)
+class PatchRecord:
+    id: str
+    variant: str  # diff file name
+    base: str
+    applied_at: str
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "variant": self.variant, "base": self.base, "applied_at": self.applied_at}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "PatchRecord":
+        return cls(id=data["id"], variant=data.get("variant", ""), base=data.get("base", ""),
+                   applied_at=data.get("applied_at", ""))
+
+
+@dataclass(frozen=True)
+class StateRecord:
+    series: str
+    release: str | None
+    commit: str | None
+    created: str
+    updated: str
+    patches: tuple[PatchRecord, ...]
+    files: tuple[FileRecord, ...]
+    sm120kit_version: str = __version__
+    format: int = FORMAT
+
+    @property
+    def patch_ids(self) -> tuple[str, ...]:
+        return tuple(p.id for p in self.patches)
+
+    def file(self, path: str) -> FileRecord | None:
+        for record in self.files:
+            if record.path == path:
+                return record
+        return None
+
+    def to_json(self) -> dict:
+        return {"format": self.format, "sm120kit_version": self.sm120kit_version, "series": self.series,
+                "release": self.release, "commit": self.commit, "created": self.created,
+                "updated": self.updated, "patches": [p.to_json() for p in self.patches],
+                "files": [f.to_json() for f in self.files]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "StateRecord":
+        return cls(series=data.get("series", ""), release=data.get("release"), commit=data.get("commit"),
+                   created=data.get("created", ""), updated=data.get("updated", ""),
+                   patches=tuple(PatchRecord.from_json(p) for p in data.get("patches", ())),
+                   files=tuple(FileRecord.from_json(f) for f in data.get("files", ())),
+                   sm120kit_version=data.get("sm120kit_version", ""), format=data.get("format", FORMAT))
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    path: str
+    from_hash: str | None  # content before this run (None: absent)
+    to_hash: str | None  # content this run writes (None: removed)
+    mode: int | None  # mode to give the file when it is put back
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "from": self.from_hash, "to": self.to_hash,
+                "mode": None if self.mode is None else oct(self.mode)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "JournalEntry":
+        mode = data.get("mode")
+        return cls(path=data["path"], from_hash=data.get("from"), to_hash=data.get("to"),
+                   mode=int(mode, 8) if isinstance(mode, str) else mode)
+
+
+@dataclass(frozen=True)
+class Journal:
+    operation: str  # "apply" | "revert"
+    started: str
+    pid: int
+    host: str
+    entries: tuple[JournalEntry, ...] = field(default=())
+
+    def to_json(self) -> dict:
+        return {"operation": self.operation, "started": self.started, "pid": self.pid, "host": self.host,
+                "entries": [e.to_json() for e in self.entries]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Journal":
+        return cls(operation=data["operation"], started=data.get("started", ""), pid=data.get("pid", 0),
+                   host=data.get("host", ""), entries=tuple(JournalEntry.from_json(e) for e in data["entries"]))
+
+
+class StateStore:
+    """The ``.sm120kit`` folder of one tree. Reading never creates it; :meth:`ensure` does."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)  # the folder holding sglang/
+        self.dir = self.root / "sglang" / STATE_DIR
+        self.state_path = self.dir / "state.json"
+        self.journal_path = self.dir / "journal.json"
+        self.lock_path = self.dir / "lock"
+        self.blobs_dir = self.dir / "blobs"
+        self.kept_dir = self.dir / "kept"
+
+    # -- folder ------------------------------------------------------------------------------------------
+    def ensure(self) -> None:
+        try:
+            self.blobs_dir.mkdir(parents=True, exist_ok=True)
+            ignore = self.dir / ".gitignore"
+            if not ignore.exists():
+                ignore.write_text("*\n", encoding="utf-8")
+        except OSError as exc:
+            raise IOFailure(f"Cannot create sm120kit's state folder {self.dir}: {exc.strerror or exc}.",
+                            hint="The tree must be writable by you (is it a read-only or system install?); "
+                                 "use a virtual environment you own, or run sm120kit as the tree's owner.") \
+                from None
+
+    def remove(self) -> None:
+        """Remove the whole folder (after a complete revert)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- state record ------------------------------------------------------------------------------------
+    def load(self) -> StateRecord | None:
+        if not self.state_path.exists():
+            return None
+        try:
+            data = json.loads(self.state_path.read_text(encoding="utf-8"))
+            record = StateRecord.from_json(data)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StateDamagedError(
+                f"The state record {self.state_path} cannot be read ({type(exc).__name__}: {exc}).",
+                hint="Restore the tree from its original (reinstall the package or 'git checkout' the files), "
+                     f"then delete {self.dir}.") from None
+        if record.format != FORMAT:
+            raise StateDamagedError(f"The state record {self.state_path} has format {record.format}; this "
+                                    f"sm120kit reads format {FORMAT}.",
+                                    hint="Use the sm120kit version that wrote it to revert the tree.")
+        return record
+
+    def load_quietly(self) -> StateRecord | None:
+        try:
+            return self.load()
+        except StateDamagedError:
+            return None
+
+    def save(self, record: StateRecord) -> None:
+        data = (json.dumps(record.to_json(), indent=2) + "\n").encode()
+        write_atomic(self.state_path, data, 0o644, fsync=True)
+
+    def clear_state(self) -> None:
+        self.state_path.unlink(missing_ok=True)
+
+    # -- content blobs -----------------------------------------------------------------------------------
+    def blob_path(self, digest: str) -> Path:
+        return self.blobs_dir / digest
+
+    def put_blob(self, data: bytes) -> str:
+        digest = sha256(data)
+        path = self.blob_path(digest)
+        if not path.exists():
+            write_atomic(path, data, 0o644, fsync=True)
+        return digest
+
+    def blob(self, digest: str) -> bytes:
+        path = self.blob_path(digest)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            raise StateDamagedError(
+                f"The saved original {path} is missing, so sm120kit cannot restore that file exactly.",
+                hint="Restore the tree from its original (reinstall the package or 'git checkout' the files), "
+                     f"then delete {self.dir}.") from None
+        if sha256(data) != digest:
+            raise StateDamagedError(f"The saved original {path} is damaged (its hash does not match its name).",
+                                    hint=f"Restore the tree from its original, then delete {self.dir}.")
+        return data
+
+    def prune_blobs(self, keep: set[str]) -> None:
+        if not self.blobs_dir.is_dir():
+            return
+        for path in self.blobs_dir.iterdir():
+            if path.name not in keep:
+                path.unlink(missing_ok=True)
+
+    # -- journal -----------------------------------------------------------------------------------------
+    def write_journal(self, operation: str, entries: list[JournalEntry]) -> Journal:
+        journal = Journal(operation=operation, started=now(), pid=os.getpid(), host=socket.gethostname(),
+                          entries=tuple(entries))
+        write_atomic(self.journal_path, (json.dumps(journal.to_json(), indent=2) + "\n").encode(), 0o644,
+                     fsync=True)
+        return journal
+
+    def load_journal(self) -> Journal | None:
+        if not self.journal_path.exists():
+            return None
+        try:
+            return Journal.from_json(json.loads(self.journal_path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StateDamagedError(f"The write journal {self.journal_path} cannot be read ({exc}).",
+                                    hint="Restore the tree from its original, then delete "
+                                         f"{self.dir}.") from None
+
+    def clear_journal(self) -> None:
+        self.journal_path.unlink(missing_ok=True)
+
+    # -- kept edits --------------------------------------------------------------------------------------
+    def keep_copy(self, path: str, data: bytes, stamp: str) -> Path:
+        dest = self.kept_dir / stamp / path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(dest, data, 0o644, fsync=True)
+        return dest
+
+
+def read_recorded(root: Path) -> frozenset[str]:
+    """Ids of the patches the tree's state record lists (empty when there is none or it is unreadable)."""
+    record = StateStore(root).load_quietly()
+    return frozenset(record.patch_ids) if record else frozenset()
