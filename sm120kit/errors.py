@@ -125,3 +125,10 @@ class WarningsAsErrors(Sm120kitError):
 
     exit_code = 14
     kind = "warnings"
+
+
+class RecipeError(Sm120kitError):
+    """A serving recipe is malformed, or asks for a flag or setting the SGLang release does not have."""
+
+    exit_code = 15
+    kind = "recipe"
