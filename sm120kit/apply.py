@@ -1,8 +1,584 @@
-"""Applying, reverting and reporting a patch series on an SGLang tree (planning lives in :mod:`sm120kit.plan`)."""
+"""Applying, reverting and reporting a patch series on an SGLang tree.
+
+The work is planned in memory first (:func:`sm120kit.plan.plan_series`); files are written only when every
+patch applies cleanly, is already applied, is present upstream or is not applicable. Writes go through a
+temporary file and ``os.replace`` (mode kept); the originals, a write journal and, last, the state record
+live in ``sglang/.sm120kit/`` (see :mod:`sm120kit.state`). A lock keeps two runs off one tree.
+"""
 
 from __future__ import annotations
 
-from sm120kit.hunks import HunkResult
-from sm120kit.plan import FileChange, PatchPlan, SeriesPlan, plan_series
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["FileChange", "HunkResult", "PatchPlan", "SeriesPlan", "plan_series"]
+from sm120kit import __version__
+from sm120kit.atomicfile import fsync_dir, remove, write_atomic
+from sm120kit.errors import DirtyTreeError, IOFailure, StateDamagedError
+from sm120kit.hunks import HunkResult
+from sm120kit.lock import TreeLock
+from sm120kit.patchset import Series
+from sm120kit.plan import FileChange, PatchPlan, SeriesPlan, plan_series
+from sm120kit.state import (FileRecord, Journal, JournalEntry, PatchRecord, StateRecord, StateStore, now,
+                            sha256)
+from sm120kit.target import Target
+
+__all__ = ["ApplyResult", "FileChange", "HunkResult", "PatchPlan", "RevertResult", "SeriesPlan",
+           "StatusResult", "apply_series", "plan_series", "release_of", "repair", "revert_series",
+           "series_status"]
+
+EXIT_OK, EXIT_CONFLICT, EXIT_STATE, EXIT_STRICT = 0, 4, 6, 14
+
+
+# -- the tree's release ----------------------------------------------------------------------------------
+
+def release_of(target: Target) -> tuple[str | None, bool]:
+    """The target's SGLang release and whether the tree is exactly that release.
+
+    An installed package is its release. A git clone is exactly a release when HEAD carries the tag
+    ``v<release>``; a clone without a version file takes its release from such a tag; any other commit is
+    "near" its version file's release (variants are then tried newest first after the matching one).
+    """
+    version = target.version
+    if target.commit is None or target.repo_root is None:
+        return version, version is not None
+    tags: list[str] = []
+    try:
+        import git
+
+        repo = git.Repo(target.repo_root)
+        tags = [t.strip() for t in repo.git.tag("--points-at", "HEAD").splitlines() if t.strip()]
+    except Exception:  # noqa: BLE001 - no tags readable: treat as a commit between releases
+        tags = []
+    releases = [t[1:] if t.startswith("v") else t for t in tags]
+    if version is None:
+        for candidate in releases:
+            try:
+                from packaging.version import Version
+
+                Version(candidate)
+                return candidate, True
+            except ValueError:
+                continue
+        return None, False
+    return version, version in releases
+
+
+# -- results ---------------------------------------------------------------------------------------------
+
+def _patch_rows(plan: SeriesPlan, written: bool) -> list[dict]:
+    rows = []
+    for p in plan.patches:
+        data = p.to_json()
+        if written and p.status == "applies":
+            data["status"] = "applied"
+        rows.append(data)
+    return rows
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    target: Target
+    release: str | None
+    exact_release: bool
+    series: Path
+    plan: SeriesPlan
+    dry_run: bool
+    written: tuple[FileChange, ...] = ()
+    repaired: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    state_file: Path | None = None
+    exit_code: int = EXIT_OK
+    message: str = ""
+
+    @property
+    def statuses(self) -> dict[str, str]:
+        return {row["id"]: row["status"] for row in _patch_rows(self.plan, bool(self.written))}
+
+    def to_json(self) -> dict:
+        return {
+            "command": "apply",
+            "target": self.target.to_json(),
+            "release": self.release,
+            "exact_release": self.exact_release,
+            "series": str(self.series),
+            "dry_run": self.dry_run,
+            "fuzz": self.plan.fuzz,
+            "patches": _patch_rows(self.plan, bool(self.written)),
+            "changes": [c.to_json() for c in self.plan.changes],
+            "written": [c.path for c in self.written],
+            "repaired": list(self.repaired),
+            "warnings": list(self.warnings),
+            "state_file": str(self.state_file) if self.state_file else None,
+            "exit_code": self.exit_code,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class RevertedFile:
+    path: str
+    action: str  # "restored" | "removed" | "unchanged" (already original) | "edited" (refused)
+    kept_copy: Path | None = None
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "action": self.action,
+                "kept_copy": str(self.kept_copy) if self.kept_copy else None}
+
+
+@dataclass(frozen=True)
+class RevertResult:
+    target: Target
+    dry_run: bool
+    patches: tuple[str, ...]
+    files: tuple[RevertedFile, ...]
+    repaired: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    exit_code: int = EXIT_OK
+    message: str = ""
+
+    @property
+    def kept_copies(self) -> tuple[Path, ...]:
+        return tuple(f.kept_copy for f in self.files if f.kept_copy)
+
+    def to_json(self) -> dict:
+        return {"command": "revert", "target": self.target.to_json(), "dry_run": self.dry_run,
+                "patches": list(self.patches), "files": [f.to_json() for f in self.files],
+                "kept_copies": [str(p) for p in self.kept_copies], "repaired": list(self.repaired),
+                "warnings": list(self.warnings), "exit_code": self.exit_code, "message": self.message}
+
+
+@dataclass(frozen=True)
+class FileState:
+    path: str
+    condition: str  # "patched" | "original" | "edited" | "missing"
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "condition": self.condition}
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    target: Target
+    release: str | None
+    exact_release: bool
+    series: Path
+    plan: SeriesPlan
+    recorded: tuple[str, ...]
+    files: tuple[FileState, ...]
+    problems: tuple[str, ...] = ()
+    state_file: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_STATE if self.problems else EXIT_OK
+
+    def rows(self) -> list[dict]:
+        rows = []
+        for p in self.plan.patches:
+            data = p.to_json()
+            data["status"] = {"applies": "not-applied", "already-applied": "applied"}.get(p.status, p.status)
+            data["recorded"] = p.patch_id in self.recorded
+            rows.append(data)
+        return rows
+
+    def to_json(self) -> dict:
+        return {"command": "status", "target": self.target.to_json(), "release": self.release,
+                "exact_release": self.exact_release, "series": str(self.series), "patches": self.rows(),
+                "recorded": list(self.recorded), "files": [f.to_json() for f in self.files],
+                "problems": list(self.problems),
+                "state_file": str(self.state_file) if self.state_file else None, "exit_code": self.exit_code}
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise IOFailure(f"Cannot read {path}: {exc.strerror or exc}.") from None
+
+
+def _hash_of(path: Path) -> str | None:
+    data = _read(path)
+    return None if data is None else sha256(data)
+
+
+def _hash(data: bytes | None) -> str | None:
+    return None if data is None else sha256(data)
+
+
+def _check_writable(root: Path, paths: list[str]) -> None:
+    """Refuse before the first write when a folder that must change is not writable (names it)."""
+    for rel in paths:
+        folder = (root / rel).parent
+        while not folder.exists():
+            folder = folder.parent
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise IOFailure(f"The tree is not writable: cannot write in {folder} (needed for {rel}). "
+                            "Nothing was changed.",
+                            hint="Run as the owner of the tree, or use a copy you own.")
+
+
+def _log(console, text: str) -> None:
+    if console is not None:
+        console.debug(text)
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%S")
+
+
+def _restore(root: Path, path: str, data: bytes | None, mode: int | None) -> None:
+    full = root / path
+    if data is None:
+        remove(full, fault_point=True)
+        _prune_empty_dirs(full.parent, root / "sglang")
+    else:
+        full.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(full, data, mode, fault_point=True)
+
+
+def _prune_empty_dirs(folder: Path, stop: Path) -> None:
+    """Remove folders a created file left empty (``__pycache__`` aside, nothing else is in them)."""
+    while folder != stop and stop in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+# -- repair after an interrupted run ---------------------------------------------------------------------
+
+def pending_journal(store: StateStore) -> Journal | None:
+    return store.load_journal()
+
+
+def describe_journal(store: StateStore, journal: Journal) -> str:
+    written = sum(1 for e in journal.entries if _hash_of(store.root / e.path) == e.to_hash
+                  and e.to_hash != e.from_hash)
+    return (f"an interrupted '{journal.operation}' (pid {journal.pid} on {journal.host}, started "
+            f"{journal.started}) wrote {written} of {len(journal.entries)} files; every file is whole. "
+            f"Run 'sm120kit apply' or 'sm120kit revert' to repair it")
+
+
+def repair(store: StateStore, console=None) -> tuple[str, ...]:
+    """Undo the half of an interrupted run: files it replaced go back to their content before that run.
+
+    If the run had already saved its state record (only removing its journal was left), its writes are
+    kept. Returns the paths put back. Caller holds the lock.
+    """
+    journal = store.load_journal()
+    if journal is None:
+        return ()
+    finished = journal.state_before != _hash_of(store.state_path)
+    repaired: list[str] = []
+    if not finished:
+        for entry in journal.entries:
+            current = _hash_of(store.root / entry.path)
+            if current == entry.from_hash:
+                continue
+            if current != entry.to_hash:
+                raise StateDamagedError(
+                    f"{store.root / entry.path} matches neither its content before nor after the interrupted "
+                    f"'{journal.operation}' recorded in {store.journal_path}; it was changed since.",
+                    hint="Check that file by hand (restore it from the original package or git), then delete "
+                         f"{store.journal_path} and run the command again.")
+            data = None if entry.from_hash is None else store.blob(entry.from_hash)
+            _restore(store.root, entry.path, data, entry.mode)
+            repaired.append(entry.path)
+        _log(console, f"repaired {len(repaired)} files of an interrupted {journal.operation}")
+    store.clear_journal()
+    return tuple(repaired)
+
+
+def _begin(store: StateStore, operation: str, entries: list[JournalEntry]) -> None:
+    store.write_journal(operation, entries)
+    fsync_dir(store.dir)
+
+
+# -- apply -----------------------------------------------------------------------------------------------
+
+def _dirty_blockers(target: Target, plan: SeriesPlan, record: StateRecord | None) -> list[str]:
+    dirty = set(target.dirty_files)
+    blocked = []
+    for change in plan.changes:
+        if change.path not in dirty:
+            continue
+        known = record.file(change.path) if record else None
+        if known is not None and known.after == _hash(change.before):
+            continue  # dirty only because sm120kit patched it
+        blocked.append(change.path)
+    return blocked
+
+
+def _new_record(old: StateRecord | None, plan: SeriesPlan, target: Target, series: Series,
+                release: str | None) -> StateRecord:
+    stamp = now()
+    files: dict[str, FileRecord] = {f.path: f for f in (old.files if old else ())}
+    for change in plan.changes:
+        previous = files.get(change.path)
+        before = previous.before if previous else _hash(change.before)
+        mode = previous.mode if previous else (change.mode if change.before is not None else None)
+        patches = tuple(dict.fromkeys((previous.patches if previous else ()) + change.patches))
+        files[change.path] = FileRecord(path=change.path, before=before, after=_hash(change.after), mode=mode,
+                                        patches=patches)
+    patches: dict[str, PatchRecord] = {p.id: p for p in (old.patches if old else ())}
+    for p in plan.patches:
+        if p.status == "applies" and p.variant is not None:
+            patches[p.patch_id] = PatchRecord(id=p.patch_id, variant=p.variant.name, base=p.variant.base,
+                                              applied_at=stamp)
+    order = {p.id: i for i, p in enumerate(series.patches)}
+    ordered = tuple(sorted(patches.values(), key=lambda r: order.get(r.id, len(order))))
+    return StateRecord(series=str(series.path), release=release, commit=target.commit,
+                       created=old.created if old else stamp, updated=stamp, patches=ordered,
+                       files=tuple(sorted(files.values(), key=lambda f: f.path)), sm120kit_version=__version__)
+
+
+def _write_changes(store: StateStore, changes: tuple[FileChange, ...], new_record: StateRecord,
+                   console=None) -> None:
+    for change in changes:
+        if change.before is not None:
+            store.put_blob(change.before)
+    entries = [JournalEntry(path=c.path, from_hash=_hash(c.before), to_hash=_hash(c.after), mode=c.mode)
+               for c in changes]
+    _begin(store, "apply", entries)
+    for i, change in enumerate(changes, 1):
+        _restore(store.root, change.path, change.after, change.mode)
+        if console is not None and len(changes) > 3:
+            console.progress(i, len(changes), change.path)
+    store.save(new_record)
+    store.clear_journal()
+    store.prune_blobs({f.before for f in new_record.files if f.before})
+
+
+def apply_series(target: Target, series: Series, *, dry_run: bool = False, fuzz: int = 0,
+                 allow_dirty: bool = False, strict: bool = False, console=None) -> ApplyResult:
+    """Apply ``series`` to ``target``. Nothing is written unless every patch applies, is already applied,
+    is present upstream or (unless ``strict``) is not applicable; a conflict is reported in the result
+    (``exit_code`` 4) with the hunk, the expected lines and the closest match."""
+    root = target.root
+    store = StateStore(root)
+    release, exact = release_of(target)
+    warnings: list[str] = []
+
+    if dry_run:
+        journal = store.load_journal()
+        if journal is not None:
+            warnings.append(describe_journal(store, journal))
+        record = store.load()
+        plan = plan_series(root, series, version=release, fuzz=fuzz, exact=exact,
+                           recorded=record.patch_ids if record else ())
+        return _finish_result(target, release, exact, series, plan, record, store, dry_run=True, strict=strict,
+                              warnings=warnings)
+
+    store.ensure()
+    with TreeLock(store.lock_path, command="apply"):
+        repaired = repair(store, console)
+        if repaired:
+            warnings.append(f"repaired an interrupted run: put back {len(repaired)} file(s): "
+                            + ", ".join(repaired))
+        record = store.load()
+        plan = plan_series(root, series, version=release, fuzz=fuzz, exact=exact,
+                           recorded=record.patch_ids if record else ())
+        result = _finish_result(target, release, exact, series, plan, record, store, dry_run=False,
+                                strict=strict, warnings=warnings, repaired=repaired)
+        if result.exit_code != EXIT_OK or not plan.changes:
+            if record is None and not store.journal_path.exists():
+                store.remove()  # leave no trace on a tree sm120kit did not change
+            return result
+        blocked = _dirty_blockers(target, plan, record)
+        if blocked and not allow_dirty:
+            if record is None:
+                store.remove()
+            raise DirtyTreeError(
+                f"The git tree {target.repo_root} has uncommitted changes in files the series would patch: "
+                f"{', '.join(blocked)}. Nothing was changed.",
+                hint="Commit or stash those changes first, or pass --allow-dirty to patch on top of them "
+                     "(revert then restores your edited versions).")
+        _check_writable(root, [c.path for c in plan.changes])
+        new_record = _new_record(record, plan, target, series, release)
+        _write_changes(store, plan.changes, new_record, console)
+        return ApplyResult(target=target, release=release, exact_release=exact, series=series.path, plan=plan,
+                           dry_run=False, written=plan.changes, repaired=repaired,
+                           warnings=result.warnings, state_file=store.state_path, exit_code=EXIT_OK,
+                           message=result.message)
+
+
+def _finish_result(target, release, exact, series, plan: SeriesPlan, record, store, *, dry_run: bool,
+                   strict: bool, warnings: list[str], repaired: tuple[str, ...] = ()) -> ApplyResult:
+    warnings = list(warnings)
+    if record is not None:
+        gone = [pid for pid in record.patch_ids if series.get(pid) is None]
+        if gone:
+            warnings.append(f"the state record lists patches no longer in the series: {', '.join(gone)}; "
+                            "their changes stay until 'sm120kit revert'")
+    code, message = EXIT_OK, ""
+    if plan.conflicts:
+        code = EXIT_CONFLICT
+        message = (f"{len(plan.conflicts)} patch(es) do not apply: "
+                   f"{', '.join(p.patch_id for p in plan.conflicts)}. Nothing was written.")
+    elif strict and plan.with_status("not-applicable"):
+        code = EXIT_STRICT
+        message = (f"--strict: {len(plan.with_status('not-applicable'))} patch(es) are not applicable: "
+                   f"{', '.join(p.patch_id for p in plan.with_status('not-applicable'))}. Nothing was written.")
+    return ApplyResult(target=target, release=release, exact_release=exact, series=series.path, plan=plan,
+                       dry_run=dry_run, repaired=repaired, warnings=tuple(warnings),
+                       state_file=store.state_path if record is not None else None, exit_code=code,
+                       message=message)
+
+
+# -- revert ----------------------------------------------------------------------------------------------
+
+def revert_series(target: Target, *, force: bool = False, dry_run: bool = False, console=None) -> RevertResult:
+    """Put every file the state record lists back to its exact original bytes and remove the record.
+
+    A file edited after apply is refused (exit code 6, nothing changed) unless ``force``; then the edited
+    version is kept as a copy under ``sglang/.sm120kit/kept/`` and its path is in the result.
+    """
+    root = target.root
+    store = StateStore(root)
+    if dry_run:
+        warnings = []
+        journal = store.load_journal()
+        if journal is not None:
+            warnings.append(describe_journal(store, journal))
+        record = store.load()
+        return _revert_plan(target, store, record, force=force, dry_run=True, warnings=warnings)
+    if not store.dir.exists():
+        return RevertResult(target=target, dry_run=False, patches=(), files=(),
+                            message="No sm120kit state record in this tree: nothing to revert.")
+    store.ensure()
+    with TreeLock(store.lock_path, command="revert"):
+        repaired = repair(store, console)
+        record = store.load()
+        warnings = [f"repaired an interrupted run: put back {len(repaired)} file(s)"] if repaired else []
+        result = _revert_plan(target, store, record, force=force, dry_run=False, warnings=warnings,
+                              repaired=repaired)
+        if result.exit_code != EXIT_OK:
+            return result
+        if record is None:
+            if not store.kept_dir.exists():
+                store.remove()
+            return result
+        _check_writable(root, [f.path for f in result.files if f.action in ("restored", "removed")])
+        stamp = _stamp()
+        kept: dict[str, Path] = {}
+        entries = []
+        for f in result.files:
+            if f.action not in ("restored", "removed"):
+                continue
+            current = _read(root / f.path)
+            if current is not None:
+                store.put_blob(current)
+            fr = record.file(f.path)
+            entries.append(JournalEntry(path=f.path, from_hash=_hash(current), to_hash=fr.before,
+                                        mode=_mode_of(root / f.path)))
+            if f.kept_copy is not None and current is not None:
+                kept[f.path] = store.keep_copy(f.path, current, stamp)
+        originals = {f.path: store.blob(record.file(f.path).before) for f in result.files
+                     if f.action == "restored"}
+        _begin(store, "revert", entries)
+        for f in result.files:
+            if f.action == "restored":
+                fr = record.file(f.path)
+                _restore(root, f.path, originals[f.path], fr.mode)
+            elif f.action == "removed":
+                _restore(root, f.path, None, None)
+        store.clear_state()
+        store.clear_journal()
+        store.remove()
+        files = tuple(RevertedFile(path=f.path, action=f.action, kept_copy=kept.get(f.path)) for f in result.files)
+        return RevertResult(target=target, dry_run=False, patches=result.patches, files=files,
+                            repaired=repaired, warnings=result.warnings, exit_code=EXIT_OK,
+                            message=f"Reverted {len(result.patches)} patch(es); "
+                                    f"{sum(1 for f in files if f.action in ('restored', 'removed'))} file(s) "
+                                    "restored to their original bytes.")
+
+
+def _mode_of(path: Path) -> int | None:
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return None
+
+
+def _revert_plan(target: Target, store: StateStore, record: StateRecord | None, *, force: bool, dry_run: bool,
+                 warnings: list[str], repaired: tuple[str, ...] = ()) -> RevertResult:
+    if record is None:
+        return RevertResult(target=target, dry_run=dry_run, patches=(), files=(), warnings=tuple(warnings),
+                            repaired=repaired, message="No sm120kit state record in this tree: nothing to revert.")
+    files: list[RevertedFile] = []
+    edited: list[str] = []
+    for fr in record.files:
+        current = _hash_of(store.root / fr.path)
+        if current == fr.before:
+            files.append(RevertedFile(fr.path, "unchanged"))
+        elif current == fr.after:
+            files.append(RevertedFile(fr.path, "removed" if fr.before is None else "restored"))
+        else:
+            edited.append(fr.path)
+            if force:
+                files.append(RevertedFile(fr.path, "removed" if fr.before is None else "restored",
+                                          kept_copy=store.kept_dir / "<time>" / fr.path))
+            else:
+                files.append(RevertedFile(fr.path, "edited"))
+    if edited and not force:
+        return RevertResult(
+            target=target, dry_run=dry_run, patches=record.patch_ids, files=tuple(files),
+            warnings=tuple(warnings), repaired=repaired, exit_code=EXIT_STATE,
+            message=(f"{len(edited)} file(s) changed after sm120kit patched them: {', '.join(edited)}. "
+                     "Nothing was reverted. Pass --force to revert anyway; the edited versions are then kept "
+                     f"as copies under {store.kept_dir}."))
+    if edited:
+        warnings = list(warnings) + [f"edited after apply (a copy is kept): {', '.join(edited)}"]
+    return RevertResult(target=target, dry_run=dry_run, patches=record.patch_ids, files=tuple(files),
+                        warnings=tuple(warnings), repaired=repaired, exit_code=EXIT_OK)
+
+
+# -- status ----------------------------------------------------------------------------------------------
+
+def series_status(target: Target, series: Series) -> StatusResult:
+    """What the series looks like on ``target`` now; reads only. Problems (an interrupted run, a damaged
+    record, files edited after apply) are listed and make ``exit_code`` 6."""
+    root = target.root
+    store = StateStore(root)
+    release, exact = release_of(target)
+    problems: list[str] = []
+    journal = None
+    try:
+        journal = store.load_journal()
+    except StateDamagedError as exc:
+        problems.append(exc.render())
+    if journal is not None:
+        problems.append(describe_journal(store, journal))
+    record = None
+    try:
+        record = store.load()
+    except StateDamagedError as exc:
+        problems.append(exc.render())
+    files: list[FileState] = []
+    if record is not None:
+        for fr in record.files:
+            current = _hash_of(root / fr.path)
+            if current == fr.after:
+                condition = "patched"
+            elif current == fr.before:
+                condition = "original"
+            elif current is None:
+                condition = "missing"
+            else:
+                condition = "edited"
+            files.append(FileState(fr.path, condition))
+        edited = [f.path for f in files if f.condition in ("edited", "missing")]
+        if edited and journal is None:
+            problems.append(f"the state record no longer matches {', '.join(edited)} (changed after apply); "
+                            "'sm120kit revert --force' restores the originals and keeps a copy of the edits")
+    plan = plan_series(root, series, version=release, exact=exact, recorded=record.patch_ids if record else ())
+    return StatusResult(target=target, release=release, exact_release=exact, series=series.path, plan=plan,
+                        recorded=record.patch_ids if record else (), files=tuple(files),
+                        problems=tuple(problems), state_file=store.state_path if record else None)

@@ -245,7 +245,7 @@ def _toml_type(name: str) -> str:
 def load_series(path: Path | None = None) -> Series:
     """Read the series in ``path`` (default: the bundled ``patches/sglang``); :class:`SeriesError` if bad."""
     folder = Path(path) if path is not None else default_series_dir()
-    folder = folder.expanduser()
+    folder = folder.expanduser().resolve()
     if not folder.is_dir():
         raise SeriesError(f"The patch series folder {folder} does not exist.",
                           hint="Pass --series DIR with a folder holding series.toml (docs/series-format.md).")

@@ -141,15 +141,17 @@ class Journal:
     pid: int
     host: str
     entries: tuple[JournalEntry, ...] = field(default=())
+    state_before: str | None = None  # sha256 of state.json when the run began (None: there was none)
 
     def to_json(self) -> dict:
         return {"operation": self.operation, "started": self.started, "pid": self.pid, "host": self.host,
-                "entries": [e.to_json() for e in self.entries]}
+                "state_before": self.state_before, "entries": [e.to_json() for e in self.entries]}
 
     @classmethod
     def from_json(cls, data: dict) -> "Journal":
         return cls(operation=data["operation"], started=data.get("started", ""), pid=data.get("pid", 0),
-                   host=data.get("host", ""), entries=tuple(JournalEntry.from_json(e) for e in data["entries"]))
+                   host=data.get("host", ""), entries=tuple(JournalEntry.from_json(e) for e in data["entries"]),
+                   state_before=data.get("state_before"))
 
 
 class StateStore:
@@ -178,8 +180,13 @@ class StateStore:
                 from None
 
     def remove(self) -> None:
-        """Remove the whole folder (after a complete revert)."""
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Remove the folder (after a complete revert); copies of kept edits, if any, stay."""
+        if self.kept_dir.exists():
+            for path in self.dir.iterdir():
+                if path.name not in ("kept", ".gitignore"):
+                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- state record ------------------------------------------------------------------------------------
     def load(self) -> StateRecord | None:
@@ -246,8 +253,10 @@ class StateStore:
 
     # -- journal -----------------------------------------------------------------------------------------
     def write_journal(self, operation: str, entries: list[JournalEntry]) -> Journal:
+        """Record what a run is about to write (flushed to disk before the first file is replaced)."""
+        state_before = sha256(self.state_path.read_bytes()) if self.state_path.exists() else None
         journal = Journal(operation=operation, started=now(), pid=os.getpid(), host=socket.gethostname(),
-                          entries=tuple(entries))
+                          entries=tuple(entries), state_before=state_before)
         write_atomic(self.journal_path, (json.dumps(journal.to_json(), indent=2) + "\n").encode(), 0o644,
                      fsync=True)
         return journal

@@ -33,6 +33,7 @@ def cli(ctx: click.Context, verbose: bool, quiet: bool) -> None:
 def _register() -> None:
     # One module per command group; importing it adds its commands to `cli`.
     from sm120kit.cli import releases  # noqa: F401
+    from sm120kit.cli import patching  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:
