@@ -34,6 +34,7 @@ def _register() -> None:
     # One module per command group; importing it adds its commands to `cli`.
     from sm120kit.cli import releases  # noqa: F401
     from sm120kit.cli import patching  # noqa: F401
+    from sm120kit.cli import recipes  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:
