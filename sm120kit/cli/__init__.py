@@ -35,6 +35,7 @@ def _register() -> None:
     from sm120kit.cli import releases  # noqa: F401
     from sm120kit.cli import patching  # noqa: F401
     from sm120kit.cli import recipes  # noqa: F401
+    from sm120kit.cli import build  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:
