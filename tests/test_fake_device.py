@@ -149,3 +149,40 @@ def test_faked_target_compiles_instead_of_launching():
         with pytest.raises(RuntimeError, match="cannot load or launch"):
             driver.active.utils.load_binary("k", b"", 0, 0)
         assert driver.active.utils.get_device_properties(0)["max_shared_mem"] == 101376
+
+
+def test_stand_in_packages_import_but_refuse_to_run():
+    """sgl_kernel has no CPU build and PyPI's torchvision needs CUDA libraries: both are stood in for,
+    can be imported and subclassed, refuse to run, and are removed again afterwards."""
+    import importlib
+    import sys
+
+    from sm120kit.verify.fake_device import StandInCalled, stand_in_packages
+
+    with stand_in_packages(("sgl_kernel",)) as stood_in:
+        assert stood_in == ("sgl_kernel",)
+        sgl_kernel = importlib.import_module("sgl_kernel")
+        from sgl_kernel import silu_and_mul  # noqa: F401 - import of a name works
+        elementwise = importlib.import_module("sgl_kernel.elementwise")
+        assert elementwise.__name__ == "sgl_kernel.elementwise"
+
+        class Sub(sgl_kernel.SomeBase):  # subclassing a stood-in class works
+            pass
+
+        assert isinstance(Sub(), Sub)
+        with pytest.raises(StandInCalled, match="sgl_kernel.silu_and_mul"):
+            sgl_kernel.silu_and_mul(1, 2)
+        # SGLang registers meta implementations for sgl_kernel ops; with the op absent that is skipped
+        torch.library.register_fake("sgl_kernel::not_a_real_op")(lambda x: x)
+    assert "sgl_kernel" not in sys.modules
+    with pytest.raises(ImportError):
+        importlib.import_module("sgl_kernel")
+
+
+def test_stand_in_leaves_importable_packages_alone():
+    from sm120kit.verify.fake_device import stand_in_packages
+
+    with stand_in_packages(("json",)) as stood_in:
+        import json
+
+        assert stood_in == () and json.dumps([1]) == "[1]"

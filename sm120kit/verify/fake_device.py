@@ -192,7 +192,6 @@ def faked_cuda(device: FakeDevice) -> Iterator[FakeDevice]:
             cuda = torch.cuda
             patch.set(cuda, "is_available", lambda: True)
             patch.set(cuda, "is_initialized", lambda: True)
-            patch.set(cuda, "_is_compiled", lambda: True)
             patch.set(cuda, "device_count", lambda: 1)
             patch.set(cuda, "current_device", lambda: 0)
             patch.set(cuda, "set_device", lambda d: _check_index(device, d) and None)
@@ -416,3 +415,145 @@ def faked_triton_target(device: FakeDevice) -> Iterator[TritonRecorder]:
             for key, fn in list(registry.items()):
                 # Functions defined inside the block get a fresh cache too: theirs holds faked-target binders.
                 fn.device_caches = saved_caches.get(key) or defaultdict(fn.create_binder)
+
+
+# -- CUDA-only Python packages ------------------------------------------------------------------------------
+
+STAND_IN_PACKAGES = ("sgl_kernel", "torchvision")
+"""Packages that cannot be imported without a CUDA installation: ``sgl_kernel`` (SGLang's compiled CUDA
+ops; no CPU build exists) and ``torchvision`` (PyPI's Linux wheel loads CUDA libraries and fails against
+a CPU build of torch)."""
+
+
+class StandInCalled(RuntimeError):
+    """Code under audit called something from a stand-in package: it needs the real GPU library."""
+
+
+class _StandInMeta(type):
+    def __getattr__(cls, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return _stand_in_class(f"{cls.__qualname__}.{name}")
+
+    def __call__(cls, *args, **kwargs):
+        if cls.__dict__.get("_subclassed"):
+            return super().__call__()
+        raise StandInCalled(f"{cls.__qualname__}() was called, but it belongs to a package this machine can only "
+                            "stand in for (it needs a CUDA GPU); the audit does not run it")
+
+    def __iter__(cls):
+        return iter(())
+
+    def __bool__(cls) -> bool:
+        return True
+
+    def __or__(cls, other):
+        return cls
+
+    __ror__ = __or__
+
+    def __getitem__(cls, item):
+        return cls
+
+    def __mro_entries__(cls, bases):  # pragma: no cover - types are subclassable directly
+        return (cls,)
+
+
+def _stand_in_class(qualname: str) -> type:
+    def init_subclass(sub, **kwargs):
+        sub._subclassed = True
+
+    return _StandInMeta(qualname.rsplit(".", 1)[-1], (), {"__qualname__": qualname, "__module__": qualname,
+                                                          "__init_subclass__": classmethod(init_subclass)})
+
+
+class _StandInModule(__import__("types").ModuleType):
+    """A module whose every attribute is a placeholder: importable, subclassable, never runnable."""
+
+    __stand_in__ = True
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        value = _stand_in_class(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StandInFinder:
+    def __init__(self, roots: tuple[str, ...]) -> None:
+        self.roots = roots
+
+    def find_spec(self, fullname, path=None, target=None):
+        import importlib.machinery
+
+        if fullname.split(".", 1)[0] not in self.roots:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec):
+        module = _StandInModule(spec.name)
+        module.__path__ = []
+        module.__version__ = "0.0.0+stand-in"
+        return module
+
+    def exec_module(self, module) -> None:
+        return None
+
+
+def _real_import_works(name: str) -> bool:
+    import importlib
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return not getattr(sys.modules[name], "__stand_in__", False)
+    if importlib.util.find_spec(name) is None:
+        return False
+    try:
+        importlib.import_module(name)
+        return True
+    except Exception:  # noqa: BLE001 - e.g. torchvision's RuntimeError on a CPU torch
+        for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+            del sys.modules[key]
+        return False
+
+
+@contextlib.contextmanager
+def stand_in_packages(names: tuple[str, ...] = STAND_IN_PACKAGES) -> Iterator[tuple[str, ...]]:
+    """Let SGLang import ``names`` where they cannot be imported for real (no CUDA here).
+
+    This stands in for GPU libraries this machine lacks. A package that imports for real is left alone.
+    The others become placeholder modules: every attribute exists and can be subclassed or used in a type
+    hint, but calling one raises :class:`StandInCalled`, so nothing from them silently takes part in an
+    audit. Yields the names that were stood in for; removes the modules again on exit.
+    """
+    import sys
+
+    missing = tuple(n for n in names if not _real_import_works(n))
+    finder = _StandInFinder(missing)
+    patch = _Patcher()
+    if missing:
+        sys.meta_path.insert(0, finder)
+        import torch.library
+
+        real_register_fake = torch.library.register_fake
+
+        def register_fake(op, *args, **kwargs):
+            # SGLang registers meta implementations for the ops of its CUDA library; with that library stood
+            # in for, the ops do not exist, so the registration is skipped.
+            if isinstance(op, str) and op.split("::", 1)[0] in missing:
+                return (lambda fn: fn) if not args else args[0]
+            return real_register_fake(op, *args, **kwargs)
+
+        patch.set(torch.library, "register_fake", register_fake)
+    try:
+        yield missing
+    finally:
+        patch.restore()
+        if missing:
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(finder)
+            for key in [k for k in sys.modules if k.split(".", 1)[0] in missing]:
+                if getattr(sys.modules[key], "__stand_in__", False):
+                    del sys.modules[key]
