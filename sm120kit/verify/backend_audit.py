@@ -1,0 +1,416 @@
+"""Which backends an SGLang tree would choose on a GPU, found by running SGLang's own argument resolution.
+
+For a model folder that holds only a ``config.json`` and a compute capability, SGLang's server arguments
+are parsed and resolved (0.5.23: ``ServerArgs.resolve_once()`` read through
+``model_override_base.resolved_view``; older releases: ``ServerArgs.__post_init__``) in a separate
+interpreter that imports the tree's own ``sglang`` under a faked device
+(:mod:`sm120kit.verify.resolve_probe`). The result names the attention (prefill/decode), MoE runner,
+sampling, FP8/FP4 GEMM backends and whether DeepGEMM is on, and flags each choice that has no SM120 code
+in that release (:mod:`sm120kit.verify.backend_support`).
+
+The device is faked (this machine has no such GPU) and so, where they cannot be imported here, are the
+CUDA-only libraries ``sgl_kernel`` and ``torchvision``; whether ``flashinfer`` and ``deep_gemm`` are
+installed is an explicit input, since SGLang's choice depends on it. Every stand-in used is named in the
+result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from sm120kit import runner
+from sm120kit.arch import parse_capability
+from sm120kit.errors import UsageError
+from sm120kit.target import Target, find_target
+from sm120kit.verify import backend_support, probe_env
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+BUNDLED_MODELS = ("llama-mha", "qwen3-moe", "deepseek-v3-mla", "gpt-oss", "qwen3-next-gdn", "qwen2.5-vl")
+DEFAULT_CAPABILITIES = ("12.0", "12.1", "9.0", "10.0")
+SUPPORTED_CAPABILITIES = ("12.0", "12.1", "10.0", "9.0", "8.9")
+BACKEND_KEYS = ("attention_prefill", "attention_decode", "moe_runner", "sampling", "fp8_gemm", "fp4_gemm",
+                "deep_gemm", "mm_attention", "linear_attention")
+PROBE_TIMEOUT_S = 1200
+FAKED = "faked device: no such GPU here; SGLang's own argument resolution ran against it"
+
+# Inherited variables that change SGLang's choices; dropped so that a result depends on the inputs only
+# (pass them through ``env`` to test one on purpose).
+_DROPPED_ENV_PREFIXES = ("SGLANG_", "SGL_", "FLASHINFER_", "CUDA_VISIBLE_DEVICES")
+
+
+@dataclass(frozen=True)
+class FlaggedChoice:
+    setting: str
+    value: str
+    reason: str
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.setting}={self.value}"
+
+    def to_json(self) -> dict:
+        return {"setting": self.setting, "value": self.value, "reason": self.reason, "source": self.source}
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One (tree, model, capability, arguments) resolution.
+
+    ``ok`` is True when SGLang resolved the arguments without raising. ``status`` says more: "resolved",
+    "rejected" (SGLang itself refused the arguments; ``error`` holds its message) or "not-run" (the
+    resolution could not be run here: a missing dependency or an environment failure; ``error`` says which).
+    ``flagged`` names each choice with no SM120 code in this release (``"attention_decode=fa3"``).
+    """
+
+    ok: bool
+    release: str | None
+    capability: str
+    model: str
+    backends: dict[str, str | None]
+    flagged: tuple[str, ...]
+    error: str | None
+    stand_ins: tuple[str, ...]
+    status: str = "resolved"
+    args: tuple[str, ...] = ()
+    flashinfer: bool = True
+    deep_gemm: bool = True
+    details: tuple[FlaggedChoice, ...] = ()
+    method: str | None = None
+    error_type: str | None = None
+    missing_module: str | None = None
+    traceback: str | None = field(default=None, repr=False)
+    raw: dict = field(default_factory=dict, repr=False)
+    overlay: tuple[str, ...] = ()
+    seconds: float | None = None
+
+    @property
+    def attention(self) -> str:
+        pre, dec = self.backends.get("attention_prefill"), self.backends.get("attention_decode")
+        return str(pre) if pre == dec else f"{pre}/{dec}"
+
+    def to_json(self) -> dict:
+        return {
+            "ok": self.ok, "status": self.status, "release": self.release, "capability": self.capability,
+            "model": self.model, "args": list(self.args), "flashinfer": self.flashinfer,
+            "deep_gemm_installed": self.deep_gemm, "backends": dict(self.backends),
+            "flagged": [d.to_json() for d in self.details], "error": self.error, "error_type": self.error_type,
+            "missing_module": self.missing_module, "stand_ins": list(self.stand_ins), "method": self.method,
+            "dependency_overlay": list(self.overlay), "device": FAKED, "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
+class BackendAuditResult:
+    root: str
+    release: str | None
+    resolutions: tuple[Resolution, ...]
+    seconds: float
+    stand_ins: tuple[str, ...] = ()
+    overlay: tuple[str, ...] = ()
+
+    @property
+    def flagged(self) -> tuple[Resolution, ...]:
+        """Resolutions on 12.x whose choice has no SM120 code."""
+        return tuple(r for r in self.resolutions if r.flagged and parse_capability(r.capability)[0] == 12)
+
+    @property
+    def not_run(self) -> tuple[Resolution, ...]:
+        return tuple(r for r in self.resolutions if r.status == "not-run")
+
+    @property
+    def ok(self) -> bool:
+        return not self.flagged and not self.not_run
+
+    HEADERS = ("model", "cap", "flashinfer", "attention (prefill/decode)", "moe runner", "sampling",
+               "fp8 gemm", "fp4 gemm", "deepgemm", "result")
+
+    def rows(self) -> list[list[str]]:
+        rows = []
+        for r in self.resolutions:
+            b = r.backends
+            if r.status == "resolved":
+                verdict = "FLAGGED: " + ", ".join(r.flagged) if r.flagged else "ok"
+            elif r.status == "rejected":
+                verdict = "rejected: " + _one_line(r.error)
+            else:
+                verdict = "not run: " + _one_line(r.error)
+            label = r.model + (" " + " ".join(r.args) if r.args else "")
+            rows.append([label, r.capability, "yes" if r.flashinfer else "no",
+                         r.attention if r.status == "resolved" else "-", b.get("moe_runner") or "-",
+                         b.get("sampling") or "-", b.get("fp8_gemm") or "-", b.get("fp4_gemm") or "-",
+                         b.get("deep_gemm") or "-", verdict])
+        return rows
+
+    def to_json(self) -> dict:
+        return {
+            "root": self.root, "release": self.release, "ok": self.ok, "device": FAKED,
+            "stand_ins": list(self.stand_ins), "dependency_overlay": list(self.overlay),
+            "seconds": round(self.seconds, 2),
+            "summary": {"resolutions": len(self.resolutions), "flagged_on_12x": len(self.flagged),
+                        "not_run": len(self.not_run),
+                        "rejected": sum(r.status == "rejected" for r in self.resolutions)},
+            "resolutions": [r.to_json() for r in self.resolutions],
+            "rules": [rule.to_json() for rule in backend_support.UNSUPPORTED],
+        }
+
+
+def _one_line(text: str | None, limit: int = 120) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else "no message"
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+# -- inputs -----------------------------------------------------------------------------------------------
+
+
+def model_dir(model: str | Path) -> Path:
+    """A bundled model name or a folder holding ``config.json``."""
+    if isinstance(model, str) and model in BUNDLED_MODELS:
+        return MODELS_DIR / model
+    path = Path(model).expanduser()
+    if path.is_file() and path.name == "config.json":
+        path = path.parent
+    if not (path / "config.json").is_file():
+        raise UsageError(
+            f"'{model}' is neither a bundled model ({', '.join(BUNDLED_MODELS)}) nor a folder holding a "
+            "config.json.",
+            hint="Pass one of the bundled names, or a folder with the model's config.json (weights are not needed).")
+    return path.resolve()
+
+
+def model_label(model: str | Path) -> str:
+    if isinstance(model, str) and model in BUNDLED_MODELS:
+        return model
+    return Path(model).expanduser().resolve().name if Path(model).name == "config.json" else str(model)
+
+
+def check_capability(text: str) -> str:
+    try:
+        major, minor = parse_capability(text)
+    except ValueError:
+        raise UsageError(f"'{text}' is not a compute capability (expected one of "
+                         f"{', '.join(SUPPORTED_CAPABILITIES)}).") from None
+    label = f"{major}.{minor}"
+    if label not in SUPPORTED_CAPABILITIES:
+        raise UsageError(f"No faked device for compute capability {label}; choose from "
+                         f"{', '.join(SUPPORTED_CAPABILITIES)}.")
+    return label
+
+
+def _target_of(root: Path | str | Target) -> Target:
+    if isinstance(root, Target):
+        return root
+    return find_target(root)
+
+
+# -- running the probe ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Job:
+    key: str
+    model: str  # label
+    path: Path
+    args: tuple[str, ...]
+
+
+def _probe_env(target: Target, overlay: probe_env.Overlay, env: Mapping[str, str] | None) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_ENV_PREFIXES)}
+    sm120kit_parent = str(Path(__file__).resolve().parents[2])
+    paths = [str(target.root)] + ([str(overlay.path)] if overlay.path else []) + [sm120kit_parent]
+    base.update({
+        "PYTHONPATH": os.pathsep.join(paths),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+    })
+    base.pop("PYTHONSTARTUP", None)
+    if env:
+        base.update(env)
+    return base
+
+
+def _run_probe(target: Target, overlay: probe_env.Overlay, capability: str, flashinfer: bool, deep_gemm: bool,
+               jobs: Sequence[_Job], env: Mapping[str, str] | None) -> tuple[dict, dict[str, dict]]:
+    request = {"capability": capability, "flashinfer": flashinfer, "deep_gemm": deep_gemm,
+               "jobs": [{"id": j.key, "model": str(j.path), "args": list(j.args)} for j in jobs]}
+    with tempfile.TemporaryDirectory(prefix="sm120kit-resolve-") as tmp:
+        req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "result.jsonl"
+        req_path.write_text(json.dumps(request))
+        result = runner.run(runner.python_argv("-m", "sm120kit.verify.resolve_probe", str(req_path), str(out_path)),
+                            env=_probe_env(target, overlay, env), check=False, timeout=PROBE_TIMEOUT_S,
+                            cwd=tmp, what=f"argument resolution probe ({capability})")
+        lines = out_path.read_text().splitlines() if out_path.is_file() else []
+    if not lines:
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
+        failure = {"status": "not-run", "error_type": "ProbeFailed",
+                   "error": f"the resolution probe exited with code {result.returncode} and wrote no result: {tail}"}
+        return {}, {j.key: {"id": j.key, **failure} for j in jobs}
+    header = json.loads(lines[0]).get("header", {})
+    results = {}
+    for line in lines[1:]:
+        data = json.loads(line)
+        results[data["id"]] = data
+    return header, results
+
+
+# -- reading a result ---------------------------------------------------------------------------------------
+
+
+def _first(raw: dict, *names: str) -> str | None:
+    for name in names:
+        value = raw.get(name)
+        if value not in (None, "", False):
+            return str(value)
+    return None
+
+
+def backends_from_raw(raw: dict, deep_gemm: bool | None) -> dict[str, str | None]:
+    """The audit's backend names from the resolved server-argument fields (names vary by release)."""
+    base = _first(raw, "attention_backend")
+    moe = _first(raw, "moe_runner_backend")
+    if moe in (None, "auto"):  # releases before the unified moe_runner_backend used switches
+        for flag, name in (("enable_flashinfer_trtllm_moe", "flashinfer_trtllm"),
+                           ("enable_flashinfer_cutlass_moe", "flashinfer_cutlass"),
+                           ("enable_flashinfer_mxfp4_moe", "flashinfer_mxfp4"),
+                           ("enable_triton_kernel_moe", "triton_kernel")):
+            if raw.get(flag):
+                moe = name
+                break
+    return {
+        "attention_prefill": _first(raw, "prefill_attention_backend") or base,
+        "attention_decode": _first(raw, "decode_attention_backend") or base,
+        "moe_runner": moe,
+        "sampling": _first(raw, "sampling_backend"),
+        "fp8_gemm": _first(raw, "fp8_gemm_runner_backend"),
+        "fp4_gemm": _first(raw, "fp4_gemm_runner_backend"),
+        "deep_gemm": None if deep_gemm is None else ("on" if deep_gemm else "off"),
+        "mm_attention": _first(raw, "mm_attention_backend"),
+        "linear_attention": _first(raw, "linear_attn_backend", "mamba_backend"),
+    }
+
+
+def _details(release: str | None, capability: str, backends: dict) -> tuple[FlaggedChoice, ...]:
+    rules = backend_support.unsupported_choices(release, capability, backends)
+    return tuple(FlaggedChoice(r.setting, r.value, r.reason, r.source) for r in rules)
+
+
+def _resolution(target: Target, job: _Job, capability: str, flashinfer: bool, deep_gemm: bool, header: dict,
+                data: dict, overlay: probe_env.Overlay) -> Resolution:
+    stand_ins = tuple(header.get("stand_ins", ()))
+    common = dict(release=target.version, capability=capability, model=job.model, stand_ins=stand_ins,
+                  args=job.args, flashinfer=flashinfer, deep_gemm=deep_gemm, overlay=overlay.packages,
+                  seconds=data.get("seconds"))
+    status = data.get("status", "not-run")
+    if status != "resolved":
+        error = data.get("error") or "no message"
+        if data.get("stage") == "import" and status == "not-run":
+            error = f"importing sglang.srt.server_args failed: {data.get('error_type')}: {error}"
+        elif status == "not-run":
+            error = f"{data.get('error_type')}: {error}"
+        if data.get("missing_module"):
+            error += (f" (the Python module '{data['missing_module']}' is missing; "
+                      "pip install 'sm120kit[audit]' installs what SGLang's argument code imports)")
+        # What SGLang had chosen when it raised (read from the record it was resolving), flagged the same way:
+        # 0.5.6.post2 picks trtllm_mha on 12.0 and then rejects its own choice.
+        partial = data.get("partial_raw")
+        backends = backends_from_raw(partial, None) if partial else {k: None for k in BACKEND_KEYS}
+        details = _details(target.version, capability, backends) if partial else ()
+        return Resolution(ok=False, backends=backends, flagged=tuple(str(d) for d in details), error=error,
+                          details=details, status=status, error_type=data.get("error_type"),
+                          missing_module=data.get("missing_module"), traceback=data.get("traceback"),
+                          raw=partial or {}, **common)
+    backends = backends_from_raw(data.get("raw", {}), data.get("deep_gemm"))
+    details = _details(target.version, capability, backends)
+    return Resolution(ok=True, backends=backends, flagged=tuple(str(d) for d in details), error=None,
+                      details=details, method=data.get("method"), raw=data.get("raw", {}), **common)
+
+
+# -- public API ---------------------------------------------------------------------------------------------
+
+
+def resolve_many(root: Path | str | Target, requests: Iterable[tuple[str | Path, Sequence[str]]],
+                 capability: str, *, flashinfer: bool = True, deep_gemm: bool = True,
+                 env: Mapping[str, str] | None = None, console=None) -> list[Resolution]:
+    """Resolve several (model, extra arguments) pairs on one capability in one probe interpreter."""
+    target = _target_of(root)
+    capability = check_capability(capability)
+    overlay = probe_env.dependency_overlay(target.root, target.repo_root, console=console)
+    jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(a)) for i, (m, a) in enumerate(requests)]
+    header, results = _run_probe(target, overlay, capability, flashinfer, deep_gemm, jobs, env)
+    return [_resolution(target, j, capability, flashinfer, deep_gemm, header, results.get(j.key, {}), overlay)
+            for j in jobs]
+
+
+def resolve(root: Path | str | Target, model: str | Path, capability: str, *, args: Sequence[str] = (),
+            flashinfer: bool = True, deep_gemm: bool = True, env: Mapping[str, str] | None = None,
+            console=None) -> Resolution:
+    """Run SGLang's own argument resolution for ``model`` on a faked ``capability`` device.
+
+    ``root`` is the folder holding ``sglang/`` (or any path :func:`sm120kit.target.find_target` accepts);
+    ``model`` a bundled model name (:data:`BUNDLED_MODELS`) or a folder with a ``config.json``; ``args``
+    extra ``sglang serve`` arguments (``["--attention-backend", "fa3"]``); ``flashinfer``/``deep_gemm``
+    whether those libraries count as installed. Raises only for bad input (:class:`UsageError`,
+    :class:`NotSglangTree`) or a dependency that cannot be installed; a failed resolution is a
+    :class:`Resolution` with ``ok=False``.
+    """
+    return resolve_many(root, [(model, args)], capability, flashinfer=flashinfer, deep_gemm=deep_gemm,
+                        env=env, console=console)[0]
+
+
+def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | None = None,
+                   capabilities: Sequence[str] = DEFAULT_CAPABILITIES, args: Sequence[str] = (),
+                   flashinfer: Sequence[bool] = (True, False), deep_gemm: bool = True,
+                   env: Mapping[str, str] | None = None, jobs: int | None = None,
+                   console=None) -> BackendAuditResult:
+    """Every model × capability × flashinfer-installed combination, in parallel probe interpreters."""
+    started = time.perf_counter()
+    target = _target_of(root)
+    models = list(models or BUNDLED_MODELS)
+    for m in models:
+        model_dir(m)  # bad input fails before any work
+    caps = [check_capability(c) for c in capabilities]
+    if not caps:
+        raise UsageError("No capability to audit: give at least one (12.0, 12.1, 9.0, 10.0).")
+    overlay = probe_env.dependency_overlay(target.root, target.repo_root, console=console)
+    combos = [(c, fi) for c in caps for fi in flashinfer]
+    workers = max(1, min(len(combos), jobs or os.cpu_count() or 1))
+    if console:
+        console.info(f"resolving {len(models)} model(s) x {len(combos)} device setting(s) with SGLang "
+                     f"{target.version or '(unknown release)'} on faked devices ({workers} in parallel) ...")
+    done = 0
+    outcome: dict[tuple[str, bool], list[Resolution]] = {}
+
+    def one(combo: tuple[str, bool]) -> tuple[tuple[str, bool], list[Resolution]]:
+        cap, fi = combo
+        probe_jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(args)) for i, m in enumerate(models)]
+        header, results = _run_probe(target, overlay, cap, fi, deep_gemm, probe_jobs, env)
+        return combo, [_resolution(target, j, cap, fi, deep_gemm, header, results.get(j.key, {}), overlay)
+                       for j in probe_jobs]
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for combo, found in pool.map(one, combos):
+            outcome[combo] = found
+            done += 1
+            if console:
+                console.progress(done, len(combos), f"{combo[0]} flashinfer={'yes' if combo[1] else 'no'}")
+    ordered: list[Resolution] = []
+    for index in range(len(models)):
+        for combo in combos:
+            ordered.append(outcome[combo][index])
+    stand_ins = sorted({s for r in ordered for s in r.stand_ins})
+    return BackendAuditResult(root=str(target.root), release=target.version, resolutions=tuple(ordered),
+                              seconds=time.perf_counter() - started, stand_ins=tuple(stand_ins),
+                              overlay=overlay.packages)
+
+
+__all__ = ["Resolution", "BackendAuditResult", "FlaggedChoice", "resolve", "resolve_many", "audit_backends",
+           "BUNDLED_MODELS", "DEFAULT_CAPABILITIES", "model_dir", "backends_from_raw"]
