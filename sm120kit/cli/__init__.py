@@ -36,6 +36,9 @@ def _register() -> None:
     from sm120kit.cli import patching  # noqa: F401
     from sm120kit.cli import recipes  # noqa: F401
     from sm120kit.cli import build  # noqa: F401
+    from sm120kit.cli import verify  # noqa: F401
+    from sm120kit.cli import audit  # noqa: F401
+    from sm120kit.cli import explain  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -125,8 +125,46 @@ class BackendAuditResult:
         return tuple(r for r in self.resolutions if r.status == "not-run")
 
     @property
+    def rejected_on_12x(self) -> tuple[Resolution, ...]:
+        return tuple(r for r in self.resolutions
+                     if r.status == "rejected" and parse_capability(r.capability)[0] == 12)
+
+    @property
     def ok(self) -> bool:
-        return not self.flagged and not self.not_run
+        return not self.flagged and not self.not_run and not self.rejected_on_12x
+
+    def notes(self) -> list[str]:
+        """What each flag means (once per setting=value), what stood in for what, and what could not run."""
+        lines: list[str] = []
+        seen: set[str] = set()
+        for r in self.resolutions:
+            for d in r.details:
+                key = str(d)
+                if key in seen:
+                    continue
+                seen.add(key)
+                where = sorted({f"{x.model} on {x.capability}" for x in self.resolutions if key in x.flagged})
+                lines.append(f"{key}: {d.reason} [source: {d.source}] (seen for: {', '.join(where)})")
+        for r in self.resolutions:
+            if r.status == "not-run":
+                lines.append(f"not run: {r.model} on {r.capability}: {r.error}")
+        lines.append(f"device: {FAKED}.")
+        if self.stand_ins:
+            lines.append("stand-ins: " + "; ".join(self.stand_ins) + ".")
+        if self.overlay:
+            lines.append("this release's pinned packages were used: " + ", ".join(self.overlay) + ".")
+        return lines
+
+    def summary(self) -> str:
+        rejected = sum(r.status == "rejected" for r in self.resolutions)
+        return (f"SGLang {self.release or '(unknown release)'}: {len(self.resolutions)} resolution(s), "
+                f"{len(self.flagged)} flagged on 12.x, {rejected} rejected by SGLang, {len(self.not_run)} not run "
+                f"({self.seconds:.1f} s)")
+
+    def __str__(self) -> str:
+        from sm120kit.ui import render_table
+
+        return "\n".join([render_table(self.HEADERS, self.rows()), "", *self.notes(), self.summary()])
 
     HEADERS = ("model", "cap", "flashinfer", "attention (prefill/decode)", "moe runner", "sampling",
                "fp8 gemm", "fp4 gemm", "deepgemm", "result")
@@ -334,16 +372,23 @@ def _resolution(target: Target, job: _Job, capability: str, flashinfer: bool, de
                       details=details, method=data.get("method"), raw=data.get("raw", {}), **common)
 
 
+def _overlay(target: Target, release_pins: bool, console) -> probe_env.Overlay:
+    if not release_pins:
+        return probe_env.Overlay(None, (), "release pins not applied (asked for)")
+    return probe_env.dependency_overlay(target.root, target.repo_root, console=console)
+
+
 # -- public API ---------------------------------------------------------------------------------------------
 
 
 def resolve_many(root: Path | str | Target, requests: Iterable[tuple[str | Path, Sequence[str]]],
                  capability: str, *, flashinfer: bool = True, deep_gemm: bool = True,
-                 env: Mapping[str, str] | None = None, console=None) -> list[Resolution]:
+                 env: Mapping[str, str] | None = None, release_pins: bool = True,
+                 console=None) -> list[Resolution]:
     """Resolve several (model, extra arguments) pairs on one capability in one probe interpreter."""
     target = _target_of(root)
     capability = check_capability(capability)
-    overlay = probe_env.dependency_overlay(target.root, target.repo_root, console=console)
+    overlay = _overlay(target, release_pins, console)
     jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(a)) for i, (m, a) in enumerate(requests)]
     header, results = _run_probe(target, overlay, capability, flashinfer, deep_gemm, jobs, env)
     return [_resolution(target, j, capability, flashinfer, deep_gemm, header, results.get(j.key, {}), overlay)
@@ -352,24 +397,25 @@ def resolve_many(root: Path | str | Target, requests: Iterable[tuple[str | Path,
 
 def resolve(root: Path | str | Target, model: str | Path, capability: str, *, args: Sequence[str] = (),
             flashinfer: bool = True, deep_gemm: bool = True, env: Mapping[str, str] | None = None,
-            console=None) -> Resolution:
+            release_pins: bool = True, console=None) -> Resolution:
     """Run SGLang's own argument resolution for ``model`` on a faked ``capability`` device.
 
     ``root`` is the folder holding ``sglang/`` (or any path :func:`sm120kit.target.find_target` accepts);
     ``model`` a bundled model name (:data:`BUNDLED_MODELS`) or a folder with a ``config.json``; ``args``
     extra ``sglang serve`` arguments (``["--attention-backend", "fa3"]``); ``flashinfer``/``deep_gemm``
-    whether those libraries count as installed. Raises only for bad input (:class:`UsageError`,
+    whether those libraries count as installed; ``release_pins`` False resolves with the packages installed
+    here even where the release pins another ``transformers`` (see :mod:`sm120kit.verify.probe_env`). Raises only for bad input (:class:`UsageError`,
     :class:`NotSglangTree`) or a dependency that cannot be installed; a failed resolution is a
     :class:`Resolution` with ``ok=False``.
     """
     return resolve_many(root, [(model, args)], capability, flashinfer=flashinfer, deep_gemm=deep_gemm,
-                        env=env, console=console)[0]
+                        env=env, release_pins=release_pins, console=console)[0]
 
 
 def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | None = None,
                    capabilities: Sequence[str] = DEFAULT_CAPABILITIES, args: Sequence[str] = (),
                    flashinfer: Sequence[bool] = (True, False), deep_gemm: bool = True,
-                   env: Mapping[str, str] | None = None, jobs: int | None = None,
+                   env: Mapping[str, str] | None = None, jobs: int | None = None, release_pins: bool = True,
                    console=None) -> BackendAuditResult:
     """Every model × capability × flashinfer-installed combination, in parallel probe interpreters."""
     started = time.perf_counter()
@@ -380,7 +426,7 @@ def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | 
     caps = [check_capability(c) for c in capabilities]
     if not caps:
         raise UsageError("No capability to audit: give at least one (12.0, 12.1, 9.0, 10.0).")
-    overlay = probe_env.dependency_overlay(target.root, target.repo_root, console=console)
+    overlay = _overlay(target, release_pins, console)
     combos = [(c, fi) for c in caps for fi in flashinfer]
     workers = max(1, min(len(combos), jobs or os.cpu_count() or 1))
     if console:

@@ -1,0 +1,100 @@
+"""``sm120kit explain``: which backends SGLang would choose on 12.x (and 9.0/10.0), and why some cannot run."""
+
+from __future__ import annotations
+
+import click
+
+from sm120kit import releases
+from sm120kit.cli import cli
+from sm120kit.cli.common import AppContext, emit, json_option, pass_app
+from sm120kit.errors import CheckFailed, MissingDependency, UsageError
+from sm120kit.ui import Console, render_table
+from sm120kit.verify import backend_audit
+
+_FLASHINFER = {"yes": (True,), "no": (False,), "both": (True, False)}
+
+
+@cli.command("explain", context_settings={"ignore_unknown_options": True})
+@click.argument("items", nargs=-1, type=click.UNPROCESSED, metavar="[PATH] [-- SGLANG_ARGS...]")
+@click.option("--release", metavar="VERSION", help="Explain this SGLang release from PyPI (cached) instead of PATH.")
+@click.option("--model", "models", multiple=True, metavar="NAME|DIR",
+              help="A bundled model (" + ", ".join(backend_audit.BUNDLED_MODELS) + ") or a folder holding a "
+              "config.json; repeatable (default: all bundled models).")
+@click.option("--capability", "capabilities", multiple=True, metavar="CC",
+              help="Faked compute capability, repeatable (default: 12.0 12.1 9.0 10.0).")
+@click.option("--flashinfer", "flashinfer", type=click.Choice(sorted(_FLASHINFER)), default="both",
+              show_default=True, help="Whether flashinfer counts as installed (it changes SGLang's choice).")
+@click.option("--deep-gemm/--no-deep-gemm", default=True, show_default=True,
+              help="Whether DeepGEMM counts as installed.")
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
+              help="An environment variable for SGLang (SGLANG_* variables are otherwise not passed on).")
+@click.option("--jobs", type=click.IntRange(1), help="Probe interpreters run at once (default: CPU count).")
+@click.option("--release-pins/--no-release-pins", default=True, show_default=True,
+              help="Resolve with the transformers version the release pins (installed once into the cache).")
+@json_option
+@pass_app
+def explain(app: AppContext, items: tuple[str, ...], release: str | None, models: tuple[str, ...],
+            capabilities: tuple[str, ...], flashinfer: str, deep_gemm: bool, env: tuple[str, ...],
+            jobs: int | None, release_pins: bool, json_mode: bool) -> int:
+    """Run SGLang's own server-argument resolution for each model on faked 12.0/12.1 (and 9.0/10.0) devices
+    and show the attention, MoE, sampling and GEMM backends it picks. Exits 13 when a choice on 12.x has no
+    SM120 code, SGLang rejects the arguments on 12.x, or a resolution could not be run.
+
+    PATH is an SGLang git clone or installed package (default: the sglang this Python imports). Arguments
+    after -- go to SGLang as `sglang serve` options, e.g. `-- --attention-backend fa3`."""
+    console = app.console(json_mode)
+    path, sglang_args = _split(items)
+    if path and release:
+        raise UsageError(f"Give either PATH ({path}) or --release {release}, not both.")
+    root = releases.fetch_release(releases.check_version(release), console=console) if release else path
+    result = backend_audit.audit_backends(
+        root, models=list(models) or None, capabilities=capabilities or backend_audit.DEFAULT_CAPABILITIES,
+        args=sglang_args, flashinfer=_FLASHINFER[flashinfer], deep_gemm=deep_gemm, env=_env(env), jobs=jobs,
+        release_pins=release_pins, console=console)
+    emit(json_mode, result.to_json(), lambda: _print(console, result))
+    _verdict(result)
+    return 0
+
+
+def _split(items: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """``PATH --attention-backend fa3`` (click drops the ``--``) -> (PATH, the SGLang arguments)."""
+    if items and not items[0].startswith("-"):
+        return items[0], tuple(items[1:])
+    return None, tuple(items)
+
+
+def _env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env {pair!r} is not KEY=VALUE (for example --env SGLANG_ENABLE_JIT_DEEPGEMM=0).")
+        env[key] = value
+    return env
+
+
+def _print(console: Console, result: backend_audit.BackendAuditResult) -> None:
+    console.info(f"Backend choice of SGLang {result.release or '(unknown release)'} at {result.root}")
+    print(render_table(result.HEADERS, result.rows()), flush=True)
+    console.info("")
+    for line in result.notes():
+        console.info(line)
+    print(result.summary(), flush=True)
+
+
+def _verdict(result: backend_audit.BackendAuditResult) -> None:
+    missing = sorted({r.missing_module for r in result.not_run if r.missing_module})
+    if missing:
+        raise MissingDependency(
+            f"SGLang's argument resolution could not run: the Python module(s) {', '.join(missing)} are missing.",
+            hint="pip install 'sm120kit[audit]' installs what SGLang's argument code imports.")
+    problems = []
+    if result.flagged:
+        problems.append(f"{len(result.flagged)} resolution(s) on 12.x chose a backend with no SM120 code")
+    if result.rejected_on_12x:
+        problems.append(f"SGLang rejected the arguments in {len(result.rejected_on_12x)} resolution(s) on 12.x")
+    if result.not_run:
+        problems.append(f"{len(result.not_run)} resolution(s) could not be run")
+    if problems:
+        raise CheckFailed("The backend-choice audit failed: " + "; ".join(problems) + ".",
+                          hint="The notes under the table say why and where each fact comes from.")
