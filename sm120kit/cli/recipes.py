@@ -134,5 +134,9 @@ def _check(console, chosen: list[recipes.Recipe], json_mode: bool) -> None:
     emit(json_mode, {"checked": results}, lambda: console.table(["recipe", "SGLang", "result", "detail"], rows))
     failed = [r for r in results if not r["ok"]]
     if failed:
-        raise CheckFailed(f"{len(failed)} of {len(results)} recipe/release checks failed: "
-                          + "; ".join(f"{r['recipe']} on {r['sglang']}" for r in failed) + ".")
+        # The result (with each error) is already printed; say it failed on stderr and exit with the code
+        # of CheckFailed, without a second JSON document on stdout.
+        error = CheckFailed(f"{len(failed)} of {len(results)} recipe/release checks failed: "
+                            + "; ".join(f"{r['recipe']} on {r['sglang']}" for r in failed) + ".")
+        click.echo(click.style("error: ", fg="red") + error.render(), err=True)
+        click.get_current_context().exit(error.exit_code)
