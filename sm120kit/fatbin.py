@@ -171,8 +171,8 @@ class _Section:
 
 
 def _sections(reader: _Reader) -> list[_Section]:
-    ident = reader.read_at(0, 64)
-    if ident[:4] != _ELF_MAGIC:
+    ident = reader.read_at(0, min(64, reader.size))
+    if ident[:4] != _ELF_MAGIC or len(ident) < 64:
         raise UsageError(f"{reader.label} is not an ELF file (a Linux shared library such as common_ops.abi3.so "
                          "was expected).")
     if ident[4] != 2 or ident[5] != 1:

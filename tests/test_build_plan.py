@@ -1,0 +1,242 @@
+"""build-kernel's preflight, plan and dry run; kernel source detection; FetchContent declarations.
+
+The toolchain probed is the real one on this machine (nvcc, cmake, ninja, torch). An old nvcc is a tiny
+script printing an old version banner: that tests the version parser and the message, nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from build_support import FIXTURE, copy_fixture, nvcc, run_cli
+from sm120kit import build, deps
+from sm120kit.errors import IOFailure, MissingDependency, UsageError
+from sm120kit.kernel_source import find_kernel_source
+
+needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc is not on PATH")
+A120 = (build.parse_build_arch("12.0a"),)
+
+
+def _fake_nvcc(folder: Path, release: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "nvcc"
+    script.write_text(f"#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+                      f"echo 'Cuda compilation tools, release {release}, V{release}.99'\n")
+    script.chmod(0o755)
+    return script
+
+
+def _env_with_path(*folders: Path) -> dict:
+    return {"PATH": ":".join(str(f) for f in folders), "HOME": str(Path.home())}
+
+
+def test_arch_parsing():
+    assert [build.parse_build_arch(t).sass for t in ("12.0a", "12.1a", "sm_120a", "120a", "12.0f", "12.0")] == \
+        ["sm_120a", "sm_121a", "sm_120a", "sm_120a", "sm_120f", "sm_120"]
+    assert build.parse_build_arch("12.0a").min_cuda("x86_64") == (12, 8)
+    assert build.parse_build_arch("12.0f").min_cuda("x86_64") == (12, 9)
+    assert build.parse_build_arch("12.1a").min_cuda("x86_64") == (13, 0)
+    assert build.parse_build_arch("12.1a").min_cuda("aarch64") == (12, 9)
+    with pytest.raises(UsageError, match="not an SM12x target"):
+        build.parse_build_arch("9.0a")
+    with pytest.raises(UsageError, match="is not a target"):
+        build.parse_build_arch("blackwell")
+
+
+def test_no_nvcc_is_a_clear_error(tmp_path):
+    source = find_kernel_source(FIXTURE)
+    with pytest.raises(MissingDependency, match=r"nvcc \(the CUDA compiler\) was not found"):
+        build.plan_build(source, A120, tmp_path / "out", env=_env_with_path(tmp_path / "empty"))
+    # and through the CLI: exit code 9, the message, no traceback
+    proc = run_cli("build-kernel", str(FIXTURE), "--out", str(tmp_path / "out"), "--dry-run",
+                   env=_env_with_path(tmp_path / "empty"))
+    assert proc.returncode == 9, proc.stderr
+    assert "nvcc (the CUDA compiler) was not found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_old_nvcc_is_a_clear_error(tmp_path):
+    source = find_kernel_source(FIXTURE)
+    _fake_nvcc(tmp_path / "cuda-12.4", "12.4")
+    with pytest.raises(MissingDependency, match=r"nvcc 12\.4 .* cannot build 12\.0a \(sm_120a\): it needs CUDA 12\.8"):
+        build.plan_build(source, A120, tmp_path / "out", env=_env_with_path(tmp_path / "cuda-12.4"))
+    _fake_nvcc(tmp_path / "cuda-12.9", "12.9")
+    if build.platform.machine() == "x86_64":
+        with pytest.raises(MissingDependency, match=r"cannot build 12\.1a \(sm_121a\): it needs CUDA 13\.0"):
+            build.plan_build(source, (build.parse_build_arch("12.1a"),), tmp_path / "out",
+                             env=_env_with_path(tmp_path / "cuda-12.9"))
+    proc = run_cli("build-kernel", str(FIXTURE), "--out", str(tmp_path / "out"), "--dry-run",
+                   env={"CUDACXX": str(tmp_path / "cuda-12.4" / "nvcc")})
+    assert proc.returncode == 9 and "it needs CUDA 12.8 or newer" in proc.stderr
+
+
+@needs_nvcc
+def test_cpu_only_torch_is_a_clear_error_for_a_kernel_that_builds_against_torch(tmp_path):
+    """sgl-kernel lists torch in its build requirements; the CPU build of torch installed here must be refused."""
+    src = copy_fixture(tmp_path / "torch_kernel")
+    pyproject = src / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('requires = ["scikit-build-core>=0.10"]',
+                                                        'requires = ["scikit-build-core>=0.10", "torch>=2.8.0"]'))
+    source = find_kernel_source(src)
+    assert source.requires_torch
+    torch_version = __import__("torch").__version__
+    if __import__("torch").version.cuda is not None:
+        pytest.skip("this environment has a CUDA build of torch")
+    with pytest.raises(MissingDependency, match=rf"torch {torch_version.replace('+', '.')} .* is a CPU-only build"):
+        build.plan_build(source, A120, tmp_path / "out")
+
+
+@needs_nvcc
+def test_dry_run_prints_the_exact_command_and_environment(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("build-kernel", str(FIXTURE), "--out", str(out), "--arch", "12.0a", "--arch", "12.1a",
+                   "--jobs", "3", "--no-ccache", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "targets: sm_120a, sm_121a" in text
+    assert "CMAKE_BUILD_PARALLEL_LEVEL=3" in text and "CUDACXX=" in text
+    assert "pip wheel --no-build-isolation --no-deps" in text
+    assert "cmake.define.SGL_KERNEL_ENABLE_FA3=OFF" in text and "cmake.define.ENABLE_BELOW_SM90=OFF" in text
+    assert "--sass=sm_120a,sm_121a" in text and "cmake.define.SGL_KERNEL_COMPILE_THREADS=2" in text
+    assert not out.exists(), "a dry run builds and writes nothing"
+    proc = run_cli("build-kernel", str(FIXTURE), "--out", str(out), "--no-ccache", "--dry-run", "--json")
+    plan = json.loads(proc.stdout)["plan"]
+    assert plan["argv"][1:4] == ["-m", "pip", "wheel"] and plan["argv"][-1] == str(FIXTURE)
+    assert plan["cmake_defines"]["CMAKE_CUDA_ARCHITECTURES"] == "OFF"
+    launcher = plan["cmake_defines"]["CMAKE_CUDA_COMPILER_LAUNCHER"].split(";")
+    assert launcher[1].endswith("nvcc_launcher.py") and launcher[-1] == "--"
+    assert plan["env"]["CMAKE_BUILD_PARALLEL_LEVEL"] == str(plan["jobs"])
+
+
+def test_jobs_come_from_cores_and_memory(tmp_path):
+    gib = build.GIB
+    assert build.auto_jobs(16, 20 * gib)[0] == 5  # memory-bound: 4 GiB per nvcc job
+    assert build.auto_jobs(2, 64 * gib)[0] == 2  # core-bound
+    assert build.auto_jobs(8, 2 * gib)[0] == 1
+    assert "4 GiB per nvcc job" in build.auto_jobs(2, 64 * gib)[1]
+    with pytest.raises(IOFailure, match="GiB are free"):
+        build.check_disk(tmp_path, 1 << 60)
+
+
+@needs_nvcc
+def test_missing_dependency_in_deps_dir_names_itself_and_the_variable(tmp_path):
+    (tmp_path / "deps" / "repo-minidep").mkdir(parents=True)
+    (tmp_path / "deps" / "repo-minidep" / "x.h").write_text("")
+    with pytest.raises(MissingDependency) as info:
+        build.plan_build(find_kernel_source(FIXTURE), A120, tmp_path / "out", deps_dir=tmp_path / "deps")
+    message = info.value.render()
+    assert "'repo-minidata'" in message and "FETCHCONTENT_SOURCE_DIR_REPO-MINIDATA" in message
+    assert "sm120kit fetch-deps" in message
+    with pytest.raises(MissingDependency, match="--ccache was given"):
+        build.plan_build(find_kernel_source(FIXTURE), A120, tmp_path / "out", ccache=True,
+                         env={**_env_with_path(Path(shutil.which("nvcc")).parent), "CUDACXX": shutil.which("nvcc")})
+
+
+@needs_nvcc
+def test_stale_build_folder_is_cleared_when_archs_or_settings_change(tmp_path):
+    plan = build.plan_build(find_kernel_source(FIXTURE), A120, tmp_path / "out", ccache=False)
+    assert build.prepare_build_dir(plan) == (False, None)  # nothing there yet
+    plan.build_dir.mkdir(parents=True)
+    (plan.build_dir / "CMakeCache.txt").write_text("stale")
+    reused, why = build.prepare_build_dir(plan)
+    assert not reused and "no record" in why and not plan.build_dir.exists()
+    plan.build_dir.mkdir(parents=True)
+    (plan.build_dir / build.STATE_FILE).write_text(json.dumps(plan.state()))
+    assert build.prepare_build_dir(plan) == (True, None)
+    other = dataclasses.replace(plan, archs=(build.parse_build_arch("12.1a"),))
+    reused, why = build.prepare_build_dir(other)
+    assert not reused and why == "the arch list changed (sm_120a -> sm_121a)"
+    plan.build_dir.mkdir(parents=True)
+    (plan.build_dir / build.STATE_FILE).write_text(json.dumps(plan.state()))
+    changed = dataclasses.replace(plan, cmake_defines=plan.cmake_defines + (("EXTRA", "ON"),))
+    assert "CMake settings changed (EXTRA)" in build.prepare_build_dir(changed)[1]
+
+
+def test_progress_lines_from_ninja():
+    assert build.parse_progress("[12/345] Building CUDA object CMakeFiles/x.dir/csrc/gemm/a.cu.o") == \
+        (12, 345, "a.cu.o")
+    assert build.parse_progress("  [3/9] /usr/bin/python launcher.py -- nvcc -c k.cu -o CMakeFiles/k.cu.o")[:2] == (3, 9)
+    assert build.parse_progress("-- Configuring done") is None
+
+
+# -- kernel source detection -------------------------------------------------------------------------------
+def _kernel_folder(dest: Path, version: str = "0.4.10") -> Path:
+    shutil.copytree(FIXTURE, dest)
+    text = (dest / "pyproject.toml").read_text()
+    (dest / "pyproject.toml").write_text(text.replace('name = "mini-kernel"', 'name = "sglang-kernel"')
+                                         .replace('version = "0.1.0"', f'version = "{version}"'))
+    return dest
+
+
+def test_source_layouts_are_detected(tmp_path):
+    old = tmp_path / "old_clone"
+    _kernel_folder(old / "sgl-kernel", "0.3.9.post2")
+    (old / "python" / "sglang").mkdir(parents=True)
+    (old / "python" / "sglang" / "version.py").write_text('__version__ = "0.5.2"\n')
+    src = find_kernel_source(old)
+    assert (src.layout, src.name, src.version, src.sglang_version) == ("sgl-kernel", "sglang-kernel", "0.3.9.post2", "0.5.2")
+    assert find_kernel_source(old / "sgl-kernel").layout == "sgl-kernel"
+
+    new = tmp_path / "new_clone"
+    _kernel_folder(new / "python" / "sglang" / "kernels" / "aot", "0.4.10")
+    (new / "python" / "sglang" / "version.py").write_text('__version__ = "0.5.23"\n')
+    src = find_kernel_source(new)
+    assert (src.layout, src.version, src.sglang_version) == ("kernels/aot", "0.4.10", "0.5.23")
+    assert src.path == (new / "python" / "sglang" / "kernels" / "aot").resolve()
+    assert src.is_sgl_kernel and "SGL_KERNEL_ENABLE_FA3" in src.options and src.cmake_minimum == "3.26"
+
+    plain = find_kernel_source(FIXTURE)
+    assert (plain.layout, plain.name, plain.version) == ("folder", "mini-kernel", "0.1.0")
+    assert not plain.requires_torch
+    with pytest.raises(UsageError, match="holds no kernel source"):
+        find_kernel_source(tmp_path)
+
+
+# -- FetchContent declarations ------------------------------------------------------------------------------
+UPSTREAM_STYLE = """
+set(GITHUB_ARTIFACTORY "github.com" CACHE STRING "GitHub mirror URL")
+set(DEP_REPO "https://github.com/example/deepgemm")   # a variable used below
+# FetchContent_Declare(commented-out GIT_REPOSITORY https://nowhere)
+FetchContent_Declare(
+    repo-cutlass
+    URL      https://${GITHUB_ARTIFACTORY}/NVIDIA/cutlass/archive/0123abc.tar.gz
+    URL_HASH SHA256=00ff
+)
+FetchContent_Declare(
+    repo-deepgemm
+    GIT_REPOSITORY ${DEP_REPO}
+    GIT_TAG        "v1.2"
+    GIT_SHALLOW    OFF
+)
+FetchContent_Declare(repo-flashmla URL https://${GITHUB_ARTIFACTORY}/x/FlashMLA/archive/1.tar.gz)
+FetchContent_Declare(
+    repo-flashmla-cutlass
+    URL        https://${GITHUB_ARTIFACTORY}/NVIDIA/cutlass/archive/147f.tar.gz
+    SOURCE_DIR ${repo-flashmla_SOURCE_DIR}/csrc/cutlass
+)
+FetchContent_Declare(repo-odd GIT_REPOSITORY ${UNDEFINED_HOST}/odd.git GIT_TAG main)
+"""
+
+
+def test_fetchcontent_declarations_are_read(tmp_path):
+    kernel = _kernel_folder(tmp_path / "k")
+    (kernel / "cmake" / "extra.cmake").write_text(UPSTREAM_STYLE)
+    source = find_kernel_source(kernel)
+    found = {d.name: d for d in deps.read_dependencies(source)}
+    assert list(found)[0] == "repo-minidep" and "repo-minidata" in found
+    assert found["repo-cutlass"].url == "https://github.com/NVIDIA/cutlass/archive/0123abc.tar.gz"
+    assert found["repo-cutlass"].url_hash == "SHA256=00ff"
+    assert (found["repo-deepgemm"].git_repository, found["repo-deepgemm"].git_tag) == \
+        ("https://github.com/example/deepgemm", "v1.2")
+    nested = found["repo-flashmla-cutlass"]
+    assert (nested.parent, nested.subdir) == ("repo-flashmla", "csrc/cutlass")
+    assert nested.folder(Path("/d")) == Path("/d/repo-flashmla/csrc/cutlass")
+    assert nested.variable == "FETCHCONTENT_SOURCE_DIR_REPO-FLASHMLA-CUTLASS"
+    assert found["repo-odd"].unresolved == ("UNDEFINED_HOST",)
+    assert "commented-out" not in found
+    mirrored = {d.name: d for d in deps.read_dependencies(source, {"GITHUB_ARTIFACTORY": "mirror.example"})}
+    assert mirrored["repo-cutlass"].url.startswith("https://mirror.example/NVIDIA/")
