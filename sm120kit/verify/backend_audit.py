@@ -32,7 +32,8 @@ from sm120kit.target import Target, find_target
 from sm120kit.verify import backend_support, probe_env
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-BUNDLED_MODELS = ("llama-mha", "qwen3-moe", "deepseek-v3-mla", "gpt-oss", "qwen3-next-gdn", "qwen2.5-vl")
+BUNDLED_MODELS = ("llama-mha", "qwen3-moe", "deepseek-v3-mla", "deepseek-v2-lite-mla", "gpt-oss", "qwen3-next-gdn",
+                  "qwen2.5-vl")
 DEFAULT_CAPABILITIES = ("12.0", "12.1", "9.0", "10.0")
 SUPPORTED_CAPABILITIES = ("12.0", "12.1", "10.0", "9.0", "8.9")
 BACKEND_KEYS = ("attention_prefill", "attention_decode", "moe_runner", "sampling", "fp8_gemm", "fp4_gemm",
