@@ -9,6 +9,7 @@ PyPI laid out as the image installs it (an installed package that the Python imp
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -303,15 +304,33 @@ def test_the_image_commands_run_on_sglang_0_5_23_laid_out_as_in_the_image(instal
         _resolve(call)  # fails clearly when the command is missing
         argv = [sys.executable, "-m", "sm120kit", *call.argv]
         proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, (f"{call.label} (stage {call.stage}) exited {proc.returncode}\n"
-                                      f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+        failure = (f"{call.label} (stage {call.stage}) exited {proc.returncode}\n"
+                   f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+        if call.argv[0] == "verify":
+            _assert_gate_passes_but_for_this_machine(proc, failure)
+        else:
+            assert proc.returncode == 0, failure
         if call.redirect:
-            out = tmp_path / Path(call.redirect).name
-            out.write_text(proc.stdout)
+            (tmp_path / Path(call.redirect).name).write_text(proc.stdout)
             if "--json" in call.argv:
-                import json
-
-                json.loads(proc.stdout)  # the file the image keeps is valid JSON
+                json.loads(proc.stdout)  # the report the image keeps is valid JSON
     series = recipes_mod.patch_set()
     if series:
         assert (package / ".sm120kit" / "state.json").is_file(), "sm120kit apply left no state record"
+
+
+def _assert_gate_passes_but_for_this_machine(proc: subprocess.CompletedProcess, failure: str) -> None:
+    """The image's gate is `sm120kit verify` exiting 0. This machine differs from the image in one way the
+    test cannot change: its torch is the CPU build (the image installs the CUDA build SGLang pins), which
+    verify reports as an error. So the gate is judged on everything else: every static audit ok, no check
+    failed, and no other error in the environment report."""
+    assert proc.returncode in (0, 13), failure
+    result = json.loads(proc.stdout)
+    assert not result["kernels_ran"], "no GPU here: verify must say that no kernel ran"
+    flagged = [a for a in result["audits"] if a["status"] != "ok"]
+    assert not flagged, "static SM120 audits flagged the patched tree:\n" + "\n".join(
+        f"{a['name']}: {a['summary']}" for a in flagged)
+    assert not [c for c in result["checks"] if c.get("status") == "fail"], failure
+    errors = [f for f in result["report"]["flags"] if f["severity"] == "error"]
+    unexpected = [f for f in errors if not (f["component"] == "torch" and "CPU-only" in f["message"])]
+    assert not unexpected, f"environment errors besides this machine's CPU torch: {unexpected}"
