@@ -152,30 +152,37 @@ class _Lines:
 
     _HEADER = re.compile(r"^\s*\[\[?\s*(.+?)\s*\]\]?\s*(#.*)?$")
     _KEY = re.compile(r"""^\s*((?:"[^"]*"|'[^']*'|[A-Za-z0-9_.\- ])+?)\s*=""")
+    _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'')
 
     def __init__(self, text: str) -> None:
         self.where: dict[tuple[str, ...], int] = {}
         table: tuple[str, ...] = ()
-        in_string = False
+        in_string: str | None = None  # the closing delimiter of a multi-line string
         depth = 0  # open brackets of a multi-line array
         for number, line in enumerate(text.splitlines(), 1):
             if in_string:
-                if line.count('"""') % 2 == 1 or line.count("'''") % 2 == 1:
-                    in_string = False
+                if line.count(in_string) % 2 == 1:
+                    in_string = None
                 continue
+            scan = line
+            for triple in ('"""', "'''"):
+                if triple in line:
+                    scan = line.split(triple, 1)[0]
+                    if line.count(triple) % 2 == 1:
+                        in_string = triple
+                    break
+            code = self._STRINGS.sub('""', scan).split("#", 1)[0]
             if depth == 0:
                 header = self._HEADER.match(line)
-                if header and "=" not in line.split("#", 1)[0].split("]", 1)[0]:
+                if header and code.lstrip().startswith("[") and "=" not in code:
                     table = _split_key(header.group(1))
                     self.where.setdefault(table, number)
                     continue
                 key = self._KEY.match(line)
                 if key:
                     self.where.setdefault(table + _split_key(key.group(1)), number)
-            code = line.split("#", 1)[0]
-            if code.count('"""') % 2 == 1 or code.count("'''") % 2 == 1:
-                in_string = True
-            depth = max(0, depth + code.count("[") - code.count("]")) if depth or "=" in code else depth
+                    code = code.split("=", 1)[1] if "=" in code else ""
+            depth = max(0, depth + code.count("[") - code.count("]"))
 
     def line_of(self, path: tuple[str, ...]) -> int | None:
         while path:
@@ -797,23 +804,29 @@ def detect_gpus() -> tuple[GpuInfo, ...] | None:
     """The NVIDIA GPUs ``nvidia-smi`` lists; None when nvidia-smi is absent or fails (no driver)."""
     if runner.which("nvidia-smi") is None:
         return None
-    result = runner.run(["nvidia-smi", "--query-gpu=name,compute_cap,memory.total",
-                         "--format=csv,noheader,nounits"], check=False, timeout=60, what="nvidia-smi")
-    if not result.ok:
+    result = None
+    # compute_cap is a query field of drivers from 510 on; older ones reject the whole query.
+    for fields in ("name,compute_cap,memory.total", "name,memory.total"):
+        result = runner.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                            check=False, timeout=60, what="nvidia-smi")
+        if result.ok:
+            break
+    if result is None or not result.ok:
         return None
+    with_cap = "compute_cap" in result.argv[1]
     gpus = []
     for line in result.stdout.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if not parts or not parts[0]:
             continue
         cap = None
-        if len(parts) > 1:
+        if with_cap and len(parts) > 1:
             try:
                 cap = arch.parse_capability(parts[1])
             except ValueError:
                 cap = None
-        mem = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
-        gpus.append(GpuInfo(parts[0], cap, mem))
+        mem_text = parts[2 if with_cap else 1] if len(parts) > (2 if with_cap else 1) else ""
+        gpus.append(GpuInfo(parts[0], cap, int(mem_text) if mem_text.isdigit() else None))
     return tuple(gpus)
 
 

@@ -260,6 +260,11 @@ def test_gpu_mismatch_warnings_with_a_stand_in_nvidia_smi(tmp_path, monkeypatch)
     assert not any("GPU 1" in w for w in warnings)
     assert recipes.check_gpus(spec, found[1:] * 8) == []
 
+    # Drivers before 510 know no compute_cap field and reject the whole query: ask again without it.
+    fake.write_text("#!/bin/sh\ncase \"$1\" in *compute_cap*) echo 'Field \"compute_cap\" is not a valid field"'
+                    " >&2; exit 2;; esac\necho 'NVIDIA GeForce RTX 5090, 32607'\n")
+    assert recipes.detect_gpus() == (recipes.GpuInfo("NVIDIA GeForce RTX 5090", None, 32607),)
+
 
 # --- the CLI -------------------------------------------------------------------------------------------------
 def test_serve_dry_run_prints_the_expected_command(release_dir, tmp_path):
