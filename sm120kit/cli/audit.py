@@ -52,6 +52,8 @@ def audit(app: AppContext, path: str | None, release: str | None, archs: tuple[s
         archs=archs or smem_audit.DEFAULT_ARCHS, matrix=matrix, launchers=launchers or None,
         cache=AuditCache(enabled=not no_cache), jobs=jobs)
     emit(json_mode, result.to_json(), lambda: _print(console, result, findings_only))
+    if not result.ok and json_mode:
+        return CheckFailed.exit_code  # the JSON above says why; keep stdout one document
     if not result.ok:
         patched = getattr(result, "patched", result)
         raise CheckFailed(f"The shared-memory audit failed: {len(patched.over_limit)} kernel(s) over the limit, "
@@ -98,5 +100,8 @@ def _backends(console: Console, path, release, archs, json_mode: bool) -> int:
     root = releases.fetch_release(releases.check_version(release), console=console) if release else path
     kwargs = {"capabilities": archs} if archs else {}
     result = module.audit_backends(root, console=console, **kwargs)
-    emit(json_mode, result.to_json(), lambda: console.info(str(result)))
+    from sm120kit.cli import explain as explain_cli  # the backend audit's own table and verdict
+
+    emit(json_mode, result.to_json(), lambda: explain_cli._print(console, result))
+    explain_cli._verdict(result)
     return 0
