@@ -334,10 +334,17 @@ def _order(deps: tuple[Dependency, ...]) -> list[Dependency]:
 
 
 def fetch_dependencies(source: KernelSource, into: Path, *, console=None,
-                       overrides: dict[str, str] | None = None) -> tuple[FetchedDependency, ...]:
-    """Fetch every dependency of ``source`` into ``into/NAME`` (skipping those already fetched from the same
-    origin); ``overrides`` sets CMake variables used in the declarations."""
+                       overrides: dict[str, str] | None = None,
+                       names: tuple[str, ...] | None = None) -> tuple[FetchedDependency, ...]:
+    """Fetch every dependency of ``source`` (or only ``names``) into ``into/NAME``, skipping those already
+    fetched from the same origin; ``overrides`` sets CMake variables used in the declarations."""
     deps = read_dependencies(source, overrides)
+    if names is not None:
+        unknown = sorted(set(names) - {d.name for d in deps})
+        if unknown:
+            raise UsageError(f"{source.path} declares no dependency named {', '.join(unknown)}; it declares "
+                             f"{', '.join(d.name for d in deps) or 'none'}.")
+        deps = tuple(d for d in deps if d.name in names)
     into = Path(into).expanduser().resolve()
     into.mkdir(parents=True, exist_ok=True)
     manifest_path = into / MANIFEST
