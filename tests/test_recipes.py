@@ -261,8 +261,8 @@ def test_gpu_mismatch_warnings_with_a_stand_in_nvidia_smi(tmp_path, monkeypatch)
     assert recipes.check_gpus(spec, found[1:] * 8) == []
 
     # Drivers before 510 know no compute_cap field and reject the whole query: ask again without it.
-    fake.write_text("#!/bin/sh\ncase \"$1\" in *compute_cap*) echo 'Field \"compute_cap\" is not a valid field"'
-                    " >&2; exit 2;; esac\necho 'NVIDIA GeForce RTX 5090, 32607'\n")
+    fake.write_text("#!/bin/sh\ncase \"$1\" in *compute_cap*) echo 'invalid field compute_cap' >&2; exit 2;; esac\n"
+                    "echo 'NVIDIA GeForce RTX 5090, 32607'\n")
     assert recipes.detect_gpus() == (recipes.GpuInfo("NVIDIA GeForce RTX 5090", None, 32607),)
 
 
