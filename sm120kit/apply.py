@@ -8,7 +8,9 @@ live in ``sglang/.sm120kit/`` (see :mod:`sm120kit.state`). A lock keeps two runs
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,7 @@ from sm120kit.patchset import Series
 from sm120kit.plan import FileChange, PatchPlan, SeriesPlan, plan_series
 from sm120kit.state import (FileRecord, Journal, JournalEntry, PatchRecord, StateRecord, StateStore, now,
                             sha256)
-from sm120kit.target import Target
+from sm120kit.target import Target, find_target
 
 __all__ = ["ApplyResult", "FileChange", "HunkResult", "PatchPlan", "RevertResult", "SeriesPlan",
            "StatusResult", "apply_series", "plan_series", "release_of", "repair", "revert_series",
@@ -212,15 +214,26 @@ def _hash(data: bytes | None) -> str | None:
 
 
 def _check_writable(root: Path, paths: list[str]) -> None:
-    """Refuse before the first write when a folder that must change is not writable (names it)."""
+    """Refuse before the first write when a folder that must change is not writable (names it).
+
+    Each folder is probed by creating and removing a temporary file: permission bits alone do not tell
+    (root ignores them; read-only mounts and immutable folders refuse root too)."""
+    probed: set[Path] = set()
     for rel in paths:
         folder = (root / rel).parent
         while not folder.exists():
             folder = folder.parent
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise IOFailure(f"The tree is not writable: cannot write in {folder} (needed for {rel}). "
-                            "Nothing was changed.",
-                            hint="Run as the owner of the tree, or use a copy you own.")
+        if folder in probed:
+            continue
+        probed.add(folder)
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".sm120kit-probe-", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise IOFailure(f"The tree is not writable: cannot write in {folder} (needed for {rel}): "
+                            f"{exc.strerror or exc}. Nothing was changed.",
+                            hint="Run as the owner of the tree, or use a copy you own.") from None
 
 
 def _log(console, text: str) -> None:
@@ -316,6 +329,15 @@ def _dirty_blockers(target: Target, plan: SeriesPlan, record: StateRecord | None
     return blocked
 
 
+def _repo_path(target: Target, path: str) -> str:
+    if target.repo_root is None:
+        return path
+    try:
+        return (target.root / path).resolve().relative_to(target.repo_root).as_posix()
+    except ValueError:
+        return path
+
+
 def _new_record(old: StateRecord | None, plan: SeriesPlan, target: Target, series: Series,
                 release: str | None) -> StateRecord:
     stamp = now()
@@ -382,6 +404,8 @@ def apply_series(target: Target, series: Series, *, dry_run: bool = False, fuzz:
         if repaired:
             warnings.append(f"repaired an interrupted run: put back {len(repaired)} file(s): "
                             + ", ".join(repaired))
+            if target.repo_root is not None:  # the repair changed which files git sees as dirty
+                target = dataclasses.replace(target, dirty_files=find_target(target.package_dir).dirty_files)
         record = store.load()
         plan = plan_series(root, series, version=release, fuzz=fuzz, exact=exact,
                            recorded=record.patch_ids if record else ())
@@ -395,9 +419,10 @@ def apply_series(target: Target, series: Series, *, dry_run: bool = False, fuzz:
         if blocked and not allow_dirty:
             if record is None:
                 store.remove()
+            shown = [_repo_path(target, p) for p in blocked]
             raise DirtyTreeError(
                 f"The git tree {target.repo_root} has uncommitted changes in files the series would patch: "
-                f"{', '.join(blocked)}. Nothing was changed.",
+                f"{', '.join(shown)}. Nothing was changed.",
                 hint="Commit or stash those changes first, or pass --allow-dirty to patch on top of them "
                      "(revert then restores your edited versions).")
         _check_writable(root, [c.path for c in plan.changes])

@@ -91,6 +91,7 @@ class TreeLock:
     def release(self) -> None:
         if self._fd is not None:
             try:
+                os.ftruncate(self._fd, 0)  # no holder any more
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             finally:
                 os.close(self._fd)

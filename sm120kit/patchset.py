@@ -359,13 +359,35 @@ def _variant(doc: _Doc, folder: Path, index: int, raw: Any) -> Variant:
     return Variant(diff=diff_path, releases=releases, base=raw["base"], patch_set=patch_set, files=files)
 
 
+def _probe_versions(variants: tuple[Variant, ...]) -> list[str]:
+    """Versions at and just past every range boundary and base: two ranges overlap iff one of them is in
+    both (for the interval-shaped ranges a series uses)."""
+    points: set[str] = set()
+    for variant in variants:
+        texts = [variant.base] + [s.version.rstrip(".*") for s in variant.releases]
+        for text in texts:
+            try:
+                version = Version(text)
+            except InvalidVersion:
+                continue
+            release = list(version.release)
+            points.add(str(version))
+            points.add(".".join(map(str, release + [1])))
+            release[-1] += 1
+            points.add(".".join(map(str, release)))
+    return sorted(points, key=Version)
+
+
 def _check_overlap(doc: _Doc, variants: tuple[Variant, ...]) -> None:
+    probes = _probe_versions(variants)
     for i, a in enumerate(variants):
-        for j, b in enumerate(variants):
-            if i != j and b.contains(a.base):
-                raise doc.fail(("variants", max(i, j), "releases"),
+        for j in range(i + 1, len(variants)):
+            b = variants[j]
+            both = [v for v in probes if a.contains(v) and b.contains(v)]
+            if both:
+                raise doc.fail(("variants", j, "releases"),
                                f"the release ranges of variants {a.name} ('{a.releases}') and {b.name} "
-                               f"('{b.releases}') overlap: {a.base} is in both.",
+                               f"('{b.releases}') overlap: {both[0]} is in both.",
                                hint="Each release must select exactly one variant.")
 
 

@@ -6,9 +6,10 @@ one status:
 
 - ``applies``: every hunk places (exactly, at an offset, or within ``fuzz``) and the Python it leaves
   compiles.
-- ``already-applied``: the patch's result is already in the files: the state record lists it and the
-  diff reverse-applies, or, without a record, the diff reverse-applies and the upstream markers (if they
-  match) stop matching once it is undone.
+- ``already-applied``: the patch's result is already in the files. Found like quilt pops a stack: from
+  the last patch to the first, a patch whose diff reverse-applies is undone in memory; without a state
+  record listing it, its upstream markers must also stop matching once it is undone (else upstream has
+  the fix on its own and the patch is ``present-upstream``).
 - ``present-upstream``: the patch's upstream markers match, so the tree carries an equivalent fix.
 - ``not-applicable``: the release is outside every variant's range, or the files it changes are absent.
 - ``conflict``: a hunk does not place, or the result would not compile; the hunk results say where.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Collection, Mapping
+from typing import Callable, Collection
 
 from sm120kit.hunks import FileDiff, HunkResult, decode, encode, place_hunks, split_lines
 from sm120kit.patchset import Marker, Patch, Series, Variant
@@ -228,12 +229,6 @@ def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Va
                     notes=notes)
 
 
-def _overlay(tree: _Tree, contents: Mapping[str, str | None]) -> Callable[[str], str | None]:
-    def text(path: str) -> str | None:
-        return contents[path] if path in contents else tree.text(path)
-    return text
-
-
 def _markers_match(markers: tuple[Marker, ...], text_of: Callable[[str], str | None]) -> str | None:
     """A description of where every marker matched, or ``None`` when one does not."""
     found = []
@@ -342,27 +337,66 @@ def _mark_already_present(get_lines, attempt: _Attempt, fuzz: int) -> list[HunkR
     return out
 
 
+_APPLIED_RECORDED = "recorded in the state record; its changes are in the files"
+_APPLIED_FOUND = "its changes are in the files (the diff reverse-applies; no state record lists it)"
+
+
+def _as_applied(hunks) -> tuple[HunkResult, ...]:
+    return tuple(HunkResult(file=h.file, index=h.index, status="already-applied", offset=h.offset, fuzz=h.fuzz,
+                            line=h.line) for h in hunks)
+
+
+def _unwind(tree: _Tree, series: Series, *, version: str | None, exact: bool, fuzz: int,
+            recorded: Collection[str]) -> dict[str, tuple[Variant, str, tuple[HunkResult, ...]]]:
+    """Which patches are already in the files, found as quilt pops a stack: from the last patch to the
+    first, each is undone in memory if its diff reverse-applies, so a patch whose lines a later patch
+    changed is still recognised. A patch whose upstream markers still match once it is undone is left
+    for the forward pass to call present-upstream (unless the state record lists it)."""
+    overrides: dict[str, str | None] = {}
+    split: dict[str, tuple[str, ...] | None] = {}
+
+    def text(path: str) -> str | None:
+        return overrides[path] if path in overrides else tree.text(path)
+
+    def lines(path: str) -> tuple[str, ...] | None:
+        if path not in overrides:
+            return tree.lines(path)
+        if path not in split:
+            value = overrides[path]
+            split[path] = None if value is None else tuple(split_lines(value))
+        return split[path]
+
+    applied: dict[str, tuple[Variant, str, tuple[HunkResult, ...]]] = {}
+    for patch in reversed(series.patches):
+        is_recorded = patch.id in recorded
+        marker_hit = None if is_recorded else _markers_match(patch.markers, text)
+        for variant in _candidates(patch, version, exact) or list(patch.variants_newest_first()):
+            undo = _run_variant(lines, variant, fuzz=fuzz, reverse=True, describe=False)
+            if not undo.ok:
+                continue
+            if marker_hit and _markers_match(patch.markers, lambda p: undo.contents.get(p, text(p))) is not None:
+                continue
+            applied[patch.id] = (variant, _APPLIED_RECORDED if is_recorded else _APPLIED_FOUND,
+                                 _as_applied(undo.hunks))
+            for path, value in undo.contents.items():
+                overrides[path] = value
+                split.pop(path, None)
+            break
+    return applied
+
+
 def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, fuzz: int,
-                recorded: bool) -> tuple[PatchPlan, _Attempt | None]:
+                recorded: bool, applied: tuple[Variant, str, tuple[HunkResult, ...]] | None
+                ) -> tuple[PatchPlan, _Attempt | None]:
     def plan(status: str, variant: Variant | None, reason: str, hunks=(), new_files=None) -> PatchPlan:
         return PatchPlan(patch_id=patch.id, status=status, variant=variant, reason=reason, hunks=tuple(hunks),
                          new_files=new_files or {}, title=patch.title)
 
+    if applied is not None:
+        variant, reason, hunks = applied
+        return plan("already-applied", variant, reason, hunks), None
     candidates = _candidates(patch, version, exact)
     marker_hit = _markers_match(patch.markers, tree.text)
-
-    if recorded or marker_hit:
-        for variant in candidates or list(patch.variants_newest_first()):
-            undo = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=True, describe=False)
-            if not undo.ok:
-                continue
-            if recorded:
-                return plan("already-applied", variant, "recorded in the state record; its changes are in "
-                                                        "the files", undo.hunks), None
-            if _markers_match(patch.markers, _overlay(tree, undo.contents)) is None:
-                return plan("already-applied", variant, "its changes are in the files (the diff "
-                                                        "reverse-applies; no state record lists it)",
-                            undo.hunks), None
     if marker_hit:
         return plan("present-upstream", None, f"upstream marker found: {marker_hit}"), None
     if not candidates:
@@ -386,8 +420,7 @@ def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, 
             return plan("applies", variant, reason, attempt.hunks, new_files), attempt
         undo = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=True, describe=False)
         if undo.ok:
-            return plan("already-applied", variant, "its changes are in the files (the diff reverse-applies; "
-                                                    "no state record lists it)", undo.hunks), None
+            return plan("already-applied", variant, _APPLIED_FOUND, _as_applied(undo.hunks)), None
         if first_conflict is None:
             first_conflict = attempt
     if first_conflict is None:
@@ -412,10 +445,11 @@ def plan_series(root: Path, series: Series, *, version: str | None, fuzz: int = 
     if recorded is None:
         recorded = read_recorded(root)
     tree = _Tree(root)
+    applied = _unwind(tree, series, version=version, exact=exact, fuzz=fuzz, recorded=recorded)
     plans = []
     for patch in series.patches:
         result, attempt = _plan_patch(tree, patch, version=version, exact=exact, fuzz=fuzz,
-                                      recorded=patch.id in recorded)
+                                      recorded=patch.id in recorded, applied=applied.get(patch.id))
         if attempt is not None:
             for path, text in attempt.contents.items():
                 tree.set(path, text, patch.id, attempt.modes.get(path))
