@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -335,3 +336,23 @@ def test_recipes_lists_shows_and_checks(tmp_path):
     assert results["good"]["ok"] is True and results["stale"]["ok"] is False
     assert re.search(r"stale\.toml:\d+: --cuda-graph-max-bs is not a flag of SGLang 0\.5\.23",
                      results["stale"]["error"])
+
+
+def test_serve_replaces_itself_with_the_server_command(release_dir, tmp_path):
+    """Without --dry-run, serve execs the command. SGLang's server cannot start without a GPU, so --python
+    names a stand-in interpreter: it hands `-c` (the argument-parser probe) to the real Python and, for
+    the server command, prints the argv and environment it was started with instead of serving."""
+    stand_in = tmp_path / "python"
+    stand_in.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "-c" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n'
+        'echo "ARGV $*"\necho "NCCL_PROTO=$NCCL_PROTO PYTHONPATH=$PYTHONPATH"\n')
+    stand_in.chmod(0o755)
+    root = release_dir("0.5.23")
+    proc = _sm120kit("-q", "serve", "--recipe", MLA, "--sglang", str(root), "--python", str(stand_in), "--",
+                     "--port", "30001")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-2].startswith("ARGV -m sglang.launch_server --model-path moonshotai/Kimi-K2-Thinking --tp-size 8")
+    assert lines[-2].endswith("--port 30001")
+    assert lines[-1] == f"NCCL_PROTO=LL PYTHONPATH={root}"
