@@ -558,16 +558,18 @@ def read_server_args(python: str | None = None, sglang_root: Path | None = None,
         with ctx:
             runner.run([python, "-c", _PROBE, str(out), json.dumps([list(a) for a in argvs])],
                        extra_env=extra_env, cwd=tmp, timeout=600, what="SGLang argument parser probe")
-        try:
-            data = json.loads(out.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise RecipeError(f"The SGLang argument parser probe in {python} wrote no result ({exc}).") from exc
-    if "import_error" in data:
-        raise MissingDependency(
-            f"{python} could not import SGLang's server arguments{where}: {data['import_error']}.",
-            hint="Install SGLang and its dependencies in that environment (for a bare release tree, "
-                 "pip install 'sm120kit[audit]' brings what its argument parser imports), or pass --python.",
-        )
+            try:
+                data = json.loads(out.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise RecipeError(f"The SGLang argument parser probe in {python} wrote no result ({exc}).") \
+                    from exc
+            if "import_error" in data:
+                raise MissingDependency(
+                    f"{python} could not import SGLang's server arguments{where}: {data['import_error']}.",
+                    hint="Install SGLang and its dependencies in that environment (for a bare release tree, "
+                         "pip install 'sm120kit[audit]' brings what its argument parser imports), or pass "
+                         "--python.",
+                )
     options = tuple(
         ServerOption(tuple(o["flags"]), o["dest"], o["nargs"], tuple(o["choices"]) if o["choices"] else None,
                      o["type"], o["deprecated"], o["retired"], o["replacement"])
