@@ -249,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         return bench_tu(name, TUS[name], kernel, deps_dir, includes, args.nvcc, work)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        for result in pool.map(job, names):
+        futures = [pool.submit(job, name) for name in names]
+        for future in concurrent.futures.as_completed(futures):
+            result = future.result()
             if result:
                 results.append(result)
                 write()
