@@ -356,3 +356,16 @@ def test_serve_replaces_itself_with_the_server_command(release_dir, tmp_path):
     assert lines[-2].startswith("ARGV -m sglang.launch_server --model-path moonshotai/Kimi-K2-Thinking --tp-size 8")
     assert lines[-2].endswith("--port 30001")
     assert lines[-1] == f"NCCL_PROTO=LL PYTHONPATH={root}"
+
+
+def test_serve_explains_an_sglang_that_cannot_be_imported(release_dir, tmp_path):
+    """--python names an interpreter without site-packages (`python -S`): SGLang's own imports fail there,
+    and serve says which module is missing and what to install, with the missing-dependency exit code."""
+    bare = tmp_path / "python"
+    bare.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -S \"$@\"\n")
+    bare.chmod(0o755)
+    proc = _sm120kit("serve", "--recipe", DENSE, "--sglang", str(release_dir("0.5.23")), "--python", str(bare),
+                     "--dry-run")
+    assert proc.returncode == 9, proc.stderr
+    assert "could not import SGLang's server arguments" in proc.stderr and "No module named" in proc.stderr
+    assert "Traceback" not in proc.stderr
