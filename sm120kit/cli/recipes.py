@@ -117,12 +117,15 @@ def _check(console, chosen: list[recipes.Recipe], json_mode: bool) -> None:
     results = []
     for i, version in enumerate(wanted, 1):
         root = releases.fetch_release(version, console=console)
-        spec = recipes.read_server_args(sglang_root=root, console=console)
-        for recipe in chosen:
-            if version not in recipe.sglang:
-                continue
+        named = [r for r in chosen if version in r.sglang]
+        argvs = [["--model-path", r.model, *[t for u in recipes.recipe_flags(r) for t in u.argv]] for r in named]
+        spec = recipes.read_server_args(sglang_root=root, argvs=argvs, console=console)
+        for recipe, parse_error in zip(named, spec.argv_errors):
             try:
                 warnings = recipes.validate_against(recipe, spec)
+                if parse_error:
+                    raise RecipeError(f"{recipe.path}: {spec.label}'s argument parser rejects the recipe: "
+                                      f"{parse_error}")
                 results.append({"recipe": recipe.name, "sglang": version, "ok": True, "warnings": warnings,
                                 "error": None})
             except RecipeError as exc:
