@@ -34,7 +34,9 @@ def test_rules_are_versioned_and_sourced():
     assert len(backend_support.unsupported_choices("0.5.23", "12.0", fa3)) == 2
     assert not backend_support.unsupported_choices("0.5.23", "9.0", fa3)  # fine on Hopper
     assert backend_support.unsupported_choices("0.5.12", "12.0", {"deep_gemm": "on"})
-    assert not backend_support.unsupported_choices("0.5.23", "12.0", {"deep_gemm": "on"})
+    assert not backend_support.unsupported_choices("0.5.20", "12.0", {"deep_gemm": "on"})  # SM120 entry probe
+    assert backend_support.unsupported_choices("0.5.20", "12.1", {"deep_gemm": "on"})  # 12.1 not gated yet
+    assert not backend_support.unsupported_choices("0.5.23", "12.1", {"deep_gemm": "on"})
 
 
 def test_backends_from_raw_falls_back_to_the_base_attention_backend():
@@ -63,9 +65,10 @@ def test_bad_model_and_capability_are_usage_errors(tmp_path):
 
 @pytest.fixture(scope="module")
 def audit_0523(release_dir):
-    """0.5.23, three models x four faked capabilities x flashinfer installed or not (8 probe interpreters)."""
+    """0.5.23, three models x four faked capabilities, flashinfer installed (4 probe interpreters; the
+    flashinfer-absent case runs through the CLI test)."""
     return audit_backends(release_dir("0.5.23"), models=["llama-mha", "deepseek-v2-lite-mla", "deepseek-v3-mla"],
-                          capabilities=("12.0", "12.1", "9.0", "10.0"), flashinfer=(True, False))
+                          capabilities=("12.0", "12.1", "9.0", "10.0"), flashinfer=(True,))
 
 
 def _pick(result, model, capability, flashinfer=True):
@@ -76,12 +79,11 @@ def _pick(result, model, capability, flashinfer=True):
 
 @pytest.mark.slow
 def test_0523_matches_the_measured_choices(audit_0523):
-    """Faked devices: Llama 12.0 -> flashinfer (triton without flashinfer); MLA on 12.x -> triton;
+    """Faked devices: Llama 12.0 -> flashinfer (triton without flashinfer: test_explain_cli); MLA on 12.x -> triton;
     9.0 -> fa3; 10.0 -> trtllm_mha (MHA) / flashinfer (DeepSeek-V2 MLA; V3 has its own trtllm_mla override)."""
     result = audit_0523
     assert all(r.status == "resolved" for r in result.resolutions), [r.error for r in result.resolutions]
     assert _pick(result, "llama-mha", "12.0").attention == "flashinfer"
-    assert _pick(result, "llama-mha", "12.0", flashinfer=False).attention == "triton"
     assert _pick(result, "deepseek-v3-mla", "12.0").attention == "triton"
     assert _pick(result, "deepseek-v3-mla", "12.1").attention == "triton"
     assert _pick(result, "llama-mha", "9.0").attention == "fa3"
@@ -97,7 +99,7 @@ def test_0523_matches_the_measured_choices(audit_0523):
     assert not result.flagged and result.ok
     assert any("sgl_kernel" in s for s in result.stand_ins)
     data = result.to_json()
-    assert data["device"].startswith("faked device") and data["summary"]["resolutions"] == 24
+    assert data["device"].startswith("faked device") and data["summary"]["resolutions"] == 12
     assert "0.5.23" in str(result) and "trtllm_mha" in str(result)
 
 
@@ -161,18 +163,23 @@ def test_unresolvable_release_says_why(release_dir):
 
 @pytest.mark.slow
 def test_explain_cli(release_dir):
-    """Faked 12.0 device through the CLI: a clean choice exits 0 with a table; an explicit fa3 exits 13
-    with the flag in the JSON."""
+    """Faked 12.0 device through the CLI, flashinfer not installed: 0.5.23 picks triton for Llama and exits 0
+    with a table; an explicit fa3 exits 13 with the flag in the JSON (and the error object after it)."""
     root = str(release_dir("0.5.23"))
     base = [sys.executable, "-m", "sm120kit", "explain", root, "--model", "llama-mha", "--capability", "12.0",
             "--flashinfer", "no"]
     clean = subprocess.run(base, capture_output=True, text=True, timeout=600)
     assert clean.returncode == 0, clean.stderr
-    assert "triton" in clean.stdout and "faked device" in clean.stdout
+    (row,) = [line for line in clean.stdout.splitlines() if line.startswith("llama-mha ")]
+    assert row.split()[1:4] == ["12.0", "no", "triton"], row
+    assert "faked device" in clean.stdout
     bad = subprocess.run(base + ["--json", "--", "--attention-backend", "fa3"], capture_output=True, text=True,
                          timeout=600)
     assert bad.returncode == 13, bad.stderr
-    data = json.loads(bad.stdout)
+    decoder = json.JSONDecoder()
+    data, end = decoder.raw_decode(bad.stdout)
+    error, _ = decoder.raw_decode(bad.stdout[end:].lstrip())  # the CLI prints the error object after the result
+    assert error["exit_code"] == 13 and error["error"] == "check-failed"
     (entry,) = data["resolutions"]
     assert entry["args"] == ["--attention-backend", "fa3"]
     assert {f["value"] for f in entry["flagged"]} == {"fa3"}

@@ -79,17 +79,32 @@ UNSUPPORTED: tuple[UnsupportedChoice, ...] = (
     UnsupportedChoice("attention_decode", "flashmla", _FLASHMLA, _FLASHMLA_SRC),
     UnsupportedChoice(
         "deep_gemm", "on",
-        "Before 0.5.21 SGLang turns DeepGEMM on for 12.x without checking that the installed DeepGEMM has "
-        "SM120 kernels, so FP8 GEMMs and MoE run DeepGEMM's SM90/SM100 paths (wgmma/tcgen05), which SM120 "
-        "lacks. Set SGLANG_ENABLE_JIT_DEEPGEMM=0.",
-        "read from the wheels: srt/layers/deep_gemm_wrapper/configurer.py gains "
-        "_sm120_deep_gemm_apis_available() in 0.5.21 (DeepGEMM PR #324 added the SM120 kernels)",
-        releases="<0.5.21"),
+        "Up to 0.5.12 SGLang turns DeepGEMM on for 12.0 whenever it is importable, without checking that the "
+        "installed DeepGEMM has SM120 kernels, so FP8 GEMMs and MoE run DeepGEMM's SM90/SM100 paths "
+        "(wgmma/tcgen05), which SM120 lacks. Set SGLANG_ENABLE_JIT_DEEPGEMM=0.",
+        "read from the wheels: srt/layers/deep_gemm_wrapper/configurer.py has no SM120 check up to 0.5.12, "
+        "returns False for sm 120 in 0.5.13-0.5.19, and from 0.5.20 enables it on 120 only when DeepGEMM has "
+        "the SM120 entry points (DeepGEMM PR #324)",
+        releases="<0.5.13", capabilities=("12.0",)),
+    UnsupportedChoice(
+        "deep_gemm", "on",
+        "Before 0.5.21 SGLang's DeepGEMM gate tests for sm 120 only, so on 12.1 (DGX Spark) DeepGEMM is on "
+        "whenever importable and runs its SM90/SM100 paths. Set SGLANG_ENABLE_JIT_DEEPGEMM=0.",
+        "read from the wheels: srt/layers/deep_gemm_wrapper/configurer.py checks 'sm_version == 120' in "
+        "0.5.13-0.5.20 and 'sm_version in (120, 121)' from 0.5.21",
+        releases="<0.5.21", capabilities=("12.1",)),
     UnsupportedChoice(
         "fp8_gemm", "deep_gemm",
-        "An explicit DeepGEMM FP8 GEMM runs DeepGEMM's SM90/SM100 kernels; before 0.5.21 SGLang has no SM120 "
-        "DeepGEMM path.",
-        "read from the wheels: srt/layers/deep_gemm_wrapper/configurer.py (0.5.21)", releases="<0.5.21"),
+        "An explicit DeepGEMM FP8 GEMM runs DeepGEMM's SM90/SM100 kernels where SGLang has no SM120 DeepGEMM "
+        "path (12.0 before 0.5.20, 12.1 before 0.5.21).",
+        "read from the wheels: srt/layers/deep_gemm_wrapper/configurer.py (0.5.20: SM120 entry-point probe for "
+        "120; 0.5.21: for 120 and 121)", releases="<0.5.20", capabilities=("12.0",)),
+    UnsupportedChoice(
+        "fp8_gemm", "deep_gemm",
+        "An explicit DeepGEMM FP8 GEMM runs DeepGEMM's SM90/SM100 kernels where SGLang has no SM120 DeepGEMM "
+        "path (12.0 before 0.5.20, 12.1 before 0.5.21).",
+        "read from the wheels: srt/layers/deep_gemm_wrapper/configurer.py (0.5.20: SM120 entry-point probe for "
+        "120; 0.5.21: for 120 and 121)", releases="<0.5.21", capabilities=("12.1",)),
     UnsupportedChoice(
         "fp8_gemm", "flashinfer_trtllm",
         "FlashInfer's trtllm-gen FP8 GEMM is SM100-family code.",
