@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sm120kit import __version__
 from sm120kit.atomicfile import fsync_dir, remove, write_atomic
-from sm120kit.errors import DirtyTreeError, IOFailure, StateDamagedError
+from sm120kit.errors import ConflictError, DirtyTreeError, IOFailure, StateDamagedError, WarningsAsErrors
 from sm120kit.hunks import HunkResult
 from sm120kit.lock import TreeLock
 from sm120kit.patchset import Series
@@ -30,7 +30,12 @@ __all__ = ["ApplyResult", "FileChange", "HunkResult", "PatchPlan", "RevertResult
            "StatusResult", "apply_series", "plan_series", "release_of", "repair", "revert_series",
            "series_status"]
 
-EXIT_OK, EXIT_CONFLICT, EXIT_STATE, EXIT_STRICT = 0, 4, 6, 14
+EXIT_OK = 0
+EXIT_CONFLICT = ConflictError.exit_code  # 4
+EXIT_STATE = StateDamagedError.exit_code  # 6
+EXIT_STRICT = WarningsAsErrors.exit_code  # 14
+_ERROR_KIND = {EXIT_CONFLICT: ConflictError.kind, EXIT_STATE: StateDamagedError.kind,
+               EXIT_STRICT: WarningsAsErrors.kind}
 
 
 # -- the tree's release ----------------------------------------------------------------------------------
@@ -114,6 +119,7 @@ class ApplyResult:
             "warnings": list(self.warnings),
             "state_file": str(self.state_file) if self.state_file else None,
             "exit_code": self.exit_code,
+            "error": _ERROR_KIND.get(self.exit_code),
             "message": self.message,
         }
 
@@ -148,7 +154,8 @@ class RevertResult:
         return {"command": "revert", "target": self.target.to_json(), "dry_run": self.dry_run,
                 "patches": list(self.patches), "files": [f.to_json() for f in self.files],
                 "kept_copies": [str(p) for p in self.kept_copies], "repaired": list(self.repaired),
-                "warnings": list(self.warnings), "exit_code": self.exit_code, "message": self.message}
+                "warnings": list(self.warnings), "exit_code": self.exit_code,
+                "error": _ERROR_KIND.get(self.exit_code), "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -190,7 +197,8 @@ class StatusResult:
                 "exact_release": self.exact_release, "series": str(self.series), "patches": self.rows(),
                 "recorded": list(self.recorded), "files": [f.to_json() for f in self.files],
                 "problems": list(self.problems),
-                "state_file": str(self.state_file) if self.state_file else None, "exit_code": self.exit_code}
+                "state_file": str(self.state_file) if self.state_file else None, "exit_code": self.exit_code,
+                "error": _ERROR_KIND.get(self.exit_code)}
 
 
 # -- helpers ---------------------------------------------------------------------------------------------

@@ -47,12 +47,13 @@ def _describe_target(target: Target, release: str | None, exact: bool) -> str:
     return f"{target.package_dir} ({what}, {target.kind})"
 
 
+def _short(text: str, width: int = 110) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _status_rows(patches: list[dict]) -> list[list[str]]:
-    rows = []
-    for p in patches:
-        detail = p["reason"]
-        rows.append([p["id"], p["status"], p.get("variant") or "-", detail])
-    return rows
+    return [[p["id"], p["status"], p.get("variant") or "-", _short(p["reason"])] for p in patches]
 
 
 def _print_conflicts(console: Console, plans: tuple[PatchPlan, ...]) -> None:
@@ -227,21 +228,28 @@ def patches_cmd(app: AppContext, series_dir: Path | None, release: str | None, j
             return
         headers = ["#", "patch", "title", "variants", "upstream"]
         if release is not None:
-            headers.append(f"on {release}")
+            headers.append(f"variant for {release}")
         rows = []
         for i, (patch, row) in enumerate(zip(series.patches, data["patches"]), 1):
-            variants = ", ".join(f"{v.name} ({v.releases})" for v in patch.variants)
-            upstream = patch.upstream.reference if patch.upstream.forwarded else \
-                f"not forwarded: {patch.upstream.reason}"
-            line = [str(i), patch.id, patch.title, variants, upstream]
+            names = [v.name.removesuffix(".diff") for v in patch.variants_newest_first()][::-1]
+            variants = ", ".join(names) if len(names) <= 3 else f"{len(names)}: {names[0]} ... {names[-1]}"
+            upstream = patch.upstream.reference if patch.upstream.forwarded else "not forwarded"
+            line = [str(i), patch.id, _short(patch.title, 60), variants, upstream]
             if release is not None:
-                line.append(row["variant_for_release"] or "not applicable")
+                line.append(row["variant_for_release"] or "none (outside every range)")
             rows.append(line)
         console.info(f"series: {series.path}")
         console.table(headers, rows)
         if app.verbose:
             for patch in series.patches:
-                console.info(f"\n{patch.id}: {patch.title}\n  problem: {patch.problem}\n"
-                             f"  change: {patch.description}")
+                console.info(f"\n{patch.id}: {patch.title}")
+                for label, text in (("problem", patch.problem), ("change", patch.description),
+                                    ("upstream", patch.upstream.reference or patch.upstream.reason)):
+                    console.info(f"  {label}: {' '.join(text.split())}")
+                for v in patch.variants:
+                    console.info(f"  variant {v.name}: releases {v.releases}, base {v.base}, "
+                                 f"{len(v.files)} file(s)")
+        else:
+            console.info("(-v shows each patch's problem, change, upstream note and variants)")
 
     emit(json_mode, data, human)
