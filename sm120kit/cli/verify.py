@@ -189,7 +189,9 @@ def render(result: VerifyResult, console: Console) -> None:
         console.info("")
         console.info("Static audits (faked device, real compiles and SGLang's own argument resolution)")
         for a in result.audits:
-            console.info(f"  {a.name}: {a.status} - {a.summary}" + (f" ({a.seconds:.1f} s)" if a.seconds else ""))
+            console.info(f"  {a.name}: {a.status} - {a.summary}")
+            for line in a.details:
+                console.info(f"      {line}")
     for note in result.notes:
         console.info("")
         console.info(note)

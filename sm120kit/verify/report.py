@@ -816,7 +816,8 @@ def assess(*, judged: tuple[int, int], gpu: GpuInfo | None, driver: DriverInfo, 
                      "flashinfer-python": flashinfer.version}
         for name, spec, version in pin_mismatches(sglang.pins, installed):
             flags.append(Flag(WARNING, "versions", f"SGLang {sglang.version} pins {name}{spec}; {version} is installed. "
-                              "A kernel library built for another torch can fail to load or miss ops SGLang calls.",
+                              "SGLang was not released with this combination: compiled kernels built for another "
+                              "torch can fail to load, and a different kernel library can lack ops SGLang calls.",
                               f"Install {name}{spec}, or the SGLang release built against {name} {version}."))
 
     # environment

@@ -35,10 +35,11 @@ class AuditOutcome:
     summary: str
     seconds: float = 0.0
     data: Any = None  # the audit's own JSON
+    details: tuple[str, ...] = ()  # one line per finding (or per model), for people
 
     def to_json(self) -> dict:
         return {"name": self.name, "status": self.status, "summary": self.summary,
-                "seconds": round(self.seconds, 2), "result": self.data}
+                "seconds": round(self.seconds, 2), "details": list(self.details), "result": self.data}
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,16 @@ def _backend_audit(root: str, cap: str, flashinfer: bool, console) -> AuditOutco
     else:
         status = "ok"
         summary = f"{total - len(not_run)} of {total} model(s) resolved on a faked {cap}: no unsupported choice"
-    return AuditOutcome("backend choice", status, summary, time.perf_counter() - start, data)
+    details = []
+    for r in getattr(result, "resolutions", ()):
+        b = r.backends
+        if r.status == "resolved":
+            verdict = "FLAGGED " + ", ".join(r.flagged) if r.flagged else "ok"
+            details.append(f"{r.model}: attention {r.attention}, moe {b.get('moe_runner') or '-'}, "
+                           f"fp8 gemm {b.get('fp8_gemm') or '-'}, fp4 gemm {b.get('fp4_gemm') or '-'}: {verdict}")
+        else:
+            details.append(f"{r.model}: {r.status}: {(r.error or '').strip().splitlines()[0] if r.error else '-'}")
+    return AuditOutcome("backend choice", status, summary, time.perf_counter() - start, data, tuple(details))
 
 
 def _smem_audit(root: str, cap: str, console) -> AuditOutcome:
@@ -144,20 +154,26 @@ def _smem_audit(root: str, cap: str, console) -> AuditOutcome:
         return AuditOutcome("shared memory", "not-run",
                             "not available: this sm120kit has no shared-memory audit (sm120kit.verify.smem_audit)")
     mod = importlib.import_module("sm120kit.verify.smem_audit")
-    audit = getattr(mod, "audit_smem", None) or getattr(mod, "audit", None)
+    audit = getattr(mod, "audit_smem", None)
     if audit is None:
-        return AuditOutcome("shared memory", "not-run", "not available: sm120kit.verify.smem_audit has no entry point")
+        return AuditOutcome("shared memory", "not-run", "not available: sm120kit.verify.smem_audit has no audit_smem")
     start = time.perf_counter()
     try:
         result = audit(root, capabilities=(cap,), console=console)
     except Sm120kitError as exc:
         return AuditOutcome("shared memory", "not-run", f"could not run: {exc.message}", time.perf_counter() - start)
     data = result.to_json() if hasattr(result, "to_json") else None
-    over = list(getattr(result, "over_limit", ()) or getattr(result, "flagged", ()))
-    status = "flagged" if over else "ok"
-    summary = f"{len(over)} kernel launch(es) over the shared-memory limit of {cap}" if over else \
-        f"every audited kernel fits the shared memory of {cap}"
-    return AuditOutcome("shared memory", status, summary, time.perf_counter() - start, data)
+    over = list(getattr(result, "over_limit", ()))
+    errors = list(getattr(result, "errors", ()))
+    summary_line = getattr(mod, "summary_line", None)
+    summary = summary_line(result) if summary_line else f"{len(over)} kernel(s) over the limit of {cap}"
+    status = "flagged" if over or errors else "ok"
+    details = [f"{case.case.launcher} ({case.case.model}, {case.case.shape}): {k.name} "
+               f"[{k.block_text}, {k.num_warps} warps, {k.num_stages} stages] needs {k.shared} B > {k.limit} B"
+               for case, k in over]
+    details += [f"{case.case.launcher} ({case.case.model}, {case.case.shape}): {case.status}: {case.error}"
+                for case in errors]
+    return AuditOutcome("shared memory", status, summary, time.perf_counter() - start, data, tuple(details))
 
 
 def run_verify(plan: VerifyPlan, *, console=None,
