@@ -317,7 +317,7 @@ TORCH_NATIVE_MODULES = ("sglang.srt.layers.attention.torch_native_backend",)
 def torch_native(ctx: CheckContext) -> list[CaseResult]:
     mod = import_sglang_module(*TORCH_NATIVE_MODULES)
     backend_cls = mod.TorchNativeAttnBackend
-    # Its SDPA helpers use no state of the backend; a bare instance avoids building a model runner.
+    # Its SDPA methods use no state of the backend; a bare instance avoids building a model runner.
     backend = backend_cls.__new__(backend_cls)
     torch, dev = ctx.torch, ctx.device
     bf16 = torch.bfloat16

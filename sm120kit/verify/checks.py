@@ -7,7 +7,7 @@ no GPU, not installed, the GPU lacks the feature). An import is not a test; only
 
 The checks themselves live in one module per backend family (:mod:`.check_sglang`,
 :mod:`.check_sgl_kernel`, :mod:`.check_flashinfer`); this module holds the registry, the comparison
-helpers and the runner.
+functions and the runner.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class Check:
     run: Callable[[CheckContext], list[CaseResult]] = field(repr=False, compare=False)
 
 
-# -- comparison helpers ---------------------------------------------------------------------------------------
+# -- comparison -----------------------------------------------------------------------------------------------
 
 ABS, REL_MAX, REL_FRO = "max|Δ|", "max|Δ|/max|ref|", "‖Δ‖/‖ref‖"
 
