@@ -40,6 +40,9 @@ def _git_templates(tmp_path_factory, release_dir):
             with repo.config_writer() as cfg:
                 cfg.set_value("user", "name", "sm120kit tests")
                 cfg.set_value("user", "email", "tests@sm120kit.invalid")
+                # No background "git gc --auto" (a release commit has > 6700 loose objects): it would
+                # pack and delete objects while a test copies the template.
+                cfg.set_value("gc", "auto", "0")
             repo.git.add("-A")
             repo.git.commit("-q", "-m", f"SGLang {version}")
             repo.git.tag(f"v{version}")
