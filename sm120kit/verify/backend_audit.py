@@ -137,15 +137,15 @@ class BackendAuditResult:
     def notes(self) -> list[str]:
         """What each flag means (once per setting=value), what stood in for what, and what could not run."""
         lines: list[str] = []
-        seen: set[str] = set()
+        seen: set[tuple[str, str]] = set()
         for r in self.resolutions:
             for d in r.details:
-                key = str(d)
-                if key in seen:
+                if (str(d), d.reason) in seen:
                     continue
-                seen.add(key)
-                where = sorted({f"{x.model} on {x.capability}" for x in self.resolutions if key in x.flagged})
-                lines.append(f"{key}: {d.reason} [source: {d.source}] (seen for: {', '.join(where)})")
+                seen.add((str(d), d.reason))
+                where = sorted({f"{x.model} on {x.capability}" for x in self.resolutions
+                                if any(str(o) == str(d) and o.reason == d.reason for o in x.details)})
+                lines.append(f"{d}: {d.reason} [source: {d.source}] (seen for: {', '.join(where)})")
         for r in self.resolutions:
             if r.status == "not-run":
                 lines.append(f"not run: {r.model} on {r.capability}: {r.error}")
@@ -174,15 +174,16 @@ class BackendAuditResult:
         rows = []
         for r in self.resolutions:
             b = r.backends
+            flags = "FLAGGED: " + ", ".join(r.flagged) if r.flagged else ""
             if r.status == "resolved":
-                verdict = "FLAGGED: " + ", ".join(r.flagged) if r.flagged else "ok"
+                verdict = flags or "ok"
             elif r.status == "rejected":
-                verdict = "rejected: " + _one_line(r.error)
+                verdict = (flags + "; " if flags else "") + "rejected by SGLang: " + _one_line(r.error)
             else:
                 verdict = "not run: " + _one_line(r.error)
             label = r.model + (" " + " ".join(r.args) if r.args else "")
-            rows.append([label, r.capability, "yes" if r.flashinfer else "no",
-                         r.attention if r.status == "resolved" else "-", b.get("moe_runner") or "-",
+            attention = r.attention if (b.get("attention_prefill") or b.get("attention_decode")) else "-"
+            rows.append([label, r.capability, "yes" if r.flashinfer else "no", attention, b.get("moe_runner") or "-",
                          b.get("sampling") or "-", b.get("fp8_gemm") or "-", b.get("fp4_gemm") or "-",
                          b.get("deep_gemm") or "-", verdict])
         return rows
