@@ -56,7 +56,7 @@ def test_human_output_has_table_summary_and_conflict_detail(installed_tree):
     out = proc.stdout
     assert "demo-extend-attention-note  conflict" in out
     assert "sglang/srt/layers/attention/triton_ops/extend_attention.py hunk 1: expected at line 28" in out
-    assert "      | _is_hip = is_hip()  # local" in out
+    assert "    ! | _is_hip = is_hip()  # local" in out and "      | if _is_cuda:" in out
     assert "nothing changed." in out
     assert "error: 1 patch(es) do not apply: demo-extend-attention-note. Nothing was written." in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -146,3 +146,13 @@ def test_bundled_series_default_and_missing_working_copy(tmp_path):
         assert proc.returncode == 8 and "series" in proc.stderr
     assert releases.DEFAULT_RELEASE in run_cli("apply", "--help").stdout
     assert Path(json.loads(run_cli("patches", "--series", str(DEMO_SERIES), "--json").stdout)["path"]) == DEMO_SERIES
+
+
+def test_no_path_means_the_importable_sglang(installed_tree):
+    """With no PATH the target is the sglang this interpreter would import (found, never imported)."""
+    package = installed_tree("0.5.17")
+    env = {"PYTHONPATH": str(package.parent)}
+    code, data = run_json("apply", *S, "--dry-run", env=env)
+    assert code == 0, data
+    assert data["target"]["kind"] == "importable" and data["target"]["package_dir"] == str(package)
+    assert {p["id"]: p["status"] for p in data["patches"]} == DEMO_EXPECTED["0.5.17"]

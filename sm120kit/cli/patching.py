@@ -71,9 +71,11 @@ def _print_conflicts(console: Console, plans: tuple[PatchPlan, ...]) -> None:
             console.info("    expected:")
             for line in hunk.expected:
                 console.info(f"      | {line}")
-            console.info(f"    found{f' at line {hunk.closest_line}' if hunk.closest_line else ''}:")
-            for line in hunk.found or ["(end of file)"]:
-                console.info(f"      | {line}")
+            console.info(f"    found{f' at line {hunk.closest_line}' if hunk.closest_line else ''} "
+                         "('!' marks lines that differ):")
+            for i, line in enumerate(hunk.found or ["(end of file)"]):
+                same = i < len(hunk.expected) and hunk.expected[i] == line
+                console.info(f"    {' ' if same else '!'} | {line}")
 
 
 def _fail(console: Console, code: int, message: str) -> None:
