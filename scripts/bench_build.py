@@ -205,6 +205,30 @@ def ratios(results: list[dict]) -> dict:
     }
 
 
+def wheel_projection(wheel: Path, arch: str = "sm_120a") -> dict:
+    """Device code per library of a published wheel, and the size each library would have with ``arch``
+    alone: host part (library minus .nv_fatbin) plus that arch's cubins. flash_ops is not built at all
+    (SGL_KERNEL_ENABLE_FA3=OFF); flashmla_ops, whose objects become PTX of one target, is kept at its
+    published size (an upper bound)."""
+    rows, total, projected_total = [], 0, 0
+    for lib in fatbin.inspect_wheel(wheel):
+        sass = dict(lib.sass_bytes)
+        host = lib.size - lib.fatbin_bytes
+        if lib.name == "flash_ops":
+            projected, note = 0, "not built (SGL_KERNEL_ENABLE_FA3=OFF)"
+        elif lib.name == "flashmla_ops":
+            projected, note = lib.size, "kept at published size (upper bound)"
+        else:
+            projected, note = host + sass.get(arch, 0), f"host + {arch} cubins"
+        total += lib.size
+        projected_total += projected
+        rows.append({"library": lib.label, "size": lib.size, "fatbin_bytes": lib.fatbin_bytes, "host_bytes": host,
+                     "sass_bytes": sass, "device_code_ratio": round(lib.fatbin_bytes / sass[arch], 2)
+                     if sass.get(arch) else None, "projected": projected, "note": note})
+    return {"wheel": wheel.name, "arch": arch, "libraries": rows, "total": total, "projected_total": projected_total,
+            "size_ratio": round(total / projected_total, 1) if projected_total else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sglang-repo", default=DEFAULT_REPO, help="SGLang repository to clone (URL or path)")
@@ -218,7 +242,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="interpreter whose torch headers are used")
     parser.add_argument("--nvcc", default=shutil.which("nvcc"), help="nvcc (default: from PATH)")
     parser.add_argument("--json", help="write the results here (rewritten after every TU)")
+    parser.add_argument("--wheel", help="instead of compiling: device code per library of a published wheel "
+                        "and its projected size with sm_120a alone")
     args = parser.parse_args(argv)
+    if args.wheel:
+        data = wheel_projection(Path(args.wheel))
+        mib = 2 ** 20
+        for row in data["libraries"]:
+            sass = " ".join(f"{a}={b / mib:.2f}" for a, b in row["sass_bytes"].items())
+            print(f"{row['library']:55s} {row['size'] / mib:9.2f} MiB  fatbin {row['fatbin_bytes'] / mib:9.2f}  "
+                  f"host {row['host_bytes'] / mib:6.2f}  -> {row['projected'] / mib:7.2f} MiB ({row['note']})  "
+                  f"SASS MiB: {sass}")
+        print(f"total {data['total'] / mib:.1f} MiB -> {data['projected_total'] / mib:.1f} MiB "
+              f"({data['size_ratio']}x smaller)")
+        if args.json:
+            Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+        return 0
     if not args.nvcc:
         print("nvcc not found; pass --nvcc", file=sys.stderr)
         return 2

@@ -97,6 +97,9 @@ class LibraryArchs:
     entries: int = 0
     compressed_entries: int = 0
     sass_counts: tuple[tuple[str, int], ...] = field(default=())  # (arch, number of cubins)
+    sass_bytes: tuple[tuple[str, int], ...] = field(default=())  # (arch, bytes its cubins take in the file)
+    ptx_bytes: tuple[tuple[str, int], ...] = field(default=())
+    fatbin_bytes: int = 0  # size of the .nv_fatbin section(s): all device code, headers included
 
     @property
     def name(self) -> str:
@@ -123,6 +126,9 @@ class LibraryArchs:
             "entries": self.entries,
             "compressed_entries": self.compressed_entries,
             "sass_counts": dict(self.sass_counts),
+            "sass_bytes": dict(self.sass_bytes),
+            "ptx_bytes": dict(self.ptx_bytes),
+            "fatbin_bytes": self.fatbin_bytes,
         }
 
 
@@ -250,6 +256,8 @@ def _read_library(stream: BinaryIO, size: int, label: str, path: Path, wheel: Pa
     sections = [s for s in _sections(reader) if s.name == ".nv_fatbin" and s.size > 0]
     sass: dict[str, int] = {}
     ptx: set[str] = set()
+    sass_bytes: dict[str, int] = {}
+    ptx_bytes: dict[str, int] = {}
     containers: set[tuple[int, int]] = set()
     entries = compressed = 0
     for number, section in enumerate(sorted(sections, key=lambda s: s.offset)):
@@ -261,8 +269,10 @@ def _read_library(stream: BinaryIO, size: int, label: str, path: Path, wheel: Pa
             compressed += entry.compressed
             if entry.kind == "sass":
                 sass[entry.arch] = sass.get(entry.arch, 0) + 1
+                sass_bytes[entry.arch] = sass_bytes.get(entry.arch, 0) + entry.stored_size
             elif entry.kind == "ptx":
                 ptx.add(entry.arch)
+                ptx_bytes[entry.arch] = ptx_bytes.get(entry.arch, 0) + entry.stored_size
     return LibraryArchs(
         path=path,
         sass=tuple(sorted(sass, key=arch_sort_key)),
@@ -273,6 +283,9 @@ def _read_library(stream: BinaryIO, size: int, label: str, path: Path, wheel: Pa
         entries=entries,
         compressed_entries=compressed,
         sass_counts=tuple(sorted(sass.items(), key=lambda kv: arch_sort_key(kv[0]))),
+        sass_bytes=tuple(sorted(sass_bytes.items(), key=lambda kv: arch_sort_key(kv[0]))),
+        ptx_bytes=tuple(sorted(ptx_bytes.items(), key=lambda kv: arch_sort_key(kv[0]))),
+        fatbin_bytes=sum(s.size for s in sections),
     )
 
 

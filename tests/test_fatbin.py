@@ -75,6 +75,8 @@ def test_reader_names_each_target_with_its_suffix(objects):
     assert fat.sass == ("sm_90", "sm_100f", "sm_120a")
     assert fat.ptx == ("sm_80",)
     assert fat.compressed_entries == fat.entries > 0  # the flags were read without decompressing
+    assert set(dict(fat.sass_bytes)) == set(fat.sass) and dict(fat.ptx_bytes)["sm_80"] > 0
+    assert fat.fatbin_bytes > sum(dict(fat.sass_bytes).values()) > 0
     plain = fatbin.inspect_library(objects["fat_plain"])
     assert plain.sass == ("sm_90a", "sm_120a") and plain.compressed_entries == 0
 
