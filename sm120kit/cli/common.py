@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from sm120kit.ui import Console, print_json
+
+if TYPE_CHECKING:
+    from sm120kit.hunks import HunkResult
 
 
 @dataclass
@@ -41,3 +44,26 @@ def pass_app(func: Callable) -> Callable:
         return func(app, *args, **kwargs)
 
     return wrapper
+
+
+def exit_with(code: int, message: str) -> None:
+    """After a result was printed: a non-zero ``code`` prints ``error: message`` on stderr and exits with it
+    (no second JSON document on stdout, unlike a raised error)."""
+    if code:
+        click.echo(click.style("error: ", fg="red") + message, err=True)
+        click.get_current_context().exit(code)
+
+
+def print_hunk_conflict(console: Console, hunk: "HunkResult", indent: str = "  ") -> None:
+    """A hunk that does not place: where it was expected, the lines it needs and the closest lines found
+    (``!`` marks lines that differ)."""
+    where = f"closest match at line {hunk.closest_line}" if hunk.closest_line else "no similar lines"
+    console.info(f"{indent}{hunk.file} hunk {hunk.index}: expected at line {hunk.line}, {where}")
+    console.info(f"{indent}  expected:")
+    for line in hunk.expected:
+        console.info(f"{indent}    | {line}")
+    console.info(f"{indent}  found{f' at line {hunk.closest_line}' if hunk.closest_line else ''} "
+                 "('!' marks lines that differ):")
+    for i, line in enumerate(hunk.found or ["(end of file)"]):
+        same = i < len(hunk.expected) and hunk.expected[i] == line
+        console.info(f"{indent}  {' ' if same else '!'} | {line}")

@@ -9,7 +9,7 @@ import click
 from sm120kit import apply as engine
 from sm120kit import patchset, releases, workcopy
 from sm120kit.cli import cli
-from sm120kit.cli.common import AppContext, emit, json_option, pass_app
+from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app, print_hunk_conflict
 from sm120kit.errors import NotSglangTree, UsageError
 from sm120kit.plan import PatchPlan
 from sm120kit.target import Target, find_target
@@ -66,22 +66,11 @@ def _print_conflicts(console: Console, plans: tuple[PatchPlan, ...]) -> None:
         for hunk in plan.hunks:
             if hunk.status != "conflict" or not hunk.expected:
                 continue
-            where = f"closest match at line {hunk.closest_line}" if hunk.closest_line else "no similar lines"
-            console.info(f"  {hunk.file} hunk {hunk.index}: expected at line {hunk.line}, {where}")
-            console.info("    expected:")
-            for line in hunk.expected:
-                console.info(f"      | {line}")
-            console.info(f"    found{f' at line {hunk.closest_line}' if hunk.closest_line else ''} "
-                         "('!' marks lines that differ):")
-            for i, line in enumerate(hunk.found or ["(end of file)"]):
-                same = i < len(hunk.expected) and hunk.expected[i] == line
-                console.info(f"    {' ' if same else '!'} | {line}")
+            print_hunk_conflict(console, hunk)
 
 
 def _fail(console: Console, code: int, message: str) -> None:
-    if code:
-        click.echo(click.style("error: ", fg="red") + message, err=True)
-        click.get_current_context().exit(code)
+    exit_with(code, message)
 
 
 @cli.command("apply")
