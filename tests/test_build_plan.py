@@ -240,3 +240,15 @@ def test_fetchcontent_declarations_are_read(tmp_path):
     assert "commented-out" not in found
     mirrored = {d.name: d for d in deps.read_dependencies(source, {"GITHUB_ARTIFACTORY": "mirror.example"})}
     assert mirrored["repo-cutlass"].url.startswith("https://mirror.example/NVIDIA/")
+
+
+def test_torch_checks_on_reported_torch_builds():
+    """check_torch's decisions on what the torch probe reports (the probe itself runs in the CPU-torch test)."""
+    cuda_torch = {"version": "2.9.0+cu128", "cuda": "12.8", "include": "/t/include", "headers": True}
+    warnings = build.check_torch(cuda_torch, "python", (13, 0))
+    assert len(warnings) == 1 and "CUDA 12.8 but nvcc is 13.0" in warnings[0]
+    assert build.check_torch({**cuda_torch, "cuda": "13.0"}, "python", (13, 0)) == []
+    with pytest.raises(MissingDependency, match="no C\\+\\+/CUDA headers"):
+        build.check_torch({**cuda_torch, "headers": False}, "python", (12, 8))
+    with pytest.raises(MissingDependency, match="CPU-only build"):
+        build.check_torch({**cuda_torch, "cuda": None}, "python", (12, 8))
