@@ -337,6 +337,18 @@ def _dirty_blockers(target: Target, plan: SeriesPlan, record: StateRecord | None
     return blocked
 
 
+def _edited_since_apply(plan: SeriesPlan, record: StateRecord | None) -> list[str]:
+    """Files the plan would write that the state record lists and that someone changed since."""
+    if record is None:
+        return []
+    out = []
+    for change in plan.changes:
+        known = record.file(change.path)
+        if known is not None and _hash(change.before) not in (known.after, known.before):
+            out.append(change.path)
+    return out
+
+
 def _repo_path(target: Target, path: str) -> str:
     if target.repo_root is None:
         return path
@@ -433,6 +445,15 @@ def apply_series(target: Target, series: Series, *, dry_run: bool = False, fuzz:
                 f"{', '.join(shown)}. Nothing was changed.",
                 hint="Commit or stash those changes first, or pass --allow-dirty to patch on top of them "
                      "(revert then restores your edited versions).")
+        edited = _edited_since_apply(plan, record)
+        if edited:
+            if record is None:
+                store.remove()
+            raise StateDamagedError(
+                f"{', '.join(edited)} changed after sm120kit patched {'it' if len(edited) == 1 else 'them'}, "
+                "and the series would now write to it again; a later revert could not give your edit back. "
+                "Nothing was changed.",
+                hint="Run 'sm120kit revert --force' (it keeps a copy of your edit and says where), then apply.")
         _check_writable(root, [c.path for c in plan.changes])
         new_record = _new_record(record, plan, target, series, release)
         _write_changes(store, plan.changes, new_record, console)

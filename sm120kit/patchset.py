@@ -53,6 +53,10 @@ class Variant:
     patch_set: unidiff.PatchSet = field(compare=False, hash=False, repr=False)
     files: tuple[FileDiff, ...] = field(default=(), compare=False, hash=False, repr=False)
 
+    def __post_init__(self) -> None:
+        if not self.files and self.patch_set is not None:  # built by hand from a PatchSet
+            object.__setattr__(self, "files", file_diffs(self.patch_set))
+
     @property
     def name(self) -> str:
         return self.diff.name

@@ -397,7 +397,7 @@ def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, 
         return plan("already-applied", variant, reason, hunks), None
     candidates = _candidates(patch, version, exact)
     marker_hit = _markers_match(patch.markers, tree.text)
-    if marker_hit:
+    if marker_hit and (not recorded or not candidates):
         return plan("present-upstream", None, f"upstream marker found: {marker_hit}"), None
     if not candidates:
         return plan("not-applicable", None, f"release {version} is outside every variant's range "

@@ -258,3 +258,37 @@ def test_plan_on_a_git_worktree_python_folder(series, git_clone_tree, tmp_path):
     plan = plan_series(worktree / "python", series, version="0.5.10")
     assert plan.ok and {c.path for c in plan.changes} == DEMO_FILES["0.5.10"]
     assert tree_hashes(worktree) == before
+
+
+def test_recorded_patch_whose_lines_were_edited_is_a_conflict_not_upstream(series, installed_tree):
+    """Its own marker still matches, but the state record says sm120kit put those lines there."""
+    package = installed_tree("0.5.23")
+    apply_series(find_target(package), series)
+    path = package / "kernels/ops/attention/extend_attention.py"
+    path.write_text(path.read_text().replace("# sm120kit demo note: the block sizes", "# edited note: the block"))
+    status = series_status(find_target(package), series)
+    row = next(r for r in status.rows() if r["id"] == "demo-extend-attention-note")
+    assert row["status"] == "conflict" and "state record lists it as applied" in row["reason"]
+    assert {f.path: f.condition for f in status.files}["sglang/kernels/ops/attention/extend_attention.py"] == \
+        "edited"
+
+
+def test_apply_refuses_to_rewrite_a_file_edited_after_apply(tmp_path, installed_tree):
+    """A new patch on a file the user edited after apply would hide the edit from a later revert."""
+    package = installed_tree("0.5.2")
+    root = package.parent
+    rel = "sglang/srt/utils.py"
+    one = make_diff(root, rel, lambda t: t.replace("def is_sm90_supported(", "def is_sm90_supported(  # one\n    "))
+    folder = write_series(tmp_path / "s1", [
+        {"id": "one", "diffs": {"a.diff": one}, "variants": [("a.diff", ">=0.5.2", "0.5.2")]}])
+    assert apply_series(find_target(package), load_series(folder)).exit_code == 0
+    (root / rel).write_text((root / rel).read_text() + "# my edit\n")
+    two = make_diff(root, rel, lambda t: t.replace("def is_blackwell():", "def is_blackwell():  # two"))
+    (folder / "series.toml").write_text('patches = ["one", "two"]\n')
+    write_series(tmp_path / "s2", [
+        {"id": "two", "diffs": {"b.diff": two}, "variants": [("b.diff", ">=0.5.2", "0.5.2")]}])
+    shutil.move(str(tmp_path / "s2" / "two"), folder / "two")
+    before = tree_hashes(root)
+    with pytest.raises(StateDamagedError, match="changed after sm120kit patched it"):
+        apply_series(find_target(package), load_series(folder))
+    assert tree_hashes(root) == before
