@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from sm120kit import __version__
 from sm120kit.atomicfile import fsync_dir, remove, write_atomic
 from sm120kit.errors import ConflictError, DirtyTreeError, IOFailure, StateDamagedError, WarningsAsErrors
@@ -40,36 +42,43 @@ _ERROR_KIND = {EXIT_CONFLICT: ConflictError.kind, EXIT_STATE: StateDamagedError.
 
 # -- the tree's release ----------------------------------------------------------------------------------
 
+def _as_release(tag: str) -> str | None:
+    text = tag[1:] if tag.startswith("v") else tag
+    try:
+        Version(text)
+    except InvalidVersion:
+        return None
+    return text
+
+
 def release_of(target: Target) -> tuple[str | None, bool]:
     """The target's SGLang release and whether the tree is exactly that release.
 
     An installed package is its release. A git clone is exactly a release when HEAD carries the tag
-    ``v<release>``; a clone without a version file takes its release from such a tag; any other commit is
-    "near" its version file's release (variants are then tried newest first after the matching one).
+    ``v<release>``. Any other commit is "near" a release: its version file's, or else the nearest release
+    tag before it (``git describe``); the variant for that release is tried first, then the others,
+    newest first. With neither, the release is unknown (``None``) and every variant is tried.
     """
     version = target.version
     if target.commit is None or target.repo_root is None:
         return version, version is not None
-    tags: list[str] = []
     try:
         import git
 
         repo = git.Repo(target.repo_root)
-        tags = [t.strip() for t in repo.git.tag("--points-at", "HEAD").splitlines() if t.strip()]
-    except Exception:  # noqa: BLE001 - no tags readable: treat as a commit between releases
-        tags = []
-    releases = [t[1:] if t.startswith("v") else t for t in tags]
-    if version is None:
-        for candidate in releases:
-            try:
-                from packaging.version import Version
-
-                Version(candidate)
-                return candidate, True
-            except ValueError:
-                continue
+        at_head = [t.strip() for t in repo.git.tag("--points-at", "HEAD").splitlines() if t.strip()]
+    except Exception:  # noqa: BLE001 - tags unreadable: a commit between releases
+        return version, False
+    tagged = [r for r in (_as_release(t) for t in at_head) if r]
+    if version is not None:
+        return version, version in tagged
+    if tagged:
+        return tagged[0], True
+    try:
+        nearest = repo.git.describe("--tags", "--abbrev=0", "--match", "v[0-9]*", "HEAD").strip()
+    except Exception:  # noqa: BLE001 - no release tag before HEAD
         return None, False
-    return version, version in releases
+    return _as_release(nearest), False
 
 
 # -- results ---------------------------------------------------------------------------------------------

@@ -184,7 +184,13 @@ def status_cmd(app: AppContext, path: Path | None, release: str | None, series_d
             console.table(["patch", "status", "variant", "detail"], _status_rows(rows))
         if result.files:
             console.info("")
-            console.table(["patched file", "condition"], [[f.path, f.condition] for f in result.files])
+            unusual = [f for f in result.files if f.condition != "patched"]
+            shown = result.files if app.verbose else unusual
+            if shown:
+                console.table(["patched file", "condition"], [[f.path, f.condition] for f in shown])
+            clean = len(result.files) - len(unusual)
+            console.info(f"{clean} of {len(result.files)} recorded file(s) are as sm120kit left them"
+                         + ("" if app.verbose or not clean else " (-v lists them)") + ".")
         for problem in result.problems:
             console.warn(problem)
 
