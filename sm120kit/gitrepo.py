@@ -1,0 +1,189 @@
+"""An SGLang git clone, read for upgrade checks: fetch, temporary worktrees, files at tags, line history.
+
+:class:`SglangClone` never touches the user's checkout: a ref is checked out in a temporary worktree
+(``git worktree add --detach``) that is removed again when the ``with`` block ends, whatever happens in
+it. Fetch and worktrees go through gitpython; the read-only history queries (``git log -L``,
+``git show``, ``git describe``) go through :func:`sm120kit.runner.run`, so ``-v`` shows them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from packaging.version import InvalidVersion, Version
+
+from sm120kit import runner
+from sm120kit.errors import MissingDependency, NotSglangTree, ToolFailed, UsageError
+
+PACKAGE_PREFIX = "python"
+"""Where a clone of SGLang keeps the folder that holds ``sglang/``."""
+
+_COMMIT_TAG = "sm120kit-commit "
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One upstream commit, as a conflict report names it."""
+
+    sha: str
+    date: str
+    author: str
+    subject: str
+
+    @property
+    def short(self) -> str:
+        return self.sha[:12]
+
+    def describe(self) -> str:
+        return f"{self.short} {self.date} {self.subject} ({self.author})"
+
+    def to_json(self) -> dict:
+        return {"sha": self.sha, "date": self.date, "author": self.author, "subject": self.subject}
+
+
+def _git_module():
+    try:
+        import git
+    except ImportError as exc:  # pragma: no cover - a core dependency
+        raise MissingDependency("gitpython is not installed.", hint="pip install gitpython") from exc
+    return git
+
+
+class SglangClone:
+    """A git clone of SGLang at ``path`` (its working tree root, or any folder inside it)."""
+
+    def __init__(self, path: str | Path) -> None:
+        git = _git_module()
+        given = Path(path).expanduser()
+        if not given.exists():
+            raise NotSglangTree(f"The git clone {given} does not exist.",
+                                hint="Pass --repo with the path of an SGLang git clone.")
+        try:
+            self.repo = git.Repo(given, search_parent_directories=True)
+        except git.InvalidGitRepositoryError:
+            raise NotSglangTree(f"{given.resolve()} is not inside a git repository, so --ref cannot be used "
+                                "on it.", hint="Pass --repo with an SGLang git clone "
+                                "(git clone https://github.com/sgl-project/sglang).") from None
+        if self.repo.bare or not self.repo.working_tree_dir:
+            raise NotSglangTree(f"{given.resolve()} is a bare repository.",
+                                hint="Pass a clone with a working tree.")
+        self.root = Path(self.repo.working_tree_dir).resolve()
+
+    # -- refs --------------------------------------------------------------------------------------------
+    def fetch(self, console=None) -> list[str]:
+        """Fetch every remote (branches and tags); the names fetched. A clone without remotes is fine."""
+        git = _git_module()
+        fetched = []
+        for remote in self.repo.remotes:
+            if console is not None:
+                console.debug(f"git fetch {remote.name} --tags")
+            try:
+                remote.fetch(tags=True)
+            except git.GitCommandError as exc:
+                raise ToolFailed(f"git fetch {remote.name} failed in {self.root}.", argv=list(exc.command),
+                                 returncode=exc.status, output_tail=str(exc.stderr or "").strip(),
+                                 hint="Check the network and the remote URL, or pass --no-fetch to check "
+                                      "the refs as they are.") from None
+            fetched.append(remote.name)
+        return fetched
+
+    def resolve(self, ref: str) -> str:
+        """The commit SHA ``ref`` names; :class:`UsageError` naming the clone when it names none."""
+        try:
+            return self.repo.commit(ref).hexsha
+        except Exception:  # noqa: BLE001 - gitpython raises several kinds for a bad name
+            remotes = ", ".join(r.name for r in self.repo.remotes) or "none"
+            raise UsageError(f"'{ref}' does not name a commit in the git clone {self.root} (remotes: "
+                             f"{remotes}).", hint="Give a branch (origin/main), a tag (v0.5.23) or a "
+                                                  "commit SHA that the clone has.") from None
+
+    def has_tag(self, tag: str) -> bool:
+        return runner.run(["git", "-C", self.root, "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
+                          check=False, what="git rev-parse").ok
+
+    def release_at(self, sha: str) -> tuple[str | None, bool]:
+        """The release a commit is (a ``v<version>`` tag on it: exact) or follows (the nearest such tag)."""
+        tags = runner.run(["git", "-C", self.root, "tag", "--points-at", sha], what="git tag").stdout.split()
+        for tag in tags:
+            version = _release_tag(tag)
+            if version:
+                return version, True
+        found = runner.run(["git", "-C", self.root, "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*",
+                            sha], check=False, what="git describe")
+        version = _release_tag(found.stdout.strip()) if found.ok else None
+        return version, False
+
+    # -- worktrees ---------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def worktree(self, ref: str) -> Iterator[Path]:
+        """Check ``ref`` out in a temporary worktree; yield its root; remove it afterwards."""
+        git = _git_module()
+        sha = self.resolve(ref)
+        holder = Path(tempfile.mkdtemp(prefix="sm120kit-worktree-"))
+        path = holder / "sglang"
+        try:
+            try:
+                self.repo.git.worktree("add", "--detach", str(path), sha)
+            except git.GitCommandError as exc:
+                raise ToolFailed(f"git worktree add failed for {ref} in {self.root}.",
+                                 argv=list(exc.command), returncode=exc.status,
+                                 output_tail=str(exc.stderr or "").strip()) from None
+            yield path
+        finally:
+            with contextlib.suppress(Exception):
+                self.repo.git.worktree("remove", "--force", str(path))
+            shutil.rmtree(holder, ignore_errors=True)
+            with contextlib.suppress(Exception):
+                self.repo.git.worktree("prune")
+
+    def package_prefix(self, worktree: Path) -> str:
+        """The folder (relative to the clone root) that holds ``sglang/``: ``python`` for SGLang."""
+        for prefix in (PACKAGE_PREFIX, ""):
+            if (worktree / prefix / "sglang" / "__init__.py").is_file():
+                return prefix
+        raise NotSglangTree(f"The checked-out ref in {self.root} has no python/sglang/__init__.py: this clone "
+                            "is not SGLang.", hint="Pass --repo with a clone of sgl-project/sglang.")
+
+    # -- history -----------------------------------------------------------------------------------------
+    def show(self, rev: str, path: str) -> str | None:
+        """The text of ``path`` (relative to the clone root) at ``rev``; ``None`` when absent."""
+        result = runner.run(["git", "-C", self.root, "show", f"{rev}:{path}"], check=False, what="git show")
+        return result.stdout if result.ok else None
+
+    def line_history(self, since: str, until: str, path: str, first: int | None = None,
+                     last: int | None = None, limit: int = 10) -> list[Commit]:
+        """Commits in ``since..until`` that changed lines ``first..last`` of ``path`` as it is at ``until``
+        (``git log -L``); the whole file's commits when no lines are given. Newest first."""
+        fmt = f"--format={_COMMIT_TAG}%H%x1f%ad%x1f%an%x1f%s"
+        if first is not None and last is not None:
+            argv = ["git", "-C", self.root, "log", fmt, "--date=short", f"-L{first},{last}:{path}",
+                    f"{since}..{until}"]
+        else:
+            argv = ["git", "-C", self.root, "log", fmt, "--date=short", f"-n{limit}", f"{since}..{until}",
+                    "--", path]
+        result = runner.run(argv, check=False, what="git log")
+        if not result.ok:
+            return []
+        commits = []
+        for line in result.stdout.splitlines():
+            if line.startswith(_COMMIT_TAG):
+                sha, date, author, subject = (line[len(_COMMIT_TAG):].split("\x1f") + ["", "", ""])[:4]
+                commits.append(Commit(sha=sha, date=date, author=author, subject=subject))
+        return commits[:limit]
+
+
+def _release_tag(tag: str) -> str | None:
+    match = re.fullmatch(r"v(\d+\.\d+.*)", tag)
+    if not match:
+        return None
+    try:
+        Version(match.group(1))
+    except InvalidVersion:
+        return None
+    return match.group(1)
