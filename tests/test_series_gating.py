@@ -202,10 +202,15 @@ def resolutions(tmp_path_factory, release_dir, gating_series):
             jobs.append((v, "unpatched", cap, [(m, ()) for m in MODELS]))
     for v in ("0.5.6.post2", "0.5.8"):  # the regressions the patch fixes, as the release has them
         jobs.append((v, "unpatched", "12.0", [(m, ()) for m in MODELS]))
+    # The whole bundled series on 0.5.4, whose capability patch widens is_blackwell() to 12.x.
+    full = work / "0.5.4-full-series"
+    shutil.copytree(release_dir("0.5.4"), full)
+    assert apply_series(find_target(full), load_series()).exit_code == 0
+    jobs.append(("0.5.4", "full-series", "12.0", [("qwen3-next-gdn", ())]))
 
     def run(job):
         v, kind, cap, requests = job
-        root = patched[v] if kind == "patched" else release_dir(v)
+        root = {"patched": patched.get(v), "full-series": full}.get(kind) or release_dir(v)
         return (v, kind, cap), resolve_many(root, requests, cap)
 
     with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 1))) as pool:
@@ -279,3 +284,13 @@ def test_the_release_regressions_are_gone(resolutions):
     after = {r.model: r for r in resolutions[("0.5.8", "patched", "12.0")][: len(MODELS)]}
     assert before["qwen3-next-gdn"].backends["attention_decode"] == "flashinfer"
     assert after["qwen3-next-gdn"].backends["attention_decode"] == "triton"
+
+
+def test_hybrid_gdn_default_follows_the_release_is_blackwell(resolutions):
+    """With the whole series, 0.5.4's is_blackwell() covers 12.x (capability patch), so its hybrid GDN
+    wrapper accepts triton only there; the gate reads the release's own is_blackwell() and picks triton."""
+    (gdn,) = resolutions[("0.5.4", "full-series", "12.0")]
+    assert gdn.status == "resolved", gdn.error
+    assert gdn.backends["attention_prefill"] == gdn.backends["attention_decode"] == "triton"
+    (alone,) = [r for r in resolutions[("0.5.4", "patched", "12.0")] if r.model == "qwen3-next-gdn"]
+    assert alone.backends["attention_decode"] == "flashinfer"  # unwidened is_blackwell(): flashinfer runs
