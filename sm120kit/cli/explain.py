@@ -52,7 +52,13 @@ def explain(app: AppContext, items: tuple[str, ...], release: str | None, models
         args=sglang_args, flashinfer=_FLASHINFER[flashinfer], deep_gemm=deep_gemm, env=_env(env), jobs=jobs,
         release_pins=release_pins, console=console)
     emit(json_mode, result.to_json(), lambda: _print(console, result))
-    _verdict(result)
+    try:
+        _verdict(result)
+    except (CheckFailed, MissingDependency) as exc:
+        if json_mode:  # stdout keeps one document (the result, "ok": false); the code says what failed
+            console.warn(exc.render())
+            raise click.exceptions.Exit(exc.exit_code) from exc
+        raise
     return 0
 
 
