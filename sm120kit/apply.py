@@ -12,7 +12,7 @@ import dataclasses
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -273,7 +273,7 @@ def _restore(root: Path, path: str, data: bytes | None, mode: int | None) -> Non
 
 
 def _prune_empty_dirs(folder: Path, stop: Path) -> None:
-    """Remove folders a created file left empty (``__pycache__`` aside, nothing else is in them)."""
+    """Remove the folders a removed file leaves empty, up to (not including) ``stop``."""
     while folder != stop and stop in folder.parents:
         try:
             folder.rmdir()
@@ -283,10 +283,6 @@ def _prune_empty_dirs(folder: Path, stop: Path) -> None:
 
 
 # -- repair after an interrupted run ---------------------------------------------------------------------
-
-def pending_journal(store: StateStore) -> Journal | None:
-    return store.load_journal()
-
 
 def describe_journal(store: StateStore, journal: Journal) -> str:
     written = sum(1 for e in journal.entries if _hash_of(store.root / e.path) == e.to_hash

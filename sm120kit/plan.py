@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Collection
 
-from sm120kit.hunks import FileDiff, HunkResult, decode, encode, place_hunks, split_lines
+from sm120kit.hunks import HunkResult, decode, encode, place_hunks, split_lines
 from sm120kit.patchset import Marker, Patch, Series, Variant
 from sm120kit.state import read_recorded
 

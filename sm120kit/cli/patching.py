@@ -13,7 +13,7 @@ from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_a
 from sm120kit.errors import NotSglangTree, UsageError
 from sm120kit.plan import PatchPlan
 from sm120kit.target import Target, find_target
-from sm120kit.ui import Console, print_json
+from sm120kit.ui import Console
 
 _PATH = click.argument("path", required=False, type=click.Path(path_type=Path))
 _RELEASE = click.option(
