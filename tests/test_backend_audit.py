@@ -182,3 +182,11 @@ def test_explain_cli(release_dir):
     assert entry["args"] == ["--attention-backend", "fa3"]
     assert {f["value"] for f in entry["flagged"]} == {"fa3"}
     assert "no SM120 code" in bad.stderr
+
+
+@pytest.mark.slow
+def test_git_clone_layout(git_clone_tree):
+    """Faked 12.1 device: a git clone (python/sglang) resolves like the installed package."""
+    result = resolve(git_clone_tree("0.5.23"), "deepseek-v3-mla", "12.1", flashinfer=False)
+    assert result.status == "resolved" and result.release == "0.5.23"
+    assert result.attention == "triton" and not result.flagged

@@ -346,7 +346,9 @@ def _details(release: str | None, capability: str, backends: dict) -> tuple[Flag
 def _resolution(target: Target, job: _Job, capability: str, flashinfer: bool, deep_gemm: bool, header: dict,
                 data: dict, overlay: probe_env.Overlay) -> Resolution:
     stand_ins = tuple(header.get("stand_ins", ()))
-    common = dict(release=target.version, capability=capability, model=job.model, stand_ins=stand_ins,
+    # A git clone's files may not state the release; then the version the imported package reports counts.
+    release = target.version or header.get("sglang_version")
+    common = dict(release=release, capability=capability, model=job.model, stand_ins=stand_ins,
                   args=job.args, flashinfer=flashinfer, deep_gemm=deep_gemm, overlay=overlay.packages,
                   seconds=data.get("seconds"))
     status = data.get("status", "not-run")
@@ -363,13 +365,13 @@ def _resolution(target: Target, job: _Job, capability: str, flashinfer: bool, de
         # 0.5.6.post2 picks trtllm_mha on 12.0 and then rejects its own choice.
         partial = data.get("partial_raw")
         backends = backends_from_raw(partial, None) if partial else {k: None for k in BACKEND_KEYS}
-        details = _details(target.version, capability, backends) if partial else ()
+        details = _details(release, capability, backends) if partial else ()
         return Resolution(ok=False, backends=backends, flagged=tuple(str(d) for d in details), error=error,
                           details=details, status=status, error_type=data.get("error_type"),
                           missing_module=data.get("missing_module"), traceback=data.get("traceback"),
                           raw=partial or {}, **common)
     backends = backends_from_raw(data.get("raw", {}), data.get("deep_gemm"))
-    details = _details(target.version, capability, backends)
+    details = _details(release, capability, backends)
     return Resolution(ok=True, backends=backends, flagged=tuple(str(d) for d in details), error=None,
                       details=details, method=data.get("method"), raw=data.get("raw", {}), **common)
 
@@ -455,7 +457,8 @@ def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | 
         for combo in combos:
             ordered.append(outcome[combo][index])
     stand_ins = sorted({s for r in ordered for s in r.stand_ins})
-    return BackendAuditResult(root=str(target.root), release=target.version, resolutions=tuple(ordered),
+    release = target.version or next((r.release for r in ordered if r.release), None)
+    return BackendAuditResult(root=str(target.root), release=release, resolutions=tuple(ordered),
                               seconds=time.perf_counter() - started, stand_ins=tuple(stand_ins),
                               overlay=overlay.packages)
 
