@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import sys
 import tempfile
 import time
@@ -23,6 +24,11 @@ from sm120kit.ui import Console
 from sm120kit.verify import smem_audit
 from sm120kit.verify.audit_cache import AuditCache
 from sm120kit.verify.shapes import expand, load_matrix
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
@@ -38,10 +44,14 @@ def main() -> int:
     console = Console(quiet=args.quiet)
     with tempfile.TemporaryDirectory(prefix="sm120kit-bench-audit-") as tmp:
         cache = AuditCache(Path(tmp))
+        load_before = os.getloadavg()[0]
+        cpu_before = _children_cpu()
         start = time.perf_counter()
         cold = smem_audit.audit_tree(root, archs=archs, matrix=matrix, cache=cache, jobs=args.jobs,
                                      console=console, version=args.release)
         cold_s = time.perf_counter() - start
+        cold_cpu = _children_cpu() - cpu_before
+        load_after = os.getloadavg()[0]
         start = time.perf_counter()
         warm = smem_audit.audit_tree(root, archs=archs, matrix=matrix, cache=cache, jobs=args.jobs,
                                      console=console, version=args.release)
@@ -52,7 +62,9 @@ def main() -> int:
     print(f"machine: {cpu}, Python {platform.python_version()}")
     print(f"sglang {args.release}, archs {', '.join(archs)}: {calls} launcher calls, "
           f"{cold.kernel_count()} kernels compiled")
-    print(f"cold: {cold_s:.1f} s ({cold.compiled} compiled)")
+    print(f"cold: {cold_s:.1f} s wall, {cold_cpu:.1f} s CPU in the probes ({cold.compiled} compiled); "
+          f"load average {load_before:.1f} before, {load_after:.1f} after (other work on the machine "
+          f"slows the wall time; CPU / cores = {cold_cpu / (os.cpu_count() or 1):.1f} s)")
     print(f"warm: {warm_s:.2f} s ({warm.cached} from cache)")
     print(f"warm/cold: {warm_s / cold_s:.4f} (cold is {cold_s / warm_s:.0f}x the warm run)")
     print(f"goals: cold < 180 s: {'met' if cold_s < 180 else 'MISSED'}; warm < 10 s: "
@@ -60,7 +72,7 @@ def main() -> int:
     for case, kernel in cold.over_limit:
         print(f"over the limit: {case.arch} {case.case.id} {kernel.name} {kernel.shared} B > {kernel.limit} B")
     print(f"| {args.release} | {', '.join(archs)} | {calls} | {cold.kernel_count()} | {cold_s:.1f} s | "
-          f"{warm_s:.2f} s | {warm_s / cold_s:.4f} | {cpu} |")
+          f"{cold_cpu:.1f} s | {warm_s:.2f} s | {warm_s / cold_s:.4f} | {cpu}, load {load_before:.1f} |")
     return 0
 
 

@@ -8,7 +8,7 @@ import importlib.util
 import click
 
 from sm120kit.cli import cli
-from sm120kit.cli.common import AppContext, emit, json_option, pass_app
+from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app
 from sm120kit.errors import CheckFailed, MissingDependency
 from sm120kit.ui import Console
 
@@ -84,6 +84,8 @@ def _print(console: Console, result, findings_only: bool) -> None:
         else:
             console.info("no kernel differs.")
         console.info("unpatched: " + smem_audit.summary_line(comparison.pristine))
+    if main.overlay:
+        console.info(f"this release's imports needed its own pinned packages: {main.overlay}")
     if main.register_reader is None:
         console.info("registers: not shown (no cuobjdump found; pip install nvidia-cuda-cuobjdump).")
     print(("patched: " if comparison else "") + smem_audit.summary_line(main), flush=True)
@@ -103,5 +105,10 @@ def _backends(console: Console, path, release, archs, json_mode: bool) -> int:
     from sm120kit.cli import explain as explain_cli  # the backend audit's own table and verdict
 
     emit(json_mode, result.to_json(), lambda: explain_cli._print(console, result))
-    explain_cli._verdict(result)
+    try:
+        explain_cli._verdict(result)
+    except (CheckFailed, MissingDependency) as exc:
+        if json_mode:  # stdout keeps one document (the result, "ok": false), as `explain --json` does
+            exit_with(exc.exit_code, exc.render())
+        raise
     return 0

@@ -310,6 +310,17 @@ def _call(fn, available: dict) -> Any:
     return fn(**{name: value for name, value in available.items() if name in params})
 
 
+def _where(exc: BaseException) -> str:
+    """`` (at sglang/.../file.py:123)``: the innermost SGLang frame, for errors with a terse message."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(frames):
+        parts = Path(frame.filename).parts
+        if "sglang" in parts:
+            index = len(parts) - 1 - parts[::-1].index("sglang")
+            return f" (at {'/'.join(parts[index:])}:{frame.lineno})"
+    return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+
+
 def _kernel_json(record, usage) -> dict:
     regs = None
     if usage:
@@ -354,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                 entry.update(status="import-error", error=str(exc), missing=exc.missing)
             except Exception as exc:  # noqa: BLE001 - a compile error is a finding, not a crash
                 lines = [ln for ln in traceback.format_exception_only(type(exc), exc) if ln.strip()]
-                entry.update(status="compile-error", error="".join(lines).strip()[-2000:])
+                entry.update(status="compile-error", error=("".join(lines).strip() + _where(exc))[-2000:])
             seen: set[str] = set()
             for record in recorder.take():
                 if record.hash in seen:

@@ -255,7 +255,7 @@ def _run_probe(root: Path, arch: str, cases: list[ProbeCase], policy: Mapping, c
 
         def on_line(line: str) -> None:
             if line.startswith(DONE_MARK):
-                progress.tick(line[len(DONE_MARK):])
+                progress.tick(f"{arch} {line[len(DONE_MARK):]}")
 
         result = runner.run(argv, cwd=tmp, extra_env=env, on_line=on_line, check=False,
                             timeout=_PROBE_TIMEOUT, what=f"kernel probe ({label}, {arch})")
@@ -361,11 +361,10 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Matr
     stood_in: set[str] = set()
     reader: str | None = None
     overlay_path: Path | None = None
-    compiled = 0
     jobs = jobs or default_jobs()
 
     def run_all(work: dict[str, list[ProbeCase]], overlay: Path | None) -> None:
-        nonlocal reader, compiled
+        nonlocal reader
         total = sum(len(v) for v in work.values())
         if not total:
             return
@@ -384,7 +383,6 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Matr
             for case in chunk:
                 data = out["cases"][case.id]
                 reports[(arch, case.id)] = _case_report(arch, case, data, cached=False)
-                compiled += 1
                 if data["status"] in ("ok", "skipped"):
                     cache.put(keys[(arch, case.id)], data)
 
@@ -400,6 +398,11 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Matr
             run_all(retry, overlay_path)
 
     ordered = tuple(reports[(a, c.id)] for a in archs for c in cases)
+    compiled = sum(not r.cached for r in ordered)
+    if reader is None and any(k.registers is not None for r in ordered for k in r.kernels):
+        from sm120kit.verify.cubin import find_cuobjdump
+
+        reader = find_cuobjdump() or "cuobjdump (cached results)"
     missing = sorted({r.missing for r in ordered if r.status == "import-error" and r.missing
                       and not r.missing.startswith("sglang")})
     if missing:
