@@ -39,7 +39,7 @@ SM120_SHARED_MEMORY_PER_BLOCK = 101376
 DEVICES = ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA GeForce RTX 5090")
 # Batch sizes (tokens) SGLang's tuning script writes configs for.
 BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
-TRITON_FOLDER = "triton_3_4_0"
+TRITON_FOLDER = "triton_3_3_1"
 
 # (model, experts, moe intermediate size, experts per token, tensor-parallel sizes, quantizations)
 # Quantization: None = bf16/fp16 weights, "fp8" = FP8 per tensor, "fp8-block" = FP8 with 128x128 blocks.
