@@ -1,0 +1,156 @@
+"""The pieces of the upgrade checks on their own: metadata edits, version ranges, diff writing, merge
+regions, duplicate definitions and moved-file search (on real release files). ``git merge-file`` is the
+real program."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import unidiff
+from packaging.specifiers import SpecifierSet
+
+from sm120kit.hunks import file_diffs, place_hunks, split_lines
+from sm120kit.patchset import load_patch, load_series
+from sm120kit.refresh import (_new_duplicates, conflict_regions, edit_metadata, merge_file, new_ranges,
+                              unified_diff)
+from sm120kit.upstream import MOVE_SIMILARITY, find_moved
+
+REPO = Path(__file__).resolve().parent.parent
+SERIES = REPO / "patches" / "sglang"
+
+
+def test_new_ranges_close_the_old_range_at_the_new_release():
+    series = load_series(SERIES)
+    gating = series.get("sm120-backend-gating")
+    by_name = {v.name: v for v in gating.variants}
+    # Open-ended newest variant: it is closed at the new release, the new one is open-ended.
+    assert new_ranges(gating, by_name["0.5.21.diff"], "0.5.24") == (">=0.5.21,<0.5.24", ">=0.5.24")
+    # A release inside a closed range: the new variant keeps that range's upper bound.
+    assert new_ranges(gating, by_name["0.5.12.diff"], "0.5.15") == (">=0.5.12,<0.5.15", ">=0.5.15,<0.5.19")
+    # A release no variant covers (past a closed range): the new range ends where the next one starts.
+    ext = series.get("sm120-extend-attention")
+    assert new_ranges(ext, ext.variants[1], "0.5.9") == (None, ">=0.5.9")
+    prefill = series.get("sm120-prefill-attention")
+    assert new_ranges(prefill, prefill.variants[0], "0.5.12") == (">=0.5.2,<0.5.12", ">=0.5.12,<0.5.16")
+    for old, new in (new_ranges(gating, by_name["0.5.12.diff"], "0.5.15"),):
+        assert not any(SpecifierSet(old).contains(v) and SpecifierSet(new).contains(v)
+                       for v in ("0.5.12", "0.5.14", "0.5.15", "0.5.18", "0.5.19"))
+
+
+def test_edit_metadata_changes_two_places_and_keeps_every_other_line(tmp_path):
+    folder = tmp_path / "sm120-backend-gating"
+    shutil.copytree(SERIES / "sm120-backend-gating", folder)
+    text = (folder / "patch.toml").read_text()
+    shutil.copy(folder / "0.5.21.diff", folder / "0.5.24.diff")
+    new = edit_metadata(text, 8, ">=0.5.21,<0.5.24", "0.5.24.diff", ">=0.5.24", "0.5.24", 9)
+    old_lines, new_lines = text.splitlines(), new.splitlines()
+    removed = [line for line in old_lines if line not in new_lines]
+    added = [line for line in new_lines if line not in old_lines]
+    assert removed == ['releases = ">=0.5.21"']
+    assert added == ['releases = ">=0.5.21,<0.5.24"', 'diff = "0.5.24.diff"', 'releases = ">=0.5.24"',
+                     'base = "0.5.24"']
+    # The new entry goes after the last [[variants]] and before the comment that leads the markers.
+    assert new.index('diff = "0.5.24.diff"') < new.index("# Present upstream only when")
+    (folder / "patch.toml").write_text(new)
+    patch = load_patch(folder)
+    assert [str(v.releases) for v in patch.variants][-2:] == ["<0.5.24,>=0.5.21", ">=0.5.24"]
+    assert patch.variant_for("0.5.24").name == "0.5.24.diff" and patch.variant_for("0.5.23").name == "0.5.21.diff"
+
+
+def test_unified_diff_round_trips_through_the_engine_with_and_without_final_newline():
+    before = "def f():\n    return 1\n\n\nx = 1\ny = 2\nz = 3"  # no newline at the end
+    after = "def f():\n    return 2\n\n\nx = 1\ny = 2\nz = 4\n"
+    text = unified_diff("sglang/m.py", before, after)
+    assert "\\ No newline at end of file\n" in text
+    assert text.splitlines()[2] == "@@ -1,7 +1,7 @@"
+    [diff] = file_diffs(unidiff.PatchSet(text))
+    placed = place_hunks(split_lines(before), diff)
+    assert placed.ok and "".join(placed.lines) == after
+    # The hunk header carries the enclosing definition, as git's default rule picks it.
+    long_before = "".join(f"    x{i} = {i}\n" for i in range(20)).replace("    x10 = 10", "def g():")
+    long_after = long_before.replace("x15 = 15", "x15 = 150")
+    assert "@@ -13,7 +13,7 @@ def g():" in unified_diff("sglang/m.py", long_before, long_after)
+    created = unified_diff("sglang/new.py", None, "A = 1\n")
+    assert created.startswith("--- /dev/null\n+++ b/sglang/new.py\n@@ -0,0 +1 @@")
+
+
+def test_merge_file_clean_and_conflicting_with_regions():
+    base = "a\nb\nc\nd\ne\n"
+    merged, count = merge_file("A\nb\nc\nd\ne\n", base, "a\nb\nc\nd\nE\n", ("upstream", "base", "patch"))
+    assert (merged, count) == ("A\nb\nc\nd\nE\n", 0)
+    merged, count = merge_file("a\nB1\nc\nd\ne\n", base, "a\nB2\nc\nd\ne\n", ("upstream", "base", "patch"))
+    assert count == 1
+    [region] = conflict_regions("sglang/x.py", merged)
+    assert (region.line, region.upstream, region.base, region.patch) == (2, ("B1",), ("b",), ("B2",))
+
+
+def test_duplicate_definitions_from_a_clean_merge_are_caught():
+    theirs = "def is_sm120_supported():\n    return True\n\n\ndef other():\n    pass\n"
+    merged = theirs + "\n\ndef is_sm120_supported():\n    return False\n"
+    assert _new_duplicates("sglang/srt/utils.py", theirs, merged) == ["is_sm120_supported"]
+    assert _new_duplicates("sglang/srt/utils.py", theirs, theirs + "\n\ndef third():\n    pass\n") == []
+    assert _new_duplicates("sglang/configs/x.json", theirs, merged) == []
+
+
+def test_find_moved_on_real_releases(release_dir):
+    old = "sglang/srt/layers/attention/triton_ops/extend_attention.py"
+    reference = (release_dir("0.5.14") / old).read_text()
+    moved = find_moved(release_dir("0.5.17"), old, reference)
+    assert moved.new == "sglang/kernels/ops/attention/extend_attention.py"
+    assert moved.similarity > 0.8 and moved.compared == "file"  # 0.87: three releases of edits since
+    # Only the hunk lines to go by: the share of them found in the candidate.
+    hunk_lines = reference.splitlines()[20:60]
+    by_lines = find_moved(release_dir("0.5.17"), old, None, hunk_lines)
+    assert by_lines.new == moved.new and by_lines.compared == "hunks"
+    # A file that was removed (double-sparsity attention, gone in 0.5.11) is reported gone.
+    gone_path = "sglang/srt/layers/attention/triton_ops/double_sparsity_attention.py"
+    gone = find_moved(release_dir("0.5.14"), gone_path, (release_dir("0.5.10") / gone_path).read_text())
+    assert gone.new is None and gone.similarity < MOVE_SIMILARITY and gone.nearest
+    assert "is gone" in gone.describe()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("matrix",), "Name some targets"),
+    (("matrix", "--releases", "9.9.1..9.9.9"), "names no SGLang release"),
+    (("refresh", "no-such-patch", "--release", "0.5.2"), "has no patch 'no-such-patch'"),
+    (("check-upstream", "--release", "not-a-version"), "is not a release version"),
+])
+def test_usage_errors_are_one_paragraph(args, message, release_dir):
+    from apply_support import run_cli
+
+    release_dir("0.5.2")
+    proc = run_cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_nightly_workflow_runs_commands_that_parse():
+    """Every ``sm120kit`` command in the GitHub Actions workflow parses with the real CLI, the report goes to
+    the job summary and to an issue comment, and the schedule is nightly."""
+    import shlex
+
+    import click
+    import yaml
+
+    from sm120kit.cli import _register, cli
+
+    workflow = yaml.safe_load((REPO / "scripts" / "ci" / "nightly-upstream.yml").read_text())
+    triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` key as true
+    assert triggers["schedule"][0]["cron"].split()[2:] == ["*", "*", "*"]
+    steps = workflow["jobs"]["check-upstream"]["steps"]
+    runs = "\n".join(step.get("run", "") for step in steps)
+    commands = [line.strip() for line in runs.splitlines() if line.strip().startswith("sm120kit ")]
+    assert len(commands) == 2
+    _register()
+    for command in commands:
+        words = shlex.split(command.split(" > ")[0].replace("${{ steps.newest.outputs.version }}", "0.5.23")
+                            .replace("$SGLANG_REF", "origin/main"))
+        sub = cli.get_command(click.Context(cli), words[1])
+        ctx = sub.make_context(words[1], words[2:])  # raises on an unknown option or a bad value
+        assert ctx.params["fmt"] == "markdown"
+    assert any("--ref" in c and "--repo sglang-upstream" in c for c in commands)
+    assert "$GITHUB_STEP_SUMMARY" in runs and "gh issue comment" in runs
+    snippet = runs.split("python -c '", 1)[1].split("'", 1)[0]
+    compile(snippet, "nightly-upstream.yml", "exec")
