@@ -46,6 +46,12 @@ def pass_app(func: Callable) -> Callable:
     return wrapper
 
 
+def shorten(text: str, width: int = 110) -> str:
+    """One line of at most ``width`` characters (``...`` where it was cut), for a table cell."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def exit_with(code: int, message: str) -> None:
     """After a result was printed: a non-zero ``code`` prints ``error: message`` on stderr and exits with it
     (no second JSON document on stdout, unlike a raised error)."""

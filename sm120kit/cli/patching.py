@@ -10,6 +10,7 @@ from sm120kit import apply as engine
 from sm120kit import patchset, releases, workcopy
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app, print_hunk_conflict
+from sm120kit.cli.common import shorten as _short
 from sm120kit.errors import NotSglangTree, UsageError
 from sm120kit.plan import PatchPlan
 from sm120kit.target import Target, find_target
@@ -45,11 +46,6 @@ def _describe_target(target: Target, release: str | None, exact: bool) -> str:
     if target.commit:
         what += f" @ {target.commit[:12]}" + ("" if exact else " (between releases)")
     return f"{target.package_dir} ({what}, {target.kind})"
-
-
-def _short(text: str, width: int = 110) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _status_rows(patches: list[dict]) -> list[list[str]]:

@@ -12,7 +12,8 @@ from sm120kit import patchset, releases
 from sm120kit import refresh as refresher
 from sm120kit import upstream
 from sm120kit.cli import cli
-from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app, print_hunk_conflict
+from sm120kit.cli.common import (AppContext, emit, exit_with, json_option, pass_app, print_hunk_conflict,
+                                 shorten)
 from sm120kit.errors import DownloadError, ToolFailed, UsageError
 from sm120kit.gitrepo import SglangClone
 from sm120kit.ui import Console, render_markdown_table, render_table
@@ -78,7 +79,8 @@ def _describe(target: upstream.CheckTarget) -> str:
 # -- check-upstream --------------------------------------------------------------------------------------
 
 def _rows(result: upstream.CheckResult) -> list[list[str]]:
-    return [[p.patch_id, STATUS_WORDS.get(p.status, p.status), p.variant or "-", p.detail] for p in result.patches]
+    return [[p.patch_id, STATUS_WORDS.get(p.status, p.status), p.variant or "-", shorten(p.detail)]
+            for p in result.patches]
 
 
 def _print_check(console: Console, result: upstream.CheckResult) -> None:
