@@ -14,7 +14,7 @@ import click
 
 from sm120kit import __version__
 from sm120kit.cli.common import AppContext
-from sm120kit.errors import Sm120kitError
+from sm120kit.errors import Sm120kitError, UsageError
 from sm120kit.ui import print_json
 
 
@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
+        if json_mode:  # a usage error found by click still leaves one error document on stdout
+            kind = UsageError if exc.exit_code == UsageError.exit_code else Sm120kitError
+            print_json(kind(exc.format_message()).to_json())
         exc.show()
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
@@ -73,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug in sm120kit, not a user error
         if verbose:
             traceback.print_exc()
+        if json_mode:
+            print_json(Sm120kitError(f"internal error: {type(exc).__name__}: {exc}").to_json())
         click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
         click.echo("This is a bug in sm120kit; run again with -v and report the traceback.", err=True)
         sys.exit(1)

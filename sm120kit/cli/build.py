@@ -11,7 +11,7 @@ from sm120kit import build as build_mod
 from sm120kit import deps as deps_mod
 from sm120kit import fatbin
 from sm120kit.cli import cli
-from sm120kit.cli.common import AppContext, emit, json_option, pass_app
+from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app
 from sm120kit.errors import CheckFailed, UsageError
 from sm120kit.kernel_source import find_kernel_source
 
@@ -112,9 +112,10 @@ def build_kernel(app: AppContext, src: Path, archs: tuple[str, ...], out_dir: Pa
     if not result.ok:
         bad = result.failures or result.checks
         names = ", ".join(f"{c.library.label} ({c.status})" for c in bad) or "no library loaded on 12.x was built"
-        raise CheckFailed(f"The wheel {result.wheel} lacks the requested SASS ({', '.join(plan.sass)}) in: {names}. "
-                          f"Full log: {plan.log_file}",
-                          hint=f"Check the objects in {plan.launcher_log} and the compile lines in the log.")
+        _fail_after_output(json_mode, CheckFailed(
+            f"The wheel {result.wheel} lacks the requested SASS ({', '.join(plan.sass)}) in: {names}. "
+            f"Full log: {plan.log_file}",
+            hint=f"Check the objects in {plan.launcher_log} and the compile lines in the log."))
 
 
 @cli.command("fetch-deps")
@@ -169,5 +170,14 @@ def inspect_so(app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...
     emit(json_mode, {"libraries": [lib.to_json() for lib in libraries], "require": list(wanted),
                      "lacking": [lib.label for lib in lacking]}, human)
     if wanted and lacking:
-        raise CheckFailed(f"{len(lacking)} of {len(libraries)} libraries lack SASS for {', '.join(wanted)}: "
-                          + ", ".join(lib.label for lib in lacking) + ".")
+        _fail_after_output(json_mode, CheckFailed(
+            f"{len(lacking)} of {len(libraries)} libraries lack SASS for {', '.join(wanted)}: "
+            + ", ".join(lib.label for lib in lacking) + "."))
+
+
+def _fail_after_output(json_mode: bool, error: CheckFailed) -> None:
+    """The result is printed: with --json stdout keeps that one document (its "ok"/"lacking" say what failed)
+    and the exit code says the rest; without it the error is raised as usual."""
+    if json_mode:
+        exit_with(error.exit_code, error.render())
+    raise error
