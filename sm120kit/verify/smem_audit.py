@@ -38,10 +38,13 @@ _PROBE_SOURCES = ("kernel_probe.py", "fake_device.py", "launchers.py")
 _PROBE_TIMEOUT = 3600
 
 
-def check_arch(text: str) -> str:
-    """``"12.0"``, ``"sm_120"``, ``"120"`` -> ``"12.0"``; a UsageError for anything without a preset."""
+def check_arch(text: str | tuple[int, int]) -> str:
+    """``"12.0"``, ``"sm_120"``, ``"120"``, ``(12, 0)`` -> ``"12.0"``; a UsageError for anything without a
+    preset."""
     from sm120kit.verify.fake_device import PRESETS
 
+    if isinstance(text, tuple):
+        text = f"{text[0]}.{text[1]}"
     try:
         major, minor = parse_capability(text)
     except ValueError:
