@@ -86,6 +86,7 @@ class RefreshResult:
     from_variant: str | None
     new_diff: str | None
     new_releases: str | None
+    from_base: str | None = None  # the base release of from_variant
     old_releases_before: str | None = None
     old_releases_after: str | None = None
     diff_text: str = ""
@@ -112,6 +113,7 @@ class RefreshResult:
     def to_json(self) -> dict:
         return {"command": "refresh", "patch": self.patch_id, "target": self.target.to_json(),
                 "release": self.release, "outcome": self.outcome, "from_variant": self.from_variant,
+                "from_base": self.from_base,
                 "new_variant": {"diff": self.new_diff, "releases": self.new_releases, "base": self.release}
                 if self.new_diff else None,
                 "old_variant_releases": {"before": self.old_releases_before, "after": self.old_releases_after},
@@ -308,9 +310,10 @@ def _draft_dir(patch_id: str, release: str) -> Path:
 
 def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_release: str | None = None,
                   dry_run: bool = False, replace: bool = False, force: bool = False,
-                  console=None) -> RefreshResult:
-    """Rebuild ``patch_id`` for ``target`` (see the module text); writes only when the merge is clean,
-    the engine places the new diff, and ``dry_run`` is off."""
+                  resolved: Path | None = None, console=None) -> RefreshResult:
+    """Rebuild ``patch_id`` for ``target`` (see the module text); writes only when the merge is clean (or
+    every conflicting file was resolved by hand in ``resolved``, a folder laid out like the draft one), the
+    engine places the new diff, and ``dry_run`` is off."""
     patch = series.get(patch_id)
     if patch is None:
         close = difflib.get_close_matches(patch_id, [p.id for p in series.patches], n=1)
@@ -331,7 +334,8 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
     index = next(i for i, p in enumerate(series.patches) if p.id == patch.id)
     earlier = Series(path=series.path, patches=series.patches[:index])
 
-    base = dict(patch_id=patch.id, target=target, release=release, from_variant=source.name)
+    base = dict(patch_id=patch.id, target=target, release=release, from_variant=source.name,
+                from_base=source.base)
     current = plan_series(target.root, series, version=target.version, exact=target.exact, recorded=())
     now = current.patches[index]
     if now.status == "present-upstream":
@@ -358,7 +362,7 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
         # Changed files first, so that the files the variant creates can follow a folder that moved.
         for diff in sorted(source.files, key=lambda d: d.action == "create"):
             result, section, merged = _refresh_file(diff, source, read_base, read_target, target.root, labels,
-                                                    moves)
+                                                    moves, resolved)
             if result.moved is not None and result.moved.new:
                 moves[str(PurePosixPath(result.old_path).parent)] = str(PurePosixPath(result.path).parent)
             done.append((result, section))
@@ -375,7 +379,8 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
 
     if any(f.merge in NEEDS_PERSON for f in files):
         draft = _draft_dir(patch.id, release)
-        shutil.rmtree(draft, ignore_errors=True)
+        if resolved is None or draft.resolve() != resolved.resolve():
+            shutil.rmtree(draft, ignore_errors=True)
         for path, text in merged_texts.items():
             (draft / path).parent.mkdir(parents=True, exist_ok=True)
             (draft / path).write_bytes(text.encode("utf-8", "surrogateescape"))
@@ -386,7 +391,8 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
         return RefreshResult(outcome="conflict", diff_text=diff_text, draft_dir=draft,
                              message=f"{patch.id}: the merge onto {target.label} needs a person ({'; '.join(people)}). "
                                      f"The merged files with conflict markers and a draft diff are in {draft}; "
-                                     "the series was not changed.", **common)
+                                     "the series was not changed. Resolve the files there, then run the same "
+                                     f"command with --resolved {draft}.", **common)
     if not diff_text:
         return RefreshResult(outcome="present-upstream", diff_text="",
                              message=f"every change of {patch.id} {source.name} is already in {target.label}; "
@@ -421,7 +427,8 @@ def _follow_moves(path: str, moves: dict[str, str], target_root: Path) -> str:
 
 
 def _refresh_file(diff: FileDiff, source: Variant, read_base, read_target, target_root: Path,
-                  labels: tuple[str, str, str], moves: dict[str, str]) -> tuple[RefreshedFile, str, str | None]:
+                  labels: tuple[str, str, str], moves: dict[str, str],
+                  resolved: Path | None) -> tuple[RefreshedFile, str, str | None]:
     if diff.action == "create":
         path = _follow_moves(diff.path, moves, target_root)
         note = f"created in {PurePosixPath(path).parent}/ (the folder of {diff.path} moved)" \
@@ -431,7 +438,7 @@ def _refresh_file(diff: FileDiff, source: Variant, read_base, read_target, targe
             return (RefreshedFile(path=path, old_path=diff.path, action="create", merge="clean", note=note),
                     unified_diff(path, None, diff.target_text), None)
         merged, count = merge_file(theirs, "", diff.target_text, labels)
-        return _merged(path, diff.path, "modify", theirs, merged, count, None)
+        return _merged(path, diff.path, "modify", theirs, merged, count, None, resolved)
     base_text = read_base(diff.path)
     if base_text is None:
         raise SeriesError(f"{source.diff}: {diff.path} is not in its base release {source.base}; the variant "
@@ -461,7 +468,7 @@ def _refresh_file(diff: FileDiff, source: Variant, read_base, read_target, targe
         path = moved.new
         theirs = read_target(path)
     merged, count = merge_file(theirs, base_text, ours, labels)
-    return _merged(path, diff.path, "modify", theirs, merged, count, moved)
+    return _merged(path, diff.path, "modify", theirs, merged, count, moved, resolved)
 
 
 def _top_level_names(text: str) -> list[str] | None:
@@ -490,7 +497,18 @@ def _new_duplicates(path: str, theirs: str, merged: str) -> list[str]:
 
 
 def _merged(path: str, old_path: str, action: str, theirs: str, merged: str, count: int,
-            moved: MovedFile | None) -> tuple[RefreshedFile, str, str | None]:
+            moved: MovedFile | None, resolved: Path | None = None) -> tuple[RefreshedFile, str, str | None]:
+    if resolved is not None and (resolved / path).is_file():
+        text = (resolved / path).read_bytes().decode("utf-8", "surrogateescape")
+        markers = conflict_regions(path, text)
+        if markers:
+            raise UsageError(f"{resolved / path} still has conflict markers (line {markers[0].line}).",
+                             hint="Keep the lines you want between <<<<<<< and >>>>>>>, delete the markers, "
+                                  "then run the command again.")
+        if text != merged:
+            return (RefreshedFile(path=path, old_path=old_path, action=action, merge="resolved", moved=moved,
+                                  note=f"taken from {resolved / path}"),
+                    unified_diff(path, theirs, text) if text != theirs else "", text)
     if count:
         return (RefreshedFile(path=path, old_path=old_path, action=action, merge="conflict",
                               conflicts=conflict_regions(path, merged), moved=moved),

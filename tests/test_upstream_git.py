@@ -318,3 +318,36 @@ def test_refresh_merge_conflict_is_left_for_a_person(history, tmp_path):
     assert "error: up-prefill-block: the merge onto origin/conflicting" in proc.stderr
     json.loads(run_cli("refresh", "up-prefill-block", "--ref", "origin/conflicting", "--repo", str(user),
                        "--as-release", "0.5.3", "--series", str(series), "--json").stdout)
+
+
+def test_refresh_takes_a_resolution_from_the_draft_folder(history, tmp_path):
+    up, user, _ = history
+    series = _copy_series(tmp_path)
+    args = ("refresh", "up-prefill-block", "--ref", "origin/conflicting", "--repo", str(user), "--as-release",
+            "0.5.3", "--series", str(series))
+    code, data = run_json(*args)
+    assert code == 4
+    draft = Path(data["draft_dir"])
+    merged = draft / TRITON_OPS / "prefill_attention.py"
+    text = merged.read_text()
+
+    proc = run_cli(*args, "--resolved", str(draft))
+    assert proc.returncode == 2 and "still has conflict markers" in proc.stderr
+
+    # A person keeps upstream's BLOCK = 32 and the patch's SM12x branch.
+    start, end = text.index("<<<<<<< "), text.index(">>>>>>> ")
+    end = text.index("\n", end) + 1
+    resolution = ("        BLOCK = 32\n    if _is_cuda and CUDA_CAPABILITY[0] == 12:\n"
+                  "        # sm120kit test patch: 99 KB of shared memory per block on SM12x.\n        BLOCK = 64\n")
+    merged.write_text(text[:start] + resolution + text[end:])
+    code, data = run_json(*args, "--resolved", str(draft))
+    assert code == 0 and data["outcome"] == "written" and data["verified"] == "applies", data
+    assert [f["merge"] for f in data["files"]] == ["resolved"]
+
+    target = tmp_path / "apply-clone"
+    git.Repo.clone_from(str(up), str(target), branch="conflicting")
+    code, data = run_json("apply", str(target), "--series", str(series))
+    assert code == 0, data
+    prefill = next(p for p in data["patches"] if p["id"] == "up-prefill-block")
+    assert (prefill["status"], prefill["variant"]) == ("applied", "0.5.3.diff")
+    assert resolution in (target / "python" / TRITON_OPS / "prefill_attention.py").read_text()

@@ -275,8 +275,8 @@ def _print_refresh(console: Console, result: refresher.RefreshResult, dry_run: b
     for conflict in result.conflicts:
         console.info("")
         console.info(console.style(f"needs a person: {conflict.file} line {conflict.line}", "31"))
-        for title, lines in (("upstream now", conflict.upstream), (f"base {result.from_variant}", conflict.base),
-                             ("the patch", conflict.patch)):
+        for title, lines in (("upstream now", conflict.upstream), (f"base (SGLang {result.from_base})", conflict.base),
+                             (f"the patch ({result.from_variant})", conflict.patch)):
             console.info(f"    {title}:")
             for line in lines or ["(nothing)"]:
                 console.info(f"      | {line}")
@@ -306,11 +306,14 @@ def _print_refresh(console: Console, result: refresher.RefreshResult, dry_run: b
 @click.option("--dry-run", is_flag=True, help="Print the new diff and metadata change; write nothing.")
 @click.option("--replace", is_flag=True, help="Rebuild the diff of an existing variant for that release.")
 @click.option("--force", is_flag=True, help="Rebuild even when the current variant applies exactly.")
+@click.option("--resolved", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              metavar="DIR", help="Take the files a person resolved from DIR (the draft folder a conflicting "
+                                  "refresh named) instead of the conflicting merge.")
 @json_option
 @pass_app
 def refresh_cmd(app: AppContext, patch_id: str, path: Path | None, release: str | None, ref: str | None,
                 repo: Path | None, no_fetch: bool, as_release: str | None, series_dir: Path | None,
-                dry_run: bool, replace: bool, force: bool, json_mode: bool) -> None:
+                dry_run: bool, replace: bool, force: bool, resolved: Path | None, json_mode: bool) -> None:
     """Rebuild PATCH for a new SGLang by a three-way merge (git merge-file) of its variant onto the new
     files, with the variant's base release as the merge base. A clean merge is written as a new variant
     (diff file + [[variants]] entry from that release on; the old range is closed there); conflicts are
@@ -319,6 +322,6 @@ def refresh_cmd(app: AppContext, patch_id: str, path: Path | None, release: str 
     series = patchset.load_series(series_dir)
     with _open(path, release, ref, repo, not no_fetch, console) as target:
         result = refresher.refresh_patch(series, patch_id, target, as_release=as_release, dry_run=dry_run,
-                                         replace=replace, force=force, console=console)
+                                         replace=replace, force=force, resolved=resolved, console=console)
     emit(json_mode, result.to_json(), lambda: _print_refresh(console, result, dry_run))
     exit_with(result.exit_code, result.message)
