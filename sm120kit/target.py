@@ -16,7 +16,9 @@ from pathlib import Path
 
 from sm120kit.errors import NotSglangTree
 
-_VERSION_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)
+# `__version__ = "0.5.2"` (version.py up to 0.5.9) or `__version__ = version = '0.5.23'` (the _version.py
+# that setuptools-scm / vcs-versioning writes from 0.5.10 on).
+_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,13 @@ def _looks_like_package(path: Path) -> bool:
 
 
 def read_version(package_dir: Path) -> str | None:
-    """From ``sglang/version.py``, else from a ``sglang-*.dist-info`` beside the package."""
-    version_file = package_dir / "version.py"
-    if version_file.is_file():
-        match = _VERSION_RE.search(version_file.read_text(encoding="utf-8", errors="replace"))
-        if match:
-            return match.group(1)
+    """From ``sglang/version.py`` or ``sglang/_version.py``, else from a ``sglang-*.dist-info`` beside it."""
+    for name in ("version.py", "_version.py"):
+        version_file = package_dir / name
+        if version_file.is_file():
+            match = _VERSION_RE.search(version_file.read_text(encoding="utf-8", errors="replace"))
+            if match:
+                return match.group(1)
     for meta in sorted(package_dir.parent.glob("sglang-*.dist-info/METADATA")):
         headers = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
         if headers.get("Version"):
