@@ -33,6 +33,7 @@ from sm120kit.errors import ConflictError, DownloadError, WarningsAsErrors
 from sm120kit.gitrepo import Commit, SglangClone
 from sm120kit.hunks import HunkResult
 from sm120kit.patchset import Patch, Series, Variant
+from sm120kit.plan import _APPLIED_FOUND as APPLIED_WITHOUT_RECORD  # "already-applied", found by reverse-apply
 from sm120kit.plan import PatchPlan, SeriesPlan, plan_series
 from sm120kit.target import find_target
 
@@ -50,7 +51,6 @@ EXIT_CONFLICT = ConflictError.exit_code
 EXIT_WARNINGS = WarningsAsErrors.exit_code
 
 _OUT_OF_RANGE = "is outside every variant's range"
-_REVERSE_APPLIED = "(the diff reverse-applies; no state record lists it)"
 
 
 # -- targets ---------------------------------------------------------------------------------------------
@@ -412,7 +412,7 @@ def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative
     if plan.status == "present-upstream":
         return PatchCheck(status="present-upstream", detail=plan.reason, warnings=tuple(warnings), **common)
     if plan.status == "already-applied":
-        if _REVERSE_APPLIED in plan.reason:
+        if plan.reason == APPLIED_WITHOUT_RECORD:
             warnings.append("the change is upstream but no marker of the patch matches; add a [[markers]] "
                             "entry naming it")
             return PatchCheck(status="present-upstream",
@@ -448,7 +448,7 @@ def check_upstream(series: Series, target: CheckTarget, *, fuzz: int = 0, base_f
     """Classify every patch of ``series`` on ``target``; reads files, writes nothing."""
     start = time.perf_counter()
     if base_files is None:
-        base_files = BaseFiles(target.clone, target.prefix or "python")
+        base_files = BaseFiles(target.clone, target.prefix)
     plan = plan_series(target.root, series, version=target.version, fuzz=fuzz, exact=target.exact)
     alternatives = _alternatives(series, target, plan, fuzz)
     checks = tuple(
