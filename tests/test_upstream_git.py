@@ -351,3 +351,19 @@ def test_refresh_takes_a_resolution_from_the_draft_folder(history, tmp_path):
     prefill = next(p for p in data["patches"] if p["id"] == "up-prefill-block")
     assert (prefill["status"], prefill["variant"]) == ("applied", "0.5.3.diff")
     assert resolution in (target / "python" / TRITON_OPS / "prefill_attention.py").read_text()
+
+
+def test_matrix_over_refs_and_a_release(history):
+    _, user, shas = history
+    code, data = run_json("matrix", "--releases", "0.5.2", "--ref", "origin/main", "--ref", "origin/conflicting",
+                          "--repo", str(user), "--series", str(SERIES))
+    assert code == 4, data
+    labels = [r["target"]["label"] for r in data["rows"]]
+    assert labels == ["0.5.2", f"origin/main @ {shas['release'][:12]}", f"origin/conflicting @ {shas['conflicting'][:12]}"]
+    release, main, conflicting = (r["cells"] for r in data["rows"])
+    assert set(release.values()) == {"0.5.2"}, "the series applies as made on the real 0.5.2"
+    assert main == {"up-prefill-block": "CONFLICT", "up-extend-flag": "upstream", "up-decode-splits": "moved",
+                    "up-capability-helper": "upstream"}
+    assert conflicting["up-prefill-block"] == "CONFLICT" and conflicting["up-decode-splits"] == "0.5.2"
+    assert "conflicts on 2 target(s)" in data["message"]
+    assert git.Repo(user).git.worktree("list", "--porcelain").count("worktree ") == 1
