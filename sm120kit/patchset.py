@@ -7,9 +7,7 @@ and line, and every diff is parsed with :mod:`unidiff` up front, so a series tha
 
 from __future__ import annotations
 
-import difflib
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,14 +16,10 @@ import unidiff
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from sm120kit import resources
+from sm120kit import resources, tomldoc
 from sm120kit.errors import SeriesError
 from sm120kit.hunks import DiffFormatError, FileDiff, file_diffs
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from sm120kit.suggest import did_you_mean
 
 SERIES_FILE = "series.toml"
 PATCH_FILE = "patch.toml"
@@ -131,117 +125,20 @@ def default_series_dir() -> Path:
     return resources.patches_dir() / "sglang"
 
 
-# -- TOML with line numbers -------------------------------------------------------------------------------
+# -- TOML with line numbers (sm120kit.tomldoc) -----------------------------------------------------------
 
-_TABLE_RE = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(#.*)?$")
-_KEY_RE = re.compile(r"""^\s*("[^"]*"|'[^']*'|[A-Za-z0-9_\-]+(?:\s*\.\s*[A-Za-z0-9_\-]+)*)\s*=""")
+_Lines = tomldoc.Lines  # the line finder, under the name other modules import from here
 
-
-def _unquote(key: str) -> str:
-    key = key.strip()
-    return key[1:-1] if key[:1] in "\"'" and key[-1:] == key[:1] else key
-
-
-class _Lines:
-    """Where each key of a TOML document was written: ``line_of(("variants", 1, "diff"))`` -> 1-based line.
-
-    A small scan that understands tables, arrays of tables, dotted keys and multi-line strings; enough to
-    point an error at the right line (the values themselves come from :mod:`tomllib`).
-    """
-
-    def __init__(self, text: str) -> None:
-        self.where: dict[tuple, int] = {}
-        counts: dict[tuple, int] = {}
-        table: tuple = ()
-        in_string: str | None = None
-        for number, line in enumerate(text.splitlines(), 1):
-            if in_string:
-                if line.count(in_string) % 2 == 1:
-                    in_string = None
-                continue
-            match = _TABLE_RE.match(line)
-            if match and not _KEY_RE.match(line):
-                parts = tuple(_unquote(p) for p in match.group(2).split("."))
-                if match.group(1) == "[[":
-                    index = counts.get(parts, 0)
-                    counts[parts] = index + 1
-                    table = parts + (index,)
-                else:
-                    table = parts
-                self.where.setdefault(table, number)
-                continue
-            match = _KEY_RE.match(line)
-            if match:
-                key = tuple(_unquote(p) for p in match.group(1).split("."))
-                self.where.setdefault(table + key, number)
-                rest = line[match.end():]
-                for quote in ('"""', "'''"):
-                    if rest.count(quote) % 2 == 1:
-                        in_string = quote
-                        break
-
-    def line_of(self, path: tuple) -> int | None:
-        for end in range(len(path), -1, -1):
-            if path[:end] in self.where:
-                return self.where[path[:end]]
-        return None
+_WORDING = tomldoc.Wording(
+    syntax_hint="Fix the syntax (see docs/series-format.md for an example).",
+    type_names={str: "string", bool: "boolean (true/false)", list: "array", dict: "table", int: "integer"},
+    wanted_prefix="a ",
+    alternatives={(str, list): "string or array of strings"},
+)
 
 
-@dataclass
-class _Doc:
-    file: Path
-    data: dict
-    lines: _Lines
-
-    def fail(self, path: tuple, message: str, hint: str | None = None) -> SeriesError:
-        line = self.lines.line_of(path)
-        where = f"{self.file}:{line}" if line else str(self.file)
-        return SeriesError(f"{where}: {message}", hint=hint)
-
-
-def _read_toml(file: Path) -> _Doc:
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SeriesError(f"{file} does not exist.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SeriesError(f"{file}: cannot be read ({exc}).") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        match = re.search(r"\(at line (\d+), column (\d+)\)", message)
-        where = f"{file}:{match.group(1)}:{match.group(2)}" if match else str(file)
-        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", message)
-        raise SeriesError(f"{where}: not valid TOML: {reason}.",
-                          hint="Fix the syntax (see docs/series-format.md for an example).") from None
-    return _Doc(file=file, data=data, lines=_Lines(text))
-
-
-def _did_you_mean(word: str, choices) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" Did you mean '{close[0]}'?" if close else ""
-
-
-def _check_keys(doc: _Doc, table: dict, path: tuple, known: dict[str, type | tuple], required: tuple[str, ...],
-                what: str) -> None:
-    for key, value in table.items():
-        if key not in known:
-            raise doc.fail(path + (key,), f"unknown key '{key}' in {what}.{_did_you_mean(key, known)}",
-                           hint=f"Allowed keys: {', '.join(known)}.")
-        want = known[key]
-        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-            names = " or ".join(t.__name__ for t in (want if isinstance(want, tuple) else (want,)))
-            raise doc.fail(path + (key,), f"'{key}' in {what} must be a {_toml_type(names)}, "
-                                          f"not {_toml_type(type(value).__name__)} ({value!r}).")
-    for key in required:
-        if key not in table:
-            raise doc.fail(path, f"{what} lacks the required key '{key}'.")
-
-
-def _toml_type(name: str) -> str:
-    return {"str": "string", "bool": "boolean (true/false)", "list": "array", "dict": "table",
-            "int": "integer"}.get(name, name).replace("str or list", "string or array of strings")
+def _read_toml(file: Path) -> tomldoc.Doc:
+    return tomldoc.read(file, SeriesError, _WORDING)
 
 
 # -- loading ---------------------------------------------------------------------------------------------
@@ -259,7 +156,7 @@ def load_series(path: Path | None = None) -> Series:
             f"The patch series folder {folder} has no {SERIES_FILE} yet, so there is nothing to list or apply.",
             hint="Add series.toml naming the patches in order (docs/series-format.md), or pass --series DIR.")
     doc = _read_toml(series_file)
-    _check_keys(doc, doc.data, (), {"patches": list}, (), "series.toml")
+    tomldoc.check_keys(doc, doc.data, (), {"patches": list}, (), "series.toml")
     ids = doc.data.get("patches", [])
     seen: set[str] = set()
     patches: list[Patch] = []
@@ -274,7 +171,7 @@ def load_series(path: Path | None = None) -> Series:
         if not (patch_folder / PATCH_FILE).is_file():
             present = sorted(p.name for p in folder.iterdir() if (p / PATCH_FILE).is_file())
             raise doc.fail(("patches",), f"patch '{patch_id}' has no folder {patch_folder.name}/ with "
-                                         f"{PATCH_FILE}.{_did_you_mean(patch_id, present)}")
+                                         f"{PATCH_FILE}.{did_you_mean(patch_id, present)}")
         patches.append(load_patch(patch_folder))
     listed = set(ids)
     for extra in sorted(p for p in folder.iterdir() if (p / PATCH_FILE).is_file() and p.name not in listed):
@@ -294,7 +191,7 @@ def load_patch(folder: Path) -> Patch:
     """Read one patch folder (``patch.toml`` and its diffs)."""
     doc = _read_toml(folder / PATCH_FILE)
     data = doc.data
-    _check_keys(doc, data, (), _PATCH_KEYS, tuple(_PATCH_KEYS), "patch.toml")
+    tomldoc.check_keys(doc, data, (), _PATCH_KEYS, tuple(_PATCH_KEYS), "patch.toml")
     if data["id"] != folder.name:
         raise doc.fail(("id",), f"id '{data['id']}' differs from its folder name '{folder.name}'.",
                        hint="The id, the folder and the entry in series.toml must be the same.")
@@ -303,7 +200,7 @@ def load_patch(folder: Path) -> Patch:
             raise doc.fail((key,), f"'{key}' is empty.")
 
     up = data["upstream"]
-    _check_keys(doc, up, ("upstream",), _UPSTREAM_KEYS, ("forwarded",), "[upstream]")
+    tomldoc.check_keys(doc, up, ("upstream",), _UPSTREAM_KEYS, ("forwarded",), "[upstream]")
     reference, reason = up.get("reference", "").strip(), up.get("reason", "").strip()
     if up["forwarded"]:
         if not re.match(r"^https?://\S+$", reference):
@@ -329,16 +226,16 @@ def load_patch(folder: Path) -> Patch:
                  folder=folder)
 
 
-def _table(doc: _Doc, value: Any, path: tuple, what: str) -> dict:
+def _table(doc: tomldoc.Doc, value: Any, path: tuple, what: str) -> dict:
     if not isinstance(value, dict):
         raise doc.fail(path, f"each {what} entry must be a table ([[{path[0]}]]), not {value!r}.")
     return value
 
 
-def _variant(doc: _Doc, folder: Path, index: int, raw: Any) -> Variant:
+def _variant(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> Variant:
     path = ("variants", index)
     raw = _table(doc, raw, path, "variants")
-    _check_keys(doc, raw, path, _VARIANT_KEYS, tuple(_VARIANT_KEYS), f"[[variants]] entry {index + 1}")
+    tomldoc.check_keys(doc, raw, path, _VARIANT_KEYS, tuple(_VARIANT_KEYS), f"[[variants]] entry {index + 1}")
     try:
         releases = SpecifierSet(raw["releases"])
     except InvalidSpecifier:
@@ -357,7 +254,7 @@ def _variant(doc: _Doc, folder: Path, index: int, raw: Any) -> Variant:
     if "/" in raw["diff"] or not diff_path.is_file():
         present = sorted(p.name for p in folder.glob("*.diff"))
         raise doc.fail(path + ("diff",), f"diff file '{raw['diff']}' is not in {folder}."
-                                         f"{_did_you_mean(raw['diff'], present)}")
+                                         f"{did_you_mean(raw['diff'], present)}")
     patch_set = parse_diff(diff_path)
     files = _files(diff_path, patch_set)
     return Variant(diff=diff_path, releases=releases, base=raw["base"], patch_set=patch_set, files=files)
@@ -382,7 +279,7 @@ def _probe_versions(variants: tuple[Variant, ...]) -> list[str]:
     return sorted(points, key=Version)
 
 
-def _check_overlap(doc: _Doc, variants: tuple[Variant, ...]) -> None:
+def _check_overlap(doc: tomldoc.Doc, variants: tuple[Variant, ...]) -> None:
     probes = _probe_versions(variants)
     for i, a in enumerate(variants):
         for j in range(i + 1, len(variants)):
@@ -395,10 +292,10 @@ def _check_overlap(doc: _Doc, variants: tuple[Variant, ...]) -> None:
                                hint="Each release must select exactly one variant.")
 
 
-def _marker(doc: _Doc, index: int, raw: Any) -> Marker:
+def _marker(doc: tomldoc.Doc, index: int, raw: Any) -> Marker:
     path = ("markers", index)
     raw = _table(doc, raw, path, "markers")
-    _check_keys(doc, raw, path, _MARKER_KEYS, tuple(_MARKER_KEYS), f"[[markers]] entry {index + 1}")
+    tomldoc.check_keys(doc, raw, path, _MARKER_KEYS, tuple(_MARKER_KEYS), f"[[markers]] entry {index + 1}")
     files = (raw["file"],) if isinstance(raw["file"], str) else tuple(raw["file"])
     if not files or not all(isinstance(f, str) and f.startswith("sglang/") and ".." not in f for f in files):
         raise doc.fail(path + ("file",), f"file = {raw['file']!r} must be a path (or list of paths) "

@@ -27,14 +27,10 @@ from typing import Any, Iterable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from sm120kit import arch, runner
+from sm120kit import arch, runner, tomldoc
 from sm120kit.errors import MissingDependency, RecipeError, UsageError
 from sm120kit.resources import patches_dir, recipes_dir
-
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from sm120kit.suggest import did_you_mean
 
 SERVE_SUBDIR = "serve"
 LAUNCH_MODULE = "sglang.launch_server"
@@ -105,7 +101,7 @@ class Recipe:
     notes: dict[str, Note]
 
     def where(self, line: int | None) -> str:
-        return _where_of(self.path, line)
+        return tomldoc.location(self.path, line)
 
     def to_json(self) -> dict:
         return {
@@ -123,133 +119,19 @@ class Recipe:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Strict TOML reading with line numbers
+# Strict TOML reading with line numbers (sm120kit.tomldoc)
 # --------------------------------------------------------------------------------------------------------
-def _split_key(text: str) -> tuple[str, ...]:
-    """``notes."attention-backend"`` -> ("notes", "attention-backend")."""
-    parts: list[str] = []
-    buf = ""
-    quote: str | None = None
-    for ch in text.strip():
-        if quote:
-            if ch == quote:
-                quote = None
-            else:
-                buf += ch
-        elif ch in "\"'":
-            quote = ch
-        elif ch == ".":
-            parts.append(buf.strip())
-            buf = ""
-        else:
-            buf += ch
-    parts.append(buf.strip())
-    return tuple(p for p in parts if p != "")
+_WORDING = tomldoc.Wording(
+    missing="Cannot read the recipe {file}: {reason}.",
+    unreadable="Cannot read the recipe {file}: {reason}.",
+    position_first=False,
+    keys_hint="Keys allowed there: {keys}.",
+    sorted_keys=True,
+)
 
 
-class _Lines:
-    """Where each key of a TOML document is defined (``tomllib`` keeps no positions)."""
-
-    _HEADER = re.compile(r"^\s*\[\[?\s*(.+?)\s*\]\]?\s*(#.*)?$")
-    _KEY = re.compile(r"""^\s*((?:"[^"]*"|'[^']*'|[A-Za-z0-9_.\- ])+?)\s*=""")
-    _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'')
-
-    def __init__(self, text: str) -> None:
-        self.where: dict[tuple[str, ...], int] = {}
-        table: tuple[str, ...] = ()
-        in_string: str | None = None  # the closing delimiter of a multi-line string
-        depth = 0  # open brackets of a multi-line array
-        for number, line in enumerate(text.splitlines(), 1):
-            if in_string:
-                if line.count(in_string) % 2 == 1:
-                    in_string = None
-                continue
-            scan = line
-            for triple in ('"""', "'''"):
-                if triple in line:
-                    scan = line.split(triple, 1)[0]
-                    if line.count(triple) % 2 == 1:
-                        in_string = triple
-                    break
-            code = self._STRINGS.sub('""', scan).split("#", 1)[0]
-            if depth == 0:
-                header = self._HEADER.match(line)
-                if header and code.lstrip().startswith("[") and "=" not in code:
-                    table = _split_key(header.group(1))
-                    self.where.setdefault(table, number)
-                    continue
-                key = self._KEY.match(line)
-                if key:
-                    self.where.setdefault(table + _split_key(key.group(1)), number)
-                    code = code.split("=", 1)[1] if "=" in code else ""
-            depth = max(0, depth + code.count("[") - code.count("]"))
-
-    def line_of(self, path: tuple[str, ...]) -> int | None:
-        while path:
-            if path in self.where:
-                return self.where[path]
-            path = path[:-1]
-        return None
-
-
-class _Doc:
-    def __init__(self, path: Path, text: str, data: dict) -> None:
-        self.path = path
-        self.data = data
-        self.lines = _Lines(text)
-
-    def fail(self, key: tuple[str, ...], message: str, hint: str | None = None) -> RecipeError:
-        line = self.lines.line_of(key)
-        where = f"{self.path}:{line}" if line else str(self.path)
-        return RecipeError(f"{where}: {message}", hint=hint)
-
-
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" Did you mean '{close[0]}'?" if close else ""
-
-
-def _table_name(path: tuple[str, ...]) -> str:
-    return "the top level" if not path else "[" + ".".join(path) + "]"
-
-
-def _check_keys(doc: _Doc, table: dict, path: tuple[str, ...], known: dict[str, tuple[type, ...]],
-                required: Sequence[str]) -> None:
-    for key, value in table.items():
-        if key not in known:
-            raise doc.fail(path + (key,), f"unknown key '{key}' in {_table_name(path)}."
-                           + _did_you_mean(key, known),
-                           hint=f"Keys allowed there: {', '.join(sorted(known))}.")
-        types = known[key]
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            wanted = " or ".join(_toml_type(t) for t in types)
-            raise doc.fail(path + (key,), f"'{key}' in {_table_name(path)} must be {wanted}, "
-                           f"not {_toml_type(type(value))} ({value!r}).")
-    for key in required:
-        if key not in table:
-            raise doc.fail(path, f"{_table_name(path)} lacks the required key '{key}'.")
-
-
-def _toml_type(t: type) -> str:
-    return {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "an array",
-            dict: "a table"}.get(t, t.__name__)
-
-
-def _where_of(path: Path, line: int | None) -> str:
-    return f"{path}:{line}" if line else str(path)
-
-
-def _read(path: Path) -> _Doc:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RecipeError(f"Cannot read the recipe {path}: {exc.strerror or exc}.") from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(f"{path}: not valid TOML: {exc}.",
-                          hint="Fix the syntax at the line named (https://toml.io).") from exc
-    return _Doc(path, text, data)
+def _read(path: Path) -> tomldoc.Doc:
+    return tomldoc.read(path, RecipeError, _WORDING)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -268,8 +150,8 @@ def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     doc = _read(path)
     data = doc.data
-    _check_keys(doc, data, (), _TOP, ("name", "title", "description", "sglang", "model", "gpus", "flags",
-                                      "notes"))
+    tomldoc.check_keys(doc, data, (), _TOP, ("name", "title", "description", "sglang", "model", "gpus",
+                                             "flags", "notes"))
     name = data["name"]
     if name != path.stem:
         raise doc.fail(("name",), f"name '{name}' differs from the file name '{path.stem}'.",
@@ -288,10 +170,10 @@ def load_recipe(path: str | Path) -> Recipe:
         releases.append(item)
 
     model = data["model"]
-    _check_keys(doc, model, ("model",), _MODEL, ("path", "architecture", "quantization"))
+    tomldoc.check_keys(doc, model, ("model",), _MODEL, ("path", "architecture", "quantization"))
 
     gpus = data["gpus"]
-    _check_keys(doc, gpus, ("gpus",), _GPUS, ("count", "names", "capability"))
+    tomldoc.check_keys(doc, gpus, ("gpus",), _GPUS, ("count", "names", "capability"))
     if gpus["count"] < 1:
         raise doc.fail(("gpus", "count"), f"gpus.count must be at least 1, not {gpus['count']}.")
     if not gpus["names"] or not all(isinstance(n, str) and n.strip() for n in gpus["names"]):
@@ -330,7 +212,8 @@ def load_recipe(path: str | Path) -> Recipe:
         if not _ENV_NAME.match(key):
             raise doc.fail(where, f"'{key}' is not an environment variable name (upper case, digits, _).")
         if not isinstance(value, str):
-            raise doc.fail(where, f"environment variable {key} must be a string, not {_toml_type(type(value))}.",
+            raise doc.fail(where, f"environment variable {key} must be a string, "
+                                  f"not {doc.wording.type_name(type(value))}.",
                            hint=f'Write it quoted: {key} = "{value}".')
         env.append(Setting(key, value, doc.lines.line_of(where)))
 
@@ -340,11 +223,11 @@ def load_recipe(path: str | Path) -> Recipe:
         where = ("notes", key)
         if key not in settings:
             raise doc.fail(where, f"the note '{key}' is about no setting of this recipe."
-                           + _did_you_mean(key, settings),
+                           + did_you_mean(key, settings),
                            hint="A note's key is a flag name, an environment variable, 'model' or 'gpus'.")
         if not isinstance(raw, dict):
             raise doc.fail(where, f"notes.{key} must be a table with 'why' and 'sources'.")
-        _check_keys(doc, raw, where, _NOTE, ("why", "sources"))
+        tomldoc.check_keys(doc, raw, where, _NOTE, ("why", "sources"))
         sources = raw["sources"]
         if not sources:
             raise doc.fail(where + ("sources",), f"notes.{key}.sources is empty: cite at least one URL.")
@@ -355,19 +238,19 @@ def load_recipe(path: str | Path) -> Recipe:
     for setting in flags + env:
         if setting.name not in notes:
             kind = "flag" if setting in flags else "environment variable"
-            raise RecipeError(f"{_where_of(path, setting.line)}: the {kind} '{setting.name}' has no "
+            raise RecipeError(f"{tomldoc.location(path, setting.line)}: the {kind} '{setting.name}' has no "
                               "note saying why it is set.",
                               hint=f"Add a [notes.\"{setting.name}\"] table with 'why' and 'sources'.")
 
     tp = next((s for s in flags if s.name in ("tp-size", "tp", "tensor-parallel-size")), None)
     if tp is not None and isinstance(tp.value, int) and tp.value > gpus["count"]:
-        raise RecipeError(f"{_where_of(path, tp.line)}: tensor parallel size {tp.value} is more than "
+        raise RecipeError(f"{tomldoc.location(path, tp.line)}: tensor parallel size {tp.value} is more than "
                           f"the {gpus['count']} GPU(s) in [gpus].")
     if capability[0] == 12:
         for setting in flags:
             banned = NO_SM120_CODE.get(setting.name, frozenset())
             if isinstance(setting.value, str) and setting.value in banned:
-                raise RecipeError(f"{_where_of(path, setting.line)}: {setting.name} = "
+                raise RecipeError(f"{tomldoc.location(path, setting.line)}: {setting.name} = "
                                   f"\"{setting.value}\" has no code for compute capability 12.x.",
                                   hint="Pick a backend that runs on SM120 (attention: triton or flashinfer).")
 
@@ -410,7 +293,7 @@ def find_recipe(name_or_path: str, folder: Path | None = None) -> Recipe:
     path = folder / f"{name_or_path}.toml"
     if not path.is_file():
         names = sorted(p.stem for p in folder.glob("*.toml"))
-        raise UsageError(f"There is no recipe called '{name_or_path}'.{_did_you_mean(name_or_path, names)}",
+        raise UsageError(f"There is no recipe called '{name_or_path}'.{did_you_mean(name_or_path, names)}",
                          hint=f"Recipes: {', '.join(names) or 'none'} (sm120kit recipes lists them).")
     return load_recipe(path)
 
