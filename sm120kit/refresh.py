@@ -374,7 +374,8 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
     sections = [s for _, s in done if s]
     diff_text = "".join(sections)
     common = dict(new_diff=new_name, new_releases=new_range, old_releases_before=str(source.releases),
-                  old_releases_after=old_after, files=tuple(files), base_source=base_source, replaced=bool(existing),
+                  old_releases_after=old_after, files=tuple(files), base_source=base_source,
+                  replaced=bool(existing),
                   **base)
 
     if any(f.merge in NEEDS_PERSON for f in files):
@@ -389,10 +390,10 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
         people = [f"{f.path}: {len(f.conflicts)} conflict(s)" if f.merge == "conflict" else f"{f.path}: {f.note}"
                   for f in files if f.merge in NEEDS_PERSON]
         return RefreshResult(outcome="conflict", diff_text=diff_text, draft_dir=draft,
-                             message=f"{patch.id}: the merge onto {target.label} needs a person ({'; '.join(people)}). "
-                                     f"The merged files with conflict markers and a draft diff are in {draft}; "
-                                     "the series was not changed. Resolve the files there, then run the same "
-                                     f"command with --resolved {draft}.", **common)
+                             message=f"{patch.id}: the merge onto {target.label} needs a person "
+                                     f"({'; '.join(people)}). The merged files with conflict markers and a "
+                                     f"draft diff are in {draft}; the series was not changed. Resolve the files "
+                                     f"there, then run the same command with --resolved {draft}.", **common)
     if not diff_text:
         return RefreshResult(outcome="present-upstream", diff_text="",
                              message=f"every change of {patch.id} {source.name} is already in {target.label}; "
@@ -409,9 +410,8 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
                                      f"{patch.folder / PATCH_FILE}.", **common)
     written = _write(series, patch, source, existing, new_name, new_range, old_after, release, diff_text)
     return RefreshResult(outcome="written", diff_text=diff_text, verified=verified, written=written,
-                         message=f"wrote {patch.folder / new_name}"
-                                 + ("" if existing else f" and a [[variants]] entry in {patch.folder / PATCH_FILE}")
-                                 + ".", **common)
+                         message=f"wrote {patch.folder / new_name}" + ("" if existing else
+                                 f" and a [[variants]] entry in {patch.folder / PATCH_FILE}") + ".", **common)
 
 
 def _follow_moves(path: str, moves: dict[str, str], target_root: Path) -> str:
@@ -514,7 +514,8 @@ def _merged(path: str, old_path: str, action: str, theirs: str, merged: str, cou
                               conflicts=conflict_regions(path, merged), moved=moved),
                 unified_diff(path, theirs, merged), merged)
     if merged == theirs:
-        return RefreshedFile(path=path, old_path=old_path, action=action, merge="upstream", moved=moved), "", merged
+        unchanged = RefreshedFile(path=path, old_path=old_path, action=action, merge="upstream", moved=moved)
+        return unchanged, "", merged
     twice = _new_duplicates(path, theirs, merged)
     if twice:
         return (RefreshedFile(path=path, old_path=old_path, action=action, merge="duplicate", moved=moved,

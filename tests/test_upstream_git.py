@@ -73,7 +73,8 @@ def history(tmp_path, release_dir):
     _edit(up, f"{TRITON_OPS}/prefill_attention.py", "Memory-efficient attention for prefill.",
           "Memory-efficient attention for prefill (Triton).")
     shas["unrelated"] = _commit(repo, "Prefill attention: docstring")
-    _edit(up, f"{TRITON_OPS}/prefill_attention.py", "        BLOCK = 128\n", "        BLOCK = 128  # Hopper and newer\n")
+    _edit(up, f"{TRITON_OPS}/prefill_attention.py", "        BLOCK = 128\n",
+          "        BLOCK = 128  # Hopper and newer\n")
     shas["prefill-context"] = _commit(repo, "Prefill attention: note which GPUs take BLOCK 128")
     _edit(up, f"{TRITON_OPS}/extend_attention.py", "_is_hip = is_hip()\n\n",
           "_is_hip = is_hip()\n# SM12x (RTX PRO 6000 Blackwell, RTX 5090, DGX Spark) take their own tile sizes.\n"
@@ -140,7 +141,8 @@ def test_check_upstream_ref_classifies_each_event_and_leaves_the_clone_alone(his
     [hunk] = prefill["hunks"]
     assert hunk["file"] == f"{TRITON_OPS}/prefill_attention.py" and hunk["index"] == 1
     assert "        BLOCK = 128  # Hopper and newer" in hunk["found"]
-    assert "-        BLOCK = 128" in hunk["changed"] and "+        BLOCK = 128  # Hopper and newer" in hunk["changed"]
+    assert "-        BLOCK = 128" in hunk["changed"]
+    assert "+        BLOCK = 128  # Hopper and newer" in hunk["changed"]
     assert [c["sha"] for c in hunk["commits"]] == [shas["prefill-context"]], hunk
     assert hunk["commits"][0]["subject"] == "Prefill attention: note which GPUs take BLOCK 128"
     assert hunk["history"].startswith("git log -L")
@@ -281,8 +283,8 @@ def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_pat
     assert statuses["up-prefill-block"] == ("applied", "0.5.3.diff")
     assert statuses["up-decode-splits"] == ("applied", "0.5.3.diff")
     prefill = (target / "python" / TRITON_OPS / "prefill_attention.py").read_text()
-    assert "BLOCK = 128  # Hopper and newer\n    else:\n        BLOCK = 64\n    if _is_cuda and CUDA_CAPABILITY[0] == 12:" \
-        in prefill
+    assert ("BLOCK = 128  # Hopper and newer\n    else:\n        BLOCK = 64\n"
+            "    if _is_cuda and CUDA_CAPABILITY[0] == 12:") in prefill
     decode = (target / "python" / MOVED_DECODE).read_text()
     assert "# sm120kit test patch: the split count must fit the logits buffer." in decode
 
@@ -338,7 +340,8 @@ def test_refresh_takes_a_resolution_from_the_draft_folder(history, tmp_path):
     start, end = text.index("<<<<<<< "), text.index(">>>>>>> ")
     end = text.index("\n", end) + 1
     resolution = ("        BLOCK = 32\n    if _is_cuda and CUDA_CAPABILITY[0] == 12:\n"
-                  "        # sm120kit test patch: 99 KB of shared memory per block on SM12x.\n        BLOCK = 64\n")
+                  "        # sm120kit test patch: 99 KB of shared memory per block on SM12x.\n"
+                  "        BLOCK = 64\n")
     merged.write_text(text[:start] + resolution + text[end:])
     code, data = run_json(*args, "--resolved", str(draft))
     assert code == 0 and data["outcome"] == "written" and data["verified"] == "applies", data
@@ -359,7 +362,8 @@ def test_matrix_over_refs_and_a_release(history):
                           "--repo", str(user), "--series", str(SERIES))
     assert code == 4, data
     labels = [r["target"]["label"] for r in data["rows"]]
-    assert labels == ["0.5.2", f"origin/main @ {shas['release'][:12]}", f"origin/conflicting @ {shas['conflicting'][:12]}"]
+    assert labels == ["0.5.2", f"origin/main @ {shas['release'][:12]}",
+                      f"origin/conflicting @ {shas['conflicting'][:12]}"]
     release, main, conflicting = (r["cells"] for r in data["rows"])
     assert set(release.values()) == {"0.5.2"}, "the series applies as made on the real 0.5.2"
     assert main == {"up-prefill-block": "CONFLICT", "up-extend-flag": "upstream", "up-decode-splits": "moved",

@@ -90,7 +90,8 @@ def _print_check(console: Console, result: upstream.CheckResult) -> None:
     console.table(["patch", "status", "variant", "detail"], _rows(result))
     for patch in result.conflicts:
         console.info("")
-        console.info(console.style(f"conflict in {patch.patch_id} (variant {patch.variant}): {patch.detail}", "31"))
+        title = f"conflict in {patch.patch_id} (variant {patch.variant}): {patch.detail}"
+        console.info(console.style(title, "31"))
         for report in patch.hunks:
             if report.hunk.expected:
                 print_hunk_conflict(console, report.hunk)
@@ -275,7 +276,8 @@ def _print_refresh(console: Console, result: refresher.RefreshResult, dry_run: b
     for conflict in result.conflicts:
         console.info("")
         console.info(console.style(f"needs a person: {conflict.file} line {conflict.line}", "31"))
-        for title, lines in (("upstream now", conflict.upstream), (f"base (SGLang {result.from_base})", conflict.base),
+        for title, lines in (("upstream now", conflict.upstream),
+                             (f"base (SGLang {result.from_base})", conflict.base),
                              (f"the patch ({result.from_variant})", conflict.patch)):
             console.info(f"    {title}:")
             for line in lines or ["(nothing)"]:
