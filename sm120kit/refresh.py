@@ -34,10 +34,11 @@ from packaging.specifiers import Specifier, SpecifierSet
 from packaging.version import Version
 
 from sm120kit import releases, runner
+from sm120kit.tomldoc import Lines
 from sm120kit.atomicfile import write_atomic
 from sm120kit.errors import ConflictError, SeriesError, ToolFailed, UsageError
 from sm120kit.hunks import FileDiff, file_diffs, place_hunks, split_lines
-from sm120kit.patchset import PATCH_FILE, Patch, Series, Variant, _Lines, load_series, parse_diff
+from sm120kit.patchset import PATCH_FILE, Patch, Series, Variant, load_series, parse_diff
 from sm120kit.plan import plan_series
 from sm120kit.upstream import CheckTarget, MovedFile, find_moved
 
@@ -226,7 +227,7 @@ def edit_metadata(text: str, source_index: int | None, source_range: str | None,
     """``patch.toml`` with the source variant's ``releases`` replaced and a ``[[variants]]`` entry added
     after the last one; every other line kept as it was."""
     lines = text.splitlines(keepends=True)
-    where = _Lines(text)
+    where = Lines(text)
     if source_index is not None and source_range is not None:
         number = where.line_of(("variants", source_index, "releases"))
         pattern = re.compile(r"^(\s*releases\s*=\s*)([\"']).*?\2(.*)$", re.S)
