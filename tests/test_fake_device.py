@@ -70,6 +70,10 @@ def test_faked_cuda_answers_like_an_rtx_pro_6000_and_restores_torch():
         assert torch.cuda.device_count() == 1 and torch.cuda.current_device() == 0
         assert torch.cuda.get_device_capability() == (12, 0)
         assert torch.cuda.get_device_capability(torch.device("cuda:0")) == (12, 0)
+        assert torch.cuda.get_device_properties("cuda").major == 12  # SGLang 0.5.3 passes a string
+        assert torch.cuda.get_device_name("cuda:0").startswith("NVIDIA RTX PRO 6000")
+        with pytest.raises(ValueError, match="cuda device"):
+            torch.cuda.get_device_capability("cpu")
         assert torch.cuda.get_device_name(0) == "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
         props = torch.cuda.get_device_properties(0)
         assert (props.major, props.minor) == (12, 0)

@@ -159,12 +159,15 @@ class _Patcher:
 def _check_index(device: FakeDevice, index: Any) -> int:
     if index is None:
         return 0
-    if hasattr(index, "index"):  # torch.device
+    if isinstance(index, str):  # "cuda" or "cuda:0" (a str has an .index method too: test it first)
+        kind, _, number = index.partition(":")
+        if kind != "cuda":
+            raise ValueError(f"Expected a cuda device, but got: {index}")
+        index = int(number) if number else 0
+    elif hasattr(index, "index"):  # torch.device
         if getattr(index, "type", "cuda") not in ("cuda",):
             raise ValueError(f"Expected a cuda device, but got: {index}")
         index = index.index or 0
-    if isinstance(index, str):
-        index = int(index.split(":", 1)[1]) if ":" in index else 0
     if not 0 <= int(index) < 1:
         raise RuntimeError(f"invalid device ordinal {index}: the faked {device.name} is device 0")
     return int(index)
