@@ -127,8 +127,6 @@ def default_series_dir() -> Path:
 
 # -- TOML with line numbers (sm120kit.tomldoc) -----------------------------------------------------------
 
-_Lines = tomldoc.Lines  # the line finder, under the name other modules import from here
-
 _WORDING = tomldoc.Wording(
     syntax_hint="Fix the syntax (see docs/series-format.md for an example).",
     type_names={str: "string", bool: "boolean (true/false)", list: "array", dict: "table", int: "integer"},

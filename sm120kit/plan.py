@@ -338,7 +338,8 @@ def _mark_already_present(get_lines, attempt: _Attempt, fuzz: int) -> list[HunkR
 
 
 _APPLIED_RECORDED = "recorded in the state record; its changes are in the files"
-_APPLIED_FOUND = "its changes are in the files (the diff reverse-applies; no state record lists it)"
+# Public: the reason of an "already-applied" patch that no state record lists (callers tell it apart).
+APPLIED_FOUND = "its changes are in the files (the diff reverse-applies; no state record lists it)"
 
 
 def _as_applied(hunks) -> tuple[HunkResult, ...]:
@@ -376,7 +377,7 @@ def _unwind(tree: _Tree, series: Series, *, version: str | None, exact: bool, fu
                 continue
             if marker_hit and _markers_match(patch.markers, lambda p: undo.contents.get(p, text(p))) is not None:
                 continue
-            applied[patch.id] = (variant, _APPLIED_RECORDED if is_recorded else _APPLIED_FOUND,
+            applied[patch.id] = (variant, _APPLIED_RECORDED if is_recorded else APPLIED_FOUND,
                                  _as_applied(undo.hunks))
             for path, value in undo.contents.items():
                 overrides[path] = value
@@ -420,7 +421,7 @@ def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, 
             return plan("applies", variant, reason, attempt.hunks, new_files), attempt
         undo = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=True, describe=False)
         if undo.ok:
-            return plan("already-applied", variant, _APPLIED_FOUND, _as_applied(undo.hunks)), None
+            return plan("already-applied", variant, APPLIED_FOUND, _as_applied(undo.hunks)), None
         if first_conflict is None:
             first_conflict = attempt
     if first_conflict is None:

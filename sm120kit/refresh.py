@@ -40,6 +40,7 @@ from sm120kit.errors import ConflictError, SeriesError, ToolFailed, UsageError
 from sm120kit.hunks import FileDiff, file_diffs, place_hunks, split_lines
 from sm120kit.patchset import PATCH_FILE, Patch, Series, Variant, load_series, parse_diff
 from sm120kit.plan import plan_series
+from sm120kit.suggest import did_you_mean
 from sm120kit.upstream import CheckTarget, MovedFile, find_moved
 
 EXIT_OK = 0
@@ -317,8 +318,8 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
     engine places the new diff, and ``dry_run`` is off."""
     patch = series.get(patch_id)
     if patch is None:
-        close = difflib.get_close_matches(patch_id, [p.id for p in series.patches], n=1)
-        hint = f"Did you mean '{close[0]}'?" if close else f"Patches: {', '.join(p.id for p in series.patches)}."
+        close = did_you_mean(patch_id, [p.id for p in series.patches]).strip()
+        hint = close or f"Patches: {', '.join(p.id for p in series.patches)}."
         raise UsageError(f"The series {series.path} has no patch '{patch_id}'.", hint=hint)
     release = _release_for(target, as_release)
     new_name = f"{release}.diff"

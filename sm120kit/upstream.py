@@ -33,7 +33,7 @@ from sm120kit.errors import ConflictError, DownloadError, WarningsAsErrors
 from sm120kit.gitrepo import Commit, SglangClone
 from sm120kit.hunks import HunkResult
 from sm120kit.patchset import Patch, Series, Variant
-from sm120kit.plan import _APPLIED_FOUND as APPLIED_WITHOUT_RECORD  # "already-applied", found by reverse-apply
+from sm120kit.plan import APPLIED_FOUND as APPLIED_WITHOUT_RECORD  # "already-applied", found by reverse-apply
 from sm120kit.plan import PatchPlan, SeriesPlan, plan_series
 from sm120kit.target import find_target
 
