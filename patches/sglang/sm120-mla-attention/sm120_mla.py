@@ -1,0 +1,832 @@
+# Copyright 2026 the sm120kit authors. Licensed under the Apache License, Version 2.0.
+"""Split-KV attention for SM120 (compute capability 12.x): tree verify and MLA decode.
+
+Added to SGLang by sm120kit's ``sm120-mla-attention`` patch, beside ``extend_attention.py``.
+
+On SM120 every MLA model runs attention through the Triton backend. Its extend kernel, which serves
+speculative target-verify with a tree mask, walks the whole prefix once per (request, head, block of
+queries); its decode kernel caps the KV splits per request. Both leave most of the GPU idle at long
+context. The kernels here split the prefix across many programs instead:
+
+* ``_prefix_kernel``: one program per (row block, KV split, request x KV head). A row block holds
+  ``BLOCK_T`` query tokens x ``BLOCK_H`` heads of one KV head, so each KV tile is read once for every
+  head and every draft token of the block. The prefix needs no mask (the tree mask only covers the
+  draft tail when ``skip_prefix_custom_mask`` holds, as in SGLang's target verify).
+* ``_tail_kernel``: the draft tokens against each other, with SGLang's ``custom_mask`` layout.
+* ``_merge_kernel``: the log-sum-exp merge of the partial results, written in the output dtype.
+
+Entry points take the arguments of the release's ``extend_attention_fwd`` / ``decode_attention_fwd``
+and return True when they ran, False (having written nothing) for a case they do not serve, so the
+caller falls back to its own kernel. The Triton backend calls :func:`install` once; on a GPU that is
+not 12.x, or with ``SGLANG_SM120_MLA=0``, it changes nothing.
+
+Every configuration picked here compiles for sm_120a and sm_121a within 101376 bytes of shared
+memory (``sm120kit audit`` checks it).
+"""
+
+import os
+from typing import Dict, NamedTuple, Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+SMEM_LIMIT_SM120 = 101376
+MAX_TAIL = 64  # longest draft tail (tokens per request) the tree-verify path serves
+MAX_SPLITS = 256
+MIN_CHUNK = 256  # fewest prefix tokens one split walks
+MERGE_BLOCK_DV = 128  # value dims per merge program
+MERGE_CHUNK_S = 16  # partial results the merge reads per step
+
+
+class TileConfig(NamedTuple):
+    block_t: int  # query tokens per program
+    block_h: int  # heads per program (all of one KV head's group, or a power-of-two slice of it)
+    block_n: int  # KV tokens per step
+    num_warps: int
+    num_stages: int
+
+
+_CAPABILITY: Dict[int, Tuple[int, int]] = {}
+_SM_COUNT: Dict[int, int] = {}
+
+
+def _env_enabled() -> bool:
+    return os.environ.get("SGLANG_SM120_MLA", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _device_index(device) -> Optional[int]:
+    """The CUDA device index of ``device`` (a tensor, torch.device, string, int or None), else None."""
+    if isinstance(device, torch.Tensor):
+        device = device.device
+    if device is None or isinstance(device, int):
+        return torch.cuda.current_device() if device is None else device
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def enabled(device=None) -> bool:
+    """True on a CUDA (not ROCm) device of compute capability 12.x, unless SGLANG_SM120_MLA=0."""
+    if not _env_enabled() or torch.version.hip or torch.version.cuda is None:
+        return False
+    if not torch.cuda.is_available():
+        return False
+    index = _device_index(device)
+    if index is None:
+        return False
+    cap = _CAPABILITY.get(index)
+    if cap is None:
+        cap = _CAPABILITY[index] = tuple(torch.cuda.get_device_capability(index))
+    return cap[0] == 12
+
+
+def verify_first(extend_attention_fwd):
+    """``extend_attention_fwd`` that first offers the call to :func:`sm120_tree_verify_fwd`."""
+
+    def extend_attention_fwd_sm120(*args, **kwargs):
+        if sm120_tree_verify_fwd(*args, **kwargs):
+            return None
+        return extend_attention_fwd(*args, **kwargs)
+
+    extend_attention_fwd_sm120.__wrapped__ = extend_attention_fwd
+    return torch.compiler.disable(extend_attention_fwd_sm120)
+
+
+def decode_first(decode_attention_fwd):
+    """``decode_attention_fwd`` that first offers the call to :func:`sm120_mla_decode_fwd`."""
+
+    def decode_attention_fwd_sm120(*args, **kwargs):
+        if sm120_mla_decode_fwd(*args, **kwargs):
+            return None
+        return decode_attention_fwd(*args, **kwargs)
+
+    decode_attention_fwd_sm120.__wrapped__ = decode_attention_fwd
+    return torch.compiler.disable(decode_attention_fwd_sm120)
+
+
+def install(backend, device) -> bool:
+    """Route a Triton attention backend's extend and decode launchers through this module when
+    ``device`` is a 12.x CUDA GPU (and SGLANG_SM120_MLA is not 0). Returns whether it did; on any
+    other device the backend is left exactly as it was."""
+    if not enabled(device):
+        return False
+    backend.extend_attention_fwd = verify_first(backend.extend_attention_fwd)
+    backend.decode_attention_fwd = decode_first(backend.decode_attention_fwd)
+    return True
+
+
+def _sm_count(t: torch.Tensor) -> int:
+    if t.device.type != "cuda":
+        return 8
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    count = _SM_COUNT.get(index)
+    if count is None:
+        count = _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return count
+
+
+def head_dim_split(lk: int) -> Optional[Tuple[int, int]]:
+    """(BLOCK_D, BLOCK_DPE) for a query/key head dim: a power of two plus an optional rope part."""
+    if lk & (lk - 1) == 0 and 16 <= lk <= 512:
+        return lk, 0
+    for main in (512, 256, 128, 64):
+        rest = lk - main
+        if 0 < rest < main and rest & (rest - 1) == 0 and rest >= 16:
+            return main, rest
+    return None
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def pick_tiles(lk: int, lv: int, group: int, tokens: int) -> TileConfig:
+    """Tiles for the split-KV kernels, chosen for SM120's 101376-byte shared memory.
+
+    Rows per program (block_t x block_h) grow with the work per KV tile while the fp32 accumulator
+    stays within the register file; block_n and stages keep the KV tiles within shared memory.
+    """
+    block_h = min(_pow2_at_least(group), 16 if lv > 256 else 32)
+    block_h = max(block_h, 1)
+    rows_cap = 32 if lv > 256 else 64
+    block_t = max(1, min(_pow2_at_least(tokens), max(1, rows_cap // block_h)))
+    while block_t * block_h < 16:
+        block_t *= 2
+    if lk > 256:  # MLA 576/512: a 32-token KV tile is 36 KB in bf16
+        return TileConfig(block_t, block_h, 32, 4, 2)
+    if lk > 128:
+        return TileConfig(block_t, block_h, 32, 4, 2)
+    return TileConfig(block_t, block_h, 64, 4, 2)
+
+
+@triton.jit
+def _prefix_kernel(
+    Q,
+    K_Buf,
+    V_Buf,
+    q_indptr,
+    kv_indptr,
+    kv_indices,
+    O_part,
+    L_part,
+    qk_scale,
+    v_scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    stride_os,
+    stride_lt,
+    stride_lh,
+    n_kv_heads,
+    kv_group,
+    n_head_blocks,
+    num_splits,
+    Lk: tl.constexpr,
+    Lv: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DPE: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MIN_SPLIT: tl.constexpr,
+    IS_DECODE: tl.constexpr,
+    V_FROM_K: tl.constexpr,
+):
+    BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
+    LOG2E: tl.constexpr = 1.4426950408889634
+    pid_r = tl.program_id(0)
+    split = tl.program_id(1)
+    pid_bk = tl.program_id(2)
+    b = pid_bk // n_kv_heads
+    kvh = pid_bk % n_kv_heads
+    hb = pid_r % n_head_blocks
+    tb = pid_r // n_head_blocks
+
+    if IS_DECODE:
+        q_start = b
+        n_tok = 1
+    else:
+        q_start = tl.load(q_indptr + b)
+        n_tok = tl.load(q_indptr + b + 1) - q_start
+    if tb * BLOCK_T >= n_tok:
+        return
+    kv_start = tl.load(kv_indptr + b)
+    kv_len = tl.load(kv_indptr + b + 1) - kv_start
+
+    offs_m = tl.arange(0, BLOCK_M)
+    t_loc = tb * BLOCK_T + offs_m // BLOCK_H
+    h_grp = hb * BLOCK_H + offs_m % BLOCK_H
+    head = kvh * kv_group + h_grp
+    row_ok = (t_loc < n_tok) & (h_grp < kv_group)
+    t_glob = q_start + t_loc
+
+    # The split's share of the prefix: at least MIN_SPLIT tokens, a whole number of KV tiles.
+    chunk = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
+    chunk = tl.maximum(chunk, MIN_SPLIT)
+    start = split * chunk
+    end = tl.minimum(kv_len, start + chunk)
+
+    offs_l = t_glob * stride_lt + head * stride_lh + split
+    if start >= end:
+        tl.store(L_part + offs_l, float("-inf"), mask=row_ok)
+        return
+
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q = tl.load(
+        Q + t_glob[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=row_ok[:, None] & (offs_d[None, :] < Lk),
+        other=0.0,
+    )
+    if BLOCK_DPE > 0:
+        offs_dpe = BLOCK_D + tl.arange(0, BLOCK_DPE)
+        qpe = tl.load(
+            Q + t_glob[:, None] * stride_qt + head[:, None] * stride_qh + offs_dpe[None, :],
+            mask=row_ok[:, None],
+            other=0.0,
+        )
+
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    for n0 in range(start, end, BLOCK_N):
+        cols = n0 + offs_n
+        col_ok = cols < end
+        loc = tl.load(kv_indices + kv_start + cols, mask=col_ok, other=0).to(tl.int64)
+        k = tl.load(
+            K_Buf + loc[None, :] * stride_kt + kvh * stride_kh + offs_d[:, None],
+            mask=col_ok[None, :] & (offs_d[:, None] < Lk),
+            other=0.0,
+        ).to(q.dtype)
+        qk = tl.dot(q, k)
+        if BLOCK_DPE > 0:
+            kpe = tl.load(
+                K_Buf + loc[None, :] * stride_kt + kvh * stride_kh + offs_dpe[:, None],
+                mask=col_ok[None, :],
+                other=0.0,
+            ).to(q.dtype)
+            qk += tl.dot(qpe, kpe)
+        qk = tl.where(col_ok[None, :], qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if V_FROM_K:
+            v = tl.trans(k)
+        else:
+            v = tl.load(
+                V_Buf + loc[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
+                mask=col_ok[:, None] & (offs_dv[None, :] < Lv),
+                other=0.0,
+            ).to(q.dtype)
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v)
+        m_i = m_new
+
+    acc = acc * (v_scale / l_i[:, None])
+    tl.store(
+        O_part
+        + t_glob[:, None] * stride_ot
+        + head[:, None] * stride_oh
+        + split * stride_os
+        + offs_dv[None, :],
+        acc,
+        mask=row_ok[:, None] & (offs_dv[None, :] < Lv),
+    )
+    tl.store(L_part + offs_l, m_i + tl.log2(l_i), mask=row_ok)
+
+
+@triton.jit
+def _tail_kernel(
+    Q,
+    K_Ext,
+    V_Ext,
+    q_indptr,
+    kv_indptr,
+    mask_ptr,
+    mask_indptr,
+    O_part,
+    L_part,
+    qk_scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    stride_os,
+    stride_lt,
+    stride_lh,
+    n_kv_heads,
+    kv_group,
+    n_head_blocks,
+    slot,
+    Lk: tl.constexpr,
+    Lv: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DPE: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
+    pid_r = tl.program_id(0)
+    pid_bk = tl.program_id(1)
+    b = pid_bk // n_kv_heads
+    kvh = pid_bk % n_kv_heads
+    hb = pid_r % n_head_blocks
+    tb = pid_r // n_head_blocks
+
+    q_start = tl.load(q_indptr + b)
+    n_tok = tl.load(q_indptr + b + 1) - q_start
+    if tb * BLOCK_T >= n_tok:
+        return
+    kv_len = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
+    m_start = tl.load(mask_indptr + b)
+    row_len = kv_len + n_tok
+
+    offs_m = tl.arange(0, BLOCK_M)
+    t_loc = tb * BLOCK_T + offs_m // BLOCK_H
+    h_grp = hb * BLOCK_H + offs_m % BLOCK_H
+    head = kvh * kv_group + h_grp
+    row_ok = (t_loc < n_tok) & (h_grp < kv_group)
+    t_glob = q_start + t_loc
+
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_n = tl.arange(0, BLOCK_N)
+    col_ok = offs_n < n_tok
+    q = tl.load(
+        Q + t_glob[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=row_ok[:, None] & (offs_d[None, :] < Lk),
+        other=0.0,
+    )
+    k = tl.load(
+        K_Ext + (q_start + offs_n)[None, :] * stride_kt + kvh * stride_kh + offs_d[:, None],
+        mask=col_ok[None, :] & (offs_d[:, None] < Lk),
+        other=0.0,
+    ).to(q.dtype)
+    qk = tl.dot(q, k)
+    if BLOCK_DPE > 0:
+        offs_dpe = BLOCK_D + tl.arange(0, BLOCK_DPE)
+        qpe = tl.load(
+            Q + t_glob[:, None] * stride_qt + head[:, None] * stride_qh + offs_dpe[None, :],
+            mask=row_ok[:, None],
+            other=0.0,
+        )
+        kpe = tl.load(
+            K_Ext + (q_start + offs_n)[None, :] * stride_kt + kvh * stride_kh + offs_dpe[:, None],
+            mask=col_ok[None, :],
+            other=0.0,
+        ).to(q.dtype)
+        qk += tl.dot(qpe, kpe)
+    allowed = tl.load(
+        mask_ptr + m_start + t_loc[:, None] * row_len + kv_len + offs_n[None, :],
+        mask=row_ok[:, None] & col_ok[None, :],
+        other=0,
+    )
+    keep = (allowed != 0) & row_ok[:, None] & col_ok[None, :]
+    qk = tl.where(keep, qk * qk_scale, float("-inf"))
+    m_i = tl.max(qk, 1)
+    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
+    p = tl.exp2(qk - m_safe[:, None])
+    l_i = tl.sum(p, 1)
+    v = tl.load(
+        V_Ext + (q_start + offs_n)[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
+        mask=col_ok[:, None] & (offs_dv[None, :] < Lv),
+        other=0.0,
+    ).to(q.dtype)
+    acc = tl.dot(p.to(q.dtype), v)
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    acc = acc / l_safe[:, None]
+    tl.store(
+        O_part + t_glob[:, None] * stride_ot + head[:, None] * stride_oh + slot * stride_os
+        + offs_dv[None, :],
+        acc,
+        mask=row_ok[:, None] & (offs_dv[None, :] < Lv),
+    )
+    lse = tl.where(l_i > 0, m_safe + tl.log2(l_safe), float("-inf"))
+    tl.store(L_part + t_glob * stride_lt + head * stride_lh + slot, lse, mask=row_ok)
+
+
+@triton.jit
+def _merge_kernel(
+    O_part,
+    L_part,
+    O,
+    LSE,
+    n_slots,
+    stride_ot,
+    stride_oh,
+    stride_os,
+    stride_lt,
+    stride_lh,
+    stride_out_t,
+    stride_out_h,
+    stride_lse_t,
+    stride_lse_h,
+    Lv: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    CHUNK_S: tl.constexpr,
+    STORE_LSE: tl.constexpr,
+):
+    """One program per (token, head, slice of the value dims): the partial results of every slot
+    (KV split, draft tail) weighted by exp2(lse - max), walked CHUNK_S slots at a time."""
+    LN2: tl.constexpr = 0.6931471805599453
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_dv = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)
+    dv_ok = offs_dv < Lv
+    offs_s = tl.arange(0, BLOCK_S)
+    lse_all = tl.load(L_part + t * stride_lt + h * stride_lh + offs_s, mask=offs_s < n_slots,
+                      other=float("-inf"))
+    m = tl.max(lse_all, 0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    acc = tl.zeros([BLOCK_DV], dtype=tl.float32)
+    denom = 0.0
+    offs_c = tl.arange(0, CHUNK_S)
+    for s0 in range(0, n_slots, CHUNK_S):
+        s = s0 + offs_c
+        lse = tl.load(L_part + t * stride_lt + h * stride_lh + s, mask=s < n_slots, other=float("-inf"))
+        w = tl.where(lse > float("-inf"), tl.exp2(lse - m_safe), 0.0)
+        denom += tl.sum(w, 0)
+        parts = tl.load(
+            O_part + t * stride_ot + h * stride_oh + s[:, None] * stride_os + offs_dv[None, :],
+            mask=(w > 0)[:, None] & dv_ok[None, :],
+            other=0.0,
+        )
+        acc += tl.sum(parts * w[:, None], 0)
+    out = acc / tl.where(denom > 0, denom, 1.0)
+    tl.store(O + t * stride_out_t + h * stride_out_h + offs_dv, out.to(O.dtype.element_ty), mask=dv_ok)
+    if STORE_LSE:
+        if tl.program_id(2) == 0:
+            total = tl.where(denom > 0, (m_safe + tl.log2(denom)) * LN2, float("-inf"))
+            tl.store(LSE + t * stride_lse_t + h * stride_lse_h, total)
+
+
+def num_splits_for(programs_per_split: int, sm_count: int, waves: int = 2) -> int:
+    """KV splits per request: enough programs to fill ``waves`` waves of the GPU's SMs.
+
+    The count is an upper bound; each request then walks at least MIN_CHUNK prefix tokens per split,
+    so a short request uses fewer splits (decided on the device from its own length).
+    """
+    splits = -(-(sm_count * waves) // max(1, programs_per_split))
+    return max(1, min(MAX_SPLITS, splits))
+
+
+def _v_shares_k(k_buffer: torch.Tensor, v_buffer: torch.Tensor, block_d: int, lv: int) -> bool:
+    return (
+        v_buffer.data_ptr() == k_buffer.data_ptr()
+        and v_buffer.dtype == k_buffer.dtype
+        and v_buffer.stride()[:2] == k_buffer.stride()[:2]
+        and lv == block_d
+    )
+
+
+def _run_split_attention(
+    q,
+    k_buffer,
+    v_buffer,
+    o,
+    q_indptr,
+    kv_indptr,
+    kv_indices,
+    batch,
+    max_tokens,
+    sm_scale,
+    k_scale,
+    v_scale,
+    tail=None,
+    lse_out=None,
+    tiles: Optional[TileConfig] = None,
+    num_splits: Optional[int] = None,
+    v_from_k: Optional[bool] = None,
+):
+    lk, lv = q.shape[-1], v_buffer.shape[-1]
+    heads = q.shape[1]
+    n_kv = k_buffer.shape[-2]
+    group = heads // n_kv
+    block_d, block_dpe = head_dim_split(lk)
+    block_dv = _pow2_at_least(lv)
+    cfg = tiles or pick_tiles(lk, lv, group, max_tokens)
+    n_head_blocks = -(-group // cfg.block_h)
+    n_tok_blocks = -(-max_tokens // cfg.block_t)
+    rows_blocks = n_head_blocks * n_tok_blocks
+    splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q))
+    n_slots = splits + (1 if tail is not None else 0)
+    total_tokens = q.shape[0]
+    o_part = torch.empty((total_tokens, heads, n_slots, lv), dtype=torch.float32, device=q.device)
+    l_part = torch.empty((total_tokens, heads, n_slots), dtype=torch.float32, device=q.device)
+    qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
+    if v_from_k is None:
+        v_from_k = _v_shares_k(k_buffer, v_buffer, block_d, lv)
+    is_decode = q_indptr is None
+    _prefix_kernel[(rows_blocks, splits, batch * n_kv)](
+        q,
+        k_buffer,
+        v_buffer,
+        q_indptr if not is_decode else kv_indptr,
+        kv_indptr,
+        kv_indices,
+        o_part,
+        l_part,
+        qk_scale,
+        float(v_scale),
+        q.stride(0),
+        q.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        o_part.stride(0),
+        o_part.stride(1),
+        o_part.stride(2),
+        l_part.stride(0),
+        l_part.stride(1),
+        n_kv,
+        group,
+        n_head_blocks,
+        splits,
+        Lk=lk,
+        Lv=lv,
+        BLOCK_D=block_d,
+        BLOCK_DPE=block_dpe,
+        BLOCK_DV=block_dv,
+        BLOCK_T=cfg.block_t,
+        BLOCK_H=cfg.block_h,
+        BLOCK_N=cfg.block_n,
+        MIN_SPLIT=MIN_CHUNK,
+        IS_DECODE=is_decode,
+        V_FROM_K=v_from_k,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    if tail is not None:
+        k_ext, v_ext, custom_mask, mask_indptr = tail
+        tail_n = max(16, _pow2_at_least(max_tokens))
+        tail_t = max(1, min(cfg.block_t, 16 // min(cfg.block_h, 16)))
+        tail_t = max(tail_t, -(-16 // cfg.block_h))
+        _tail_kernel[(n_head_blocks * -(-max_tokens // tail_t), batch * n_kv)](
+            q,
+            k_ext,
+            v_ext,
+            q_indptr,
+            kv_indptr,
+            custom_mask,
+            mask_indptr,
+            o_part,
+            l_part,
+            float(sm_scale) * 1.4426950408889634,
+            q.stride(0),
+            q.stride(1),
+            k_ext.stride(0),
+            k_ext.stride(1),
+            v_ext.stride(0),
+            v_ext.stride(1),
+            o_part.stride(0),
+            o_part.stride(1),
+            o_part.stride(2),
+            l_part.stride(0),
+            l_part.stride(1),
+            n_kv,
+            group,
+            n_head_blocks,
+            splits,
+            Lk=lk,
+            Lv=lv,
+            BLOCK_D=block_d,
+            BLOCK_DPE=block_dpe,
+            BLOCK_DV=block_dv,
+            BLOCK_T=tail_t,
+            BLOCK_H=cfg.block_h,
+            BLOCK_N=tail_n,
+            num_warps=4,
+            num_stages=1,
+        )
+    store_lse = lse_out is not None
+    lse_t = lse_out if store_lse else l_part
+    merge_dv = min(block_dv, MERGE_BLOCK_DV)
+    _merge_kernel[(total_tokens, heads, -(-lv // merge_dv))](
+        o_part,
+        l_part,
+        o,
+        lse_t,
+        n_slots,
+        o_part.stride(0),
+        o_part.stride(1),
+        o_part.stride(2),
+        l_part.stride(0),
+        l_part.stride(1),
+        o.stride(0),
+        o.stride(1),
+        lse_t.stride(0),
+        lse_t.stride(1),
+        Lv=lv,
+        BLOCK_DV=merge_dv,
+        BLOCK_S=_pow2_at_least(n_slots),
+        CHUNK_S=MERGE_CHUNK_S,
+        STORE_LSE=store_lse,
+        num_warps=4,
+    )
+
+
+_QDTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_KVDTYPES = _QDTYPES + tuple(
+    getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name)
+)
+
+
+def _scale(value) -> float:
+    if isinstance(value, torch.Tensor):
+        return float(value.item())
+    return 1.0 if value is None else float(value)
+
+
+def _shapes_ok(q, k_buffer, v_buffer, o) -> bool:
+    if q.dim() != 3 or k_buffer.dim() != 3 or v_buffer.dim() != 3 or o.dim() != 3:
+        return False
+    if q.dtype not in _QDTYPES or k_buffer.dtype not in _KVDTYPES or v_buffer.dtype not in _KVDTYPES:
+        return False
+    lk, lv = q.shape[-1], v_buffer.shape[-1]
+    n_kv = k_buffer.shape[-2]
+    if k_buffer.shape[-1] != lk or n_kv == 0 or q.shape[1] % n_kv or v_buffer.shape[-2] != n_kv:
+        return False
+    if head_dim_split(lk) is None or lv > 512 or o.shape[-1] != lv or q.stride(-1) != 1:
+        return False
+    return k_buffer.stride(-1) == 1 and v_buffer.stride(-1) == 1 and o.stride(-1) == 1
+
+
+def sm120_tree_verify_fwd(
+    q_extend,
+    k_extend,
+    v_extend,
+    o_extend,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    custom_mask,
+    is_causal,
+    mask_indptr,
+    max_len_extend,
+    k_scale=1.0,
+    v_scale=1.0,
+    sm_scale=None,
+    logit_cap=0.0,
+    skip_prefix_custom_mask=True,
+    sliding_window_size=-1,
+    sinks=None,
+    window_kv_offsets=None,
+    xai_temperature_len=-1,
+    lse_extend=None,
+    skip_prefix=False,
+    skip_extend=False,
+    page_size=1,
+    score_mod=None,
+    aux_tensors=None,
+    extend_seq_lens_cpu=None,
+    identity_kv_indices=False,
+    **unknown,
+) -> bool:
+    """Speculative verify against a long shared prefix, any tree mask: the prefix split across many
+    programs, the draft tail under ``custom_mask``, then a log-sum-exp merge. Arguments are those of
+    the release's ``extend_attention_fwd``. Returns False, having written nothing, when the call is
+    not one it serves (no custom mask, a masked prefix, sliding window, sinks, soft cap, score_mod,
+    LSE output, a tail over MAX_TAIL tokens, an unknown argument with a value)."""
+    if custom_mask is None or mask_indptr is None or not skip_prefix_custom_mask:
+        return False
+    if any(v not in (None, False, 0, -1) for v in unknown.values()):
+        return False
+    if (
+        (sliding_window_size is not None and sliding_window_size > 0)
+        or sinks is not None
+        or window_kv_offsets is not None
+        or (xai_temperature_len is not None and xai_temperature_len > 0)
+        or (logit_cap is not None and logit_cap > 0)
+        or lse_extend is not None
+        or skip_prefix
+        or skip_extend
+        or score_mod is not None
+        or aux_tensors is not None
+        or identity_kv_indices
+    ):
+        return False
+    max_len = int(max_len_extend)
+    if max_len < 1 or max_len > MAX_TAIL:
+        return False
+    if not _shapes_ok(q_extend, k_buffer, v_buffer, o_extend):
+        return False
+    if k_extend.dim() != 3 or v_extend.dim() != 3 or k_extend.shape[-1] != q_extend.shape[-1]:
+        return False
+    if k_extend.shape[-2] != k_buffer.shape[-2] or v_extend.shape[-1] != v_buffer.shape[-1]:
+        return False
+    if custom_mask.dtype not in (torch.bool, torch.int8, torch.uint8):
+        return False
+    lk = q_extend.shape[-1]
+    batch = qo_indptr.shape[0] - 1
+    if batch < 1:
+        return False
+    scale = float(sm_scale) if sm_scale else 1.0 / (lk**0.5)
+    mask = custom_mask.view(torch.int8) if custom_mask.dtype == torch.bool else custom_mask
+    _run_split_attention(
+        q_extend,
+        k_buffer,
+        v_buffer,
+        o_extend,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        batch,
+        max_len,
+        scale,
+        _scale(k_scale),
+        _scale(v_scale),
+        tail=(k_extend, v_extend, mask, mask_indptr),
+    )
+    return True
+
+
+def sm120_mla_decode_fwd(
+    q,
+    k_buffer,
+    v_buffer,
+    o,
+    kv_indptr,
+    kv_indices,
+    attn_logits=None,
+    attn_lse=None,
+    num_kv_splits=None,
+    max_kv_splits=None,
+    sm_scale=None,
+    k_scale=1.0,
+    v_scale=1.0,
+    logit_cap=0.0,
+    sinks=None,
+    xai_temperature_len=-1,
+    has_mla=None,
+    use_pdl=False,
+    page_size=1,
+    score_mod=None,
+    aux_tensors=None,
+    enable_lean=None,
+    **unknown,
+) -> bool:
+    """MLA decode (one latent KV head, head dim 576/512 or any qk dim > v dim) with KV splits sized
+    from the GPU's SM count and each request's length, no fixed cap. Arguments are those of the
+    release's ``decode_attention_fwd``; returns False, having written nothing, for a case it does
+    not serve (not MLA-shaped, soft cap, sinks, score_mod, temperature scaling)."""
+    if any(
+        v is not None and not isinstance(v, (bool, int, float)) for k, v in unknown.items()
+        if not k.startswith("lean_") and k != "uneven_batch"
+    ):
+        return False
+    if (
+        (logit_cap is not None and logit_cap > 0)
+        or sinks is not None
+        or (xai_temperature_len is not None and xai_temperature_len > 0)
+        or score_mod is not None
+        or aux_tensors is not None
+        or enable_lean
+    ):
+        return False
+    if not _shapes_ok(q, k_buffer, v_buffer, o):
+        return False
+    lk, lv = q.shape[-1], v_buffer.shape[-1]
+    if k_buffer.shape[-2] != 1 or lk <= lv or has_mla is False:
+        return False
+    batch = q.shape[0]
+    if batch < 1 or kv_indptr.shape[0] - 1 < batch:
+        return False
+    scale = float(sm_scale) if sm_scale else 1.0 / (lk**0.5)
+    lse_out = None
+    if attn_lse is not None and attn_lse.dim() == 3 and attn_lse.shape[0] >= batch:
+        lse_out = attn_lse[:batch, :, 0]
+    _run_split_attention(
+        q,
+        k_buffer,
+        v_buffer,
+        o,
+        None,
+        kv_indptr,
+        kv_indices,
+        batch,
+        1,
+        scale,
+        _scale(k_scale),
+        _scale(v_scale),
+        lse_out=lse_out,
+    )
+    return True

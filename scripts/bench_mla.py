@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""Benchmark of the SM120 split-KV MLA kernels against SGLang's own, same inputs, one run.
+
+    PYTHONPATH=<sglang release> python scripts/bench_mla.py [--cases all|verify|decode|quick]
+                                                             [--sweep] [--json FILE]
+
+Needs a CUDA GPU and an SGLang release on the path (its pure-Python files are enough). On a GPU that is
+not SM120 it runs in *SM120 mode* and says so: ``DISABLE_MMA_V3=1`` (Triton emits mma.sync, as on
+sm_120, instead of wgmma), SGLang's extend launcher is given the block sizes it picks on 12.0, and the
+new kernels run only tiles that compile for sm_120 within 101376 bytes. ``--native`` skips SM120 mode.
+
+For each case it prints the time per call of SGLang's kernel and of the new one, the ratio, the
+effective KV bandwidth (bytes that must be read at least once / time), and the share of the larger of
+two rooflines measured in the same run: read bandwidth (``torch.sum`` over 512 MiB) and mma.sync bf16
+throughput (a Triton matmul of 8192^3 under the same settings). Outputs are compared with each other
+(max abs difference) so a fast wrong kernel cannot pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+SM120_MODE = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] != 12 and "--native" not in sys.argv
+if SM120_MODE:
+    os.environ["DISABLE_MMA_V3"] = "1"  # before the first Triton compile: it is part of Triton's cache key
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import mla_reference as ref  # noqa: E402
+
+LK, LV = 576, 512
+
+
+def sglang_kernels():
+    from sglang.kernels.ops.attention import decode_attention as dec
+    from sglang.kernels.ops.attention import extend_attention as ext
+
+    if SM120_MODE and hasattr(ext, "CUDA_CAPABILITY"):
+        ext.CUDA_CAPABILITY = (12, 0)  # the launcher's own capability value: the 12.0 block sizes
+    return ext, dec
+
+
+@triton.jit
+def _mm_kernel(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        a = tl.load(A + rm[:, None] * K + (k0 + rk)[None, :])
+        b = tl.load(B + (k0 + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(C + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
+
+
+def rooflines():
+    """(read GB/s, bf16 TFLOP/s) measured now, under the same Triton settings as the kernels."""
+    buf = torch.empty(512 * 2**20 // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    t = triton.testing.do_bench(lambda: buf.sum(), warmup=10, rep=100)
+    read_gbs = buf.numel() * 2 / (t * 1e-3) / 1e9
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    best = 0.0
+    for bm, bn, bk, w, s in ((128, 128, 32, 4, 3), (128, 128, 64, 8, 3), (128, 256, 32, 8, 3)):
+        try:
+            run = lambda: _mm_kernel[(n // bm, n // bn)](a, b, c, n, n, n, BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=s)  # noqa: E731
+            t = triton.testing.do_bench(run, warmup=5, rep=100)
+            best = max(best, 2 * n**3 / (t * 1e-3) / 1e12)
+        except Exception:  # a tile that does not fit this GPU: try the next
+            continue
+    del buf, a, b, c
+    return read_gbs, best
+
+
+def bench(fn, slow=False):
+    return triton.testing.do_bench(fn, warmup=3 if slow else 20, rep=60 if slow else 200)
+
+
+def to_device(case, page_size):
+    """Move a case to the GPU; with page_size > 1, KV slots are whole pages in scattered order."""
+    case = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
+    if page_size > 1:
+        total = case["kv_indices"].numel()
+        pages = -(-total // page_size)
+        order = torch.randperm(case["k_pool"].shape[0] // page_size, device="cuda")[:pages]
+        slots = (order[:, None] * page_size + torch.arange(page_size, device="cuda")[None, :]).flatten()[:total]
+        case["kv_indices"] = slots.to(torch.int64)
+    case["v_pool"] = case["k_pool"][:, :, :LV]
+    case["v_ext"] = case["k_ext"][:, :, :LV]
+    return case
+
+
+def verify_case(prefix, drafts, heads, kv_dtype, tree, page_size, batch=1):
+    pool_extra = 64 * page_size + 64
+    c = ref.make_verify_case([prefix] * batch, [drafts] * batch, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16,
+                             tree=tree, seed=prefix + drafts, pool_extra=pool_extra, device="cpu")
+    c = to_device(c, page_size)
+    if kv_dtype == "fp8":
+        c["k_pool"] = (c["k_pool"].float() / 2).to(torch.float8_e4m3fn)
+        c["v_pool"] = c["k_pool"][:, :, :LV]
+    return c
+
+
+def run_verify(mla, ext, c, heads, page_size, kv_scale):
+    o_new = torch.empty(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
+    o_old = torch.empty_like(o_new)
+    args = (c["q"], c["k_ext"], c["v_ext"], None, c["k_pool"], c["v_pool"], c["qo_indptr"], c["kv_indptr"],
+            c["kv_indices"], c["custom_mask"], False, c["mask_indptr"], c["max_len"], kv_scale, kv_scale)
+
+    def new():
+        a = list(args)
+        a[3] = o_new
+        assert mla.sm120_tree_verify_fwd(*a, page_size=page_size)
+
+    def old():
+        a = list(args)
+        a[3] = o_old
+        ext.extend_attention_fwd(*a, page_size=page_size)
+
+    return new, old, o_new, o_old
+
+
+def decode_case(prefix, batch, heads, kv_dtype, page_size):
+    c = ref.make_decode_case([prefix] * batch, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, seed=prefix + batch)
+    c = to_device(c, page_size)
+    if kv_dtype == "fp8":
+        c["k_pool"] = (c["k_pool"].float() / 2).to(torch.float8_e4m3fn)
+        c["v_pool"] = c["k_pool"][:, :, :LV]
+    return c
+
+
+def run_decode(mla, dec, c, heads, splits_old, kv_scale, page_size):
+    batch = c["q"].shape[0]
+    o_new = torch.empty(batch, heads, LV, dtype=torch.bfloat16, device="cuda")
+    o_old = torch.empty_like(o_new)
+    logits = torch.empty(batch, heads, splits_old, LV, dtype=torch.float32, device="cuda")
+    lse = torch.empty(batch, heads, splits_old, dtype=torch.float32, device="cuda")
+    nsplit = torch.full((batch,), splits_old, dtype=torch.int32, device="cuda")
+    scale = 1.0 / LK**0.5
+
+    def new():
+        assert mla.sm120_mla_decode_fwd(c["q"], c["k_pool"], c["v_pool"], o_new, c["kv_indptr"], c["kv_indices"],
+                                        logits, lse, nsplit, splits_old, scale, kv_scale, kv_scale)
+
+    def old():
+        dec.decode_attention_fwd(c["q"], c["k_pool"], c["v_pool"], o_old, c["kv_indptr"], c["kv_indices"], logits,
+                                 lse, nsplit, splits_old, scale, kv_scale, kv_scale, has_mla=True, page_size=page_size)
+
+    return new, old, o_new, o_old
+
+
+def kv_bytes(c):
+    return c["kv_indices"].numel() * LK * c["k_pool"].element_size()
+
+
+def flops(c, heads):
+    total = 0
+    for b in range(len(c["prefix_lens"])):
+        total += 2 * c["draft_lens"][b] * heads * c["prefix_lens"][b] * (LK + LV)
+    return total
+
+
+def row(kind, label, c, heads, t_old, t_new, roof, diff, extra=""):
+    read_gbs, tflops = roof
+    byts = kv_bytes(c)
+    t_read = byts / (read_gbs * 1e9) * 1e3
+    t_comp = flops(c, heads) / (tflops * 1e12) * 1e3
+    bound = max(t_read, t_comp)
+    return {
+        "kind": kind,
+        "case": label,
+        "old_ms": round(t_old, 4) if t_old is not None else None,
+        "new_ms": round(t_new, 4),
+        "speedup": round(t_old / t_new, 2) if t_old else None,
+        "new_gbs": round(byts / (t_new * 1e-3) / 1e9, 1),
+        "old_gbs": round(byts / (t_old * 1e-3) / 1e9, 1) if t_old else None,
+        "bound": "compute" if t_comp > t_read else "read",
+        "pct_roofline_new": round(100 * bound / t_new, 1),
+        "pct_roofline_old": round(100 * bound / t_old, 2) if t_old else None,
+        "max_abs_diff": diff,
+        "note": extra,
+    }
+
+
+def verify_cases(which):
+    cases = []
+    if which in ("all", "verify"):
+        for prefix in (8192, 32768, 131072, 185000):
+            for drafts in (1, 8, 16, 32):
+                for tree in (("chain",) if drafts == 1 else ("chain", "tree")):
+                    cases.append((prefix, drafts, 16, "bf16", tree, 1))
+        for heads in (8, 32, 128):
+            for prefix in (32768, 185000):
+                cases.append((prefix, 8, heads, "bf16", "tree", 1))
+        for prefix in (32768, 185000):
+            cases.append((prefix, 8, 16, "fp8", "tree", 1))
+            cases.append((prefix, 8, 16, "bf16", "tree", 64))
+    elif which == "quick":
+        cases = [(32768, 8, 16, "bf16", "tree", 1), (185000, 8, 16, "bf16", "tree", 1), (185000, 16, 16, "bf16", "tree", 1)]
+    return cases
+
+
+def decode_cases(which):
+    cases = []
+    if which in ("all", "decode"):
+        for prefix in (8192, 32768, 131072, 185000):
+            for batch in (1, 4, 32):
+                cases.append((prefix, batch, 16, "bf16", 1))
+        for prefix in (131072, 185000):
+            cases.append((prefix, 1, 128, "bf16", 1))
+            cases.append((prefix, 1, 16, "fp8", 1))
+            cases.append((prefix, 1, 16, "bf16", 64))
+    elif which == "quick":
+        cases = [(131072, 1, 16, "bf16", 1), (185000, 1, 16, "bf16", 1)]
+    return cases
+
+
+SWEEP_TILES = {
+    # (block_t, block_h, block_n, num_warps, num_stages): each compiles for sm_120 within 101376 B with
+    # V read from K or separately (sm120kit audit; docs/benchmarks.md lists the bytes).
+    "decode": [(1, 16, bn, w, st) for bn in (16, 32) for w in (4, 8) for st in (1, 2)],
+    "verify": [(bt, 16, bn, w, st) for bt in (1, 2) for bn in (16, 32) for w in (4, 8) for st in (1, 2)],
+}
+
+
+SWEEP_SPLITS = {  # (case, tiles, split counts) for the finer sweep around the defaults
+    "decode": ([(1, 16, 32, 4, 2), (1, 16, 32, 4, 3), (1, 16, 64, 4, 1), (1, 16, 64, 8, 1)], (128, 256, 384, 512)),
+    "verify": ([(2, 16, 32, 4, 2), (2, 16, 32, 4, 3), (2, 16, 32, 8, 3), (1, 16, 64, 4, 1)], (66, 132, 264)),
+}
+
+
+def sweep_splits(mla, roof):
+    """Split counts beyond the default cap, and the largest tiles that fit, at prefix 185k."""
+    out = []
+    for kind, c in (("decode", decode_case(185000, 1, 16, "bf16", 1)),
+                    ("verify", verify_case(185000, 8, 16, "bf16", "tree", 1))):
+        is_dec = kind == "decode"
+        max_tok = 1 if is_dec else c["max_len"]
+        o = torch.empty(c["q"].shape[0], 16, LV, dtype=torch.bfloat16, device="cuda")
+        tail = None if is_dec else (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
+        tiles, split_counts = SWEEP_SPLITS[kind]
+        for cfg in tiles:
+            for splits in split_counts:
+                fn = lambda: mla._run_split_attention(  # noqa: E731
+                    c["q"], c["k_pool"], c["v_pool"], o, None if is_dec else c["qo_indptr"], c["kv_indptr"],
+                    c["kv_indices"], 1, max_tok, 1 / LK**0.5, 1.0, 1.0, tail=tail, tiles=mla.TileConfig(*cfg),
+                    num_splits=splits, v_from_k=True)
+                try:
+                    t = bench(fn)
+                except Exception as e:  # noqa: BLE001
+                    out.append({"kind": kind, "cfg": list(cfg), "splits": splits, "error": str(e)[:100]})
+                    continue
+                r = row(kind, f"{kind} p185000 n{max_tok} b1", c, 16, None, t, roof, None)
+                out.append({"kind": kind, "case": r["case"], "cfg": list(cfg), "splits": splits, "ms": round(t, 4),
+                            "pct": r["pct_roofline_new"]})
+                print(json.dumps(out[-1]), flush=True)
+        del c
+    return out
+
+
+def sweep(mla, roof):
+    """Time tile sets, V-from-K and split counts (waves of the SM count) on a few cases."""
+    out = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for kind, c, heads in (
+        ("decode", decode_case(185000, 1, 16, "bf16", 1), 16),
+        ("verify", verify_case(185000, 8, 16, "bf16", "tree", 1), 16),
+        ("decode", decode_case(32768, 32, 16, "bf16", 1), 16),
+        ("verify", verify_case(32768, 16, 16, "bf16", "tree", 1), 16),
+    ):
+        is_dec = kind == "decode"
+        max_tok = 1 if is_dec else c["max_len"]
+        batch = len(c["prefix_lens"])
+        o = torch.empty(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
+        tail = None if is_dec else (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
+        ref_out = None
+        for bt, bh, bn, w, st in SWEEP_TILES[kind]:
+            for vfk in (True, False):
+                for waves in (1, 2, 4):
+                    cfg = mla.TileConfig(bt, bh, bn, w, st)
+                    nblk = -(-max_tok // bt)
+                    splits = mla.num_splits_for(nblk * batch, sms, waves)
+                    fn = lambda: mla._run_split_attention(  # noqa: E731
+                        c["q"], c["k_pool"], c["v_pool"], o, None if is_dec else c["qo_indptr"], c["kv_indptr"],
+                        c["kv_indices"], batch, max_tok, 1 / LK**0.5, 1.0, 1.0, tail=tail, tiles=cfg,
+                        num_splits=splits, v_from_k=vfk)
+                    try:
+                        fn()
+                        if ref_out is None:
+                            ref_out = o.clone()
+                        diff = (o.float() - ref_out.float()).abs().max().item()
+                        t = bench(fn)
+                    except Exception as e:  # noqa: BLE001
+                        out.append({"kind": kind, "cfg": [bt, bh, bn, w, st, vfk, waves], "error": str(e)[:100]})
+                        print(json.dumps(out[-1]), flush=True)
+                        continue
+                    r = row(kind, f"{kind} p{c['prefix_lens'][0]} n{max_tok} b{batch}", c, heads, None, t, roof, None)
+                    out.append({"kind": kind, "case": r["case"], "cfg": [bt, bh, bn, w, st, vfk, waves],
+                                "splits": splits, "ms": round(t, 4), "pct": r["pct_roofline_new"],
+                                "diff": round(diff, 5)})
+                    print(json.dumps(out[-1]), flush=True)
+        del c
+    return out
+
+
+def numerics():
+    """bf16 and fp8 on the GPU against the float32 reference: GQA and MLA, batches of uneven requests."""
+    mla = ref.load_module()
+    out = []
+    for kvh, lk, lv, heads, kvd in ((1, 576, 512, 16, "bf16"), (1, 576, 512, 16, "fp8"), (8, 128, 128, 64, "bf16"),
+                                   (4, 128, 128, 32, "fp8"), (2, 256, 256, 16, "bf16")):
+        kv_dtype = torch.float8_e4m3fn if kvd == "fp8" else torch.bfloat16
+        scale = 0.5 if kvd == "fp8" else 1.0
+        c = ref.make_verify_case([3000, 517, 40], [8, 3, 16], heads=heads, kv_heads=kvh, lk=lk, lv=lv,
+                                 dtype=torch.bfloat16, tree="tree", seed=kvh + lk, device="cuda")
+        if kvd == "fp8":
+            c["k_pool"] = (c["k_pool"].float() / scale).to(kv_dtype)
+            c["v_pool"] = c["k_pool"][:, :, :lv] if lk > lv else (c["v_pool"].float() / scale).to(kv_dtype)
+        o = torch.zeros(c["q"].shape[0], heads, lv, dtype=torch.bfloat16, device="cuda")
+        ran = mla.sm120_tree_verify_fwd(c["q"], c["k_ext"], c["v_ext"], o, c["k_pool"], c["v_pool"], c["qo_indptr"],
+                                        c["kv_indptr"], c["kv_indices"], c["custom_mask"], False, c["mask_indptr"],
+                                        c["max_len"], scale, scale)
+        diff = (o.float() - ref.reference_verify(c, k_scale=scale, v_scale=scale)).abs().max().item()
+        out.append({"check": "verify", "kv_heads": kvh, "lk": lk, "lv": lv, "heads": heads, "kv": kvd, "ran": ran,
+                    "max_abs_diff": round(diff, 5)})
+        print(json.dumps(out[-1]), flush=True)
+        if kvh == 1:
+            d = ref.make_decode_case([3000, 517, 40, 1], heads=heads, lk=lk, lv=lv, dtype=torch.bfloat16, device="cuda")
+            if kvd == "fp8":
+                d["k_pool"] = (d["k_pool"].float() / scale).to(kv_dtype)
+                d["v_pool"] = d["k_pool"][:, :, :lv]
+            o = torch.zeros(4, heads, lv, dtype=torch.bfloat16, device="cuda")
+            ran = mla.sm120_mla_decode_fwd(d["q"], d["k_pool"], d["v_pool"], o, d["kv_indptr"], d["kv_indices"],
+                                           None, None, None, None, None, scale, scale)
+            diff = (o.float() - ref.reference_decode(d, k_scale=scale, v_scale=scale)).abs().max().item()
+            out.append({"check": "decode", "lk": lk, "heads": heads, "kv": kvd, "ran": ran, "max_abs_diff": round(diff, 5)})
+            print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="all", choices=("all", "verify", "decode", "quick", "none"))
+    ap.add_argument("--sweep", action="store_true", help="time every SM120-legal tile set and split count first")
+    ap.add_argument("--sweep-splits", action="store_true", help="time split counts past the cap at 185k")
+    ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")
+    ap.add_argument("--json", help="write the results to this file")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_mla.py needs a CUDA GPU")
+    ext, dec = sglang_kernels()
+    mla = ref.load_module()
+    name = torch.cuda.get_device_name()
+    cap = torch.cuda.get_device_capability()
+    mode = "SM120 mode (mma.sync, 12.0 block choices, sm_120-legal tiles)" if SM120_MODE else "native"
+    import sglang
+
+    print(f"# {name} (sm_{cap[0]}{cap[1]}), {mode}; SGLang {getattr(sglang, '__version__', '?')}, "
+          f"torch {torch.__version__}, triton {triton.__version__}", flush=True)
+    roof = rooflines()
+    print(f"# rooflines measured in this run: read {roof[0]:.0f} GB/s, mma bf16 {roof[1]:.0f} TFLOP/s", flush=True)
+    result = {"gpu": name, "capability": list(cap), "mode": mode, "roofline_read_gbs": round(roof[0]),
+              "roofline_tflops": round(roof[1]), "rows": [], "sweep": []}
+    result["numerics"] = numerics()
+    if args.sweep:
+        result["sweep"] = sweep(mla, roof)
+    if args.sweep_splits:
+        result["sweep_splits"] = sweep_splits(mla, roof)
+    for prefix, drafts, heads, kvd, tree, page in verify_cases(args.cases):
+        c = verify_case(prefix, drafts, heads, kvd, tree, page)
+        scale = 0.5 if kvd == "fp8" else 1.0
+        new, old, o_new, o_old = run_verify(mla, ext, c, heads, page, scale)
+        new()
+        t_new = bench(new)
+        try:
+            old()
+            t_old = bench(old, slow=True)
+            diff = (o_new.float() - o_old.float()).abs().max().item()
+        except Exception as e:  # noqa: BLE001  (SGLang's kernel may not run this case in this mode)
+            t_old, diff = None, f"SGLang kernel failed: {str(e)[:80]}"
+        label = f"verify prefix {prefix}, {drafts} {tree}, {heads} heads, {kvd}, page {page}"
+        r = row("verify", label, c, heads, t_old, t_new, roof, diff)
+        result["rows"].append(r)
+        print(json.dumps(r), flush=True)
+        del c
+    for prefix, batch, heads, kvd, page in decode_cases(args.cases):
+        c = decode_case(prefix, batch, heads, kvd, page)
+        scale = 0.5 if kvd == "fp8" else 1.0
+        for splits_old in (8, 64, 256):
+            new, old, o_new, o_old = run_decode(mla, dec, c, heads, splits_old, scale, page)
+            new()
+            t_new = bench(new)
+            try:
+                old()
+                t_old = bench(old)
+                diff = (o_new.float() - o_old.float()).abs().max().item()
+            except Exception as e:  # noqa: BLE001
+                t_old, diff = None, f"SGLang kernel failed: {str(e)[:80]}"
+            label = f"decode prefix {prefix}, batch {batch}, {heads} heads, {kvd}, page {page}; SGLang at {splits_old} splits"
+            r = row("decode", label, c, heads, t_old, t_new, roof, diff)
+            result["rows"].append(r)
+            print(json.dumps(r), flush=True)
+        del c
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Inputs and a float32 torch reference for the SM120 split-KV attention kernels (tree verify, MLA decode).
+
+Shared by the CPU tests (Triton interpreter), the GPU checks and scripts/bench_mla.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import torch
+
+MODULE_PATH = Path(__file__).resolve().parents[1] / "patches" / "sglang" / "sm120-mla-attention" / "sm120_mla.py"
+
+
+def load_module():
+    """The kernel module exactly as the patch adds it to SGLang, imported from the series."""
+    spec = importlib.util.spec_from_file_location("sm120_mla_under_test", MODULE_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tree_mask(n: int, kind: str, gen: torch.Generator) -> torch.Tensor:
+    """A draft-tree mask over n tokens (row i may see column j): 'chain' is causal, 'tree' gives each
+    token a random earlier parent, so siblings do not see each other."""
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    parent = [-1] * n
+    for i in range(n):
+        if kind == "chain":
+            parent[i] = i - 1
+        else:
+            parent[i] = -1 if i == 0 else int(torch.randint(0, i, (1,), generator=gen))
+        j = i
+        while j >= 0:
+            mask[i, j] = True
+            j = parent[j]
+    return mask
+
+
+def make_verify_case(
+    prefix_lens,
+    draft_lens,
+    heads=16,
+    kv_heads=1,
+    lk=576,
+    lv=512,
+    dtype=torch.float16,
+    kv_dtype=None,
+    tree="tree",
+    device="cpu",
+    seed=0,
+    pool_extra=64,
+):
+    """Tensors in the layout of SGLang's Triton backend at target verify: q/k/v of the draft tokens,
+    a KV pool with scattered slots, kv_indptr/kv_indices over each request's prefix, and the
+    custom mask (prefix columns all ones, the tree over the draft tail) with mask_indptr."""
+    gen = torch.Generator().manual_seed(seed)
+    kv_dtype = kv_dtype or dtype
+    batch = len(prefix_lens)
+    total_prefix = sum(prefix_lens)
+    total_tok = sum(draft_lens)
+    pool = total_prefix + pool_extra
+    k_pool = (torch.randn(pool, kv_heads, lk, generator=gen) * 0.5)
+    if lk > lv and kv_heads == 1:  # MLA: V is the first lv dims of the latent K
+        v_pool = k_pool[:, :, :lv]
+    else:
+        v_pool = torch.randn(pool, kv_heads, lv, generator=gen) * 0.5
+    slots = torch.randperm(pool, generator=gen)[:total_prefix]
+    q = torch.randn(total_tok, heads, lk, generator=gen) * 0.5
+    k_ext = torch.randn(total_tok, kv_heads, lk, generator=gen) * 0.5
+    v_ext = (k_ext[:, :, :lv] if (lk > lv and kv_heads == 1) else torch.randn(total_tok, kv_heads, lv, generator=gen) * 0.5)
+    qo_indptr = torch.zeros(batch + 1, dtype=torch.int32)
+    kv_indptr = torch.zeros(batch + 1, dtype=torch.int32)
+    mask_indptr = torch.zeros(batch + 1, dtype=torch.int64)
+    masks = []
+    for b in range(batch):
+        qo_indptr[b + 1] = qo_indptr[b] + draft_lens[b]
+        kv_indptr[b + 1] = kv_indptr[b] + prefix_lens[b]
+        n = draft_lens[b]
+        full = torch.ones(n, prefix_lens[b] + n, dtype=torch.bool)
+        full[:, prefix_lens[b]:] = tree_mask(n, tree, gen)
+        masks.append(full.flatten())
+        mask_indptr[b + 1] = mask_indptr[b] + full.numel()
+    custom_mask = torch.cat(masks)
+    case = dict(
+        q=q.to(dtype),
+        k_ext=k_ext.to(dtype),
+        v_ext=v_ext.to(dtype),
+        k_pool=k_pool.to(kv_dtype),
+        v_pool=(k_pool.to(kv_dtype)[:, :, :lv] if (lk > lv and kv_heads == 1) else v_pool.to(kv_dtype)),
+        qo_indptr=qo_indptr,
+        kv_indptr=kv_indptr,
+        kv_indices=slots.to(torch.int64),
+        custom_mask=custom_mask,
+        mask_indptr=mask_indptr,
+        prefix_lens=list(prefix_lens),
+        draft_lens=list(draft_lens),
+        max_len=max(draft_lens),
+        lk=lk,
+        lv=lv,
+    )
+    if device != "cpu":
+        case = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
+        if lk > lv and kv_heads == 1:
+            case["v_pool"] = case["k_pool"][:, :, :lv]
+            case["v_ext"] = case["k_ext"][:, :, :lv]
+    return case
+
+
+def reference_verify(case, sm_scale=None, k_scale=1.0, v_scale=1.0) -> torch.Tensor:
+    """float32 attention of every draft token over its prefix (unmasked) and the draft tail (masked)."""
+    q = case["q"].float()
+    heads = q.shape[1]
+    lk = case["lk"]
+    scale = sm_scale or 1.0 / math.sqrt(lk)
+    kp = case["k_pool"].float() * k_scale
+    vp = case["v_pool"].float() * v_scale
+    out = torch.empty(q.shape[0], heads, case["lv"], dtype=torch.float32, device=q.device)
+    mask_all = case["custom_mask"]
+    for b in range(len(case["prefix_lens"])):
+        qs, qe = int(case["qo_indptr"][b]), int(case["qo_indptr"][b + 1])
+        ks, ke = int(case["kv_indptr"][b]), int(case["kv_indptr"][b + 1])
+        idx = case["kv_indices"][ks:ke].long()
+        n, p = qe - qs, ke - ks
+        keys = torch.cat([kp[idx], case["k_ext"][qs:qe].float()], 0)  # [p+n, kvh, lk]
+        vals = torch.cat([vp[idx], case["v_ext"][qs:qe].float()], 0)
+        group = heads // keys.shape[1]
+        keys = keys.repeat_interleave(group, dim=1)
+        vals = vals.repeat_interleave(group, dim=1)
+        ms, me = int(case["mask_indptr"][b]), int(case["mask_indptr"][b + 1])
+        mask = mask_all[ms:me].view(n, p + n).bool()
+        s = torch.einsum("thd,khd->htk", q[qs:qe], keys) * scale
+        s = s.masked_fill(~mask[None], float("-inf"))
+        out[qs:qe] = torch.einsum("htk,khd->thd", torch.softmax(s, -1), vals)
+    return out
+
+
+def make_decode_case(prefix_lens, heads=16, lk=576, lv=512, dtype=torch.float16, kv_dtype=None, device="cpu", seed=0):
+    """A decode step in the Triton backend's layout: one query token per request, its KV (itself
+    included) already in the pool, one latent KV head (MLA)."""
+    case = make_verify_case(prefix_lens, [1] * len(prefix_lens), heads=heads, kv_heads=1, lk=lk, lv=lv,
+                            dtype=dtype, kv_dtype=kv_dtype, tree="chain", device=device, seed=seed)
+    return case
+
+
+def reference_decode(case, sm_scale=None, k_scale=1.0, v_scale=1.0) -> torch.Tensor:
+    q = case["q"].float()
+    scale = sm_scale or 1.0 / math.sqrt(case["lk"])
+    kp = case["k_pool"].float() * k_scale
+    vp = case["v_pool"].float() * v_scale
+    out = torch.empty(q.shape[0], q.shape[1], case["lv"], dtype=torch.float32, device=q.device)
+    for b in range(q.shape[0]):
+        ks, ke = int(case["kv_indptr"][b]), int(case["kv_indptr"][b + 1])
+        idx = case["kv_indices"][ks:ke].long()
+        s = torch.einsum("hd,khd->hk", q[b], kp[idx].expand(-1, q.shape[1], -1)) * scale
+        out[b] = torch.einsum("hk,khd->hd", torch.softmax(s, -1), vp[idx].expand(-1, q.shape[1], -1))
+    return out
