@@ -145,20 +145,17 @@ def _pow2_at_least(n: int) -> int:
 def pick_tiles(lk: int, lv: int, group: int, tokens: int) -> TileConfig:
     """Tiles for the split-KV kernels, chosen for SM120's 101376-byte shared memory.
 
-    Rows per program (block_t x block_h) grow with the work per KV tile while the fp32 accumulator
-    stays within the register file; block_n and stages keep the KV tiles within shared memory.
+    A program holds 16 rows (one query token per request: decode) or 32 rows (draft tokens x heads of
+    one KV head), the fewest mma.sync takes and the most whose fp32 accumulator of 512 value dims
+    stays in registers. ``block_h`` heads of the group share each KV tile (at most 16 for MLA's wide
+    values); the KV tile is 32 tokens for head dims over 128, else 64. Two stages, four warps: the
+    fastest set measured on the H200 in SM120 mode (docs/benchmarks.md), and every set this function
+    returns compiles for sm_120 within the limit (tests/test_mla_kernels.py, sm120kit audit).
     """
-    block_h = min(_pow2_at_least(group), 16 if lv > 256 else 32)
-    block_h = max(block_h, 1)
-    rows_cap = 32 if lv > 256 else 64
-    block_t = max(1, min(_pow2_at_least(tokens), max(1, rows_cap // block_h)))
-    while block_t * block_h < 16:
-        block_t *= 2
-    if lk > 256:  # MLA 576/512: a 32-token KV tile is 36 KB in bf16
-        return TileConfig(block_t, block_h, 32, 4, 2)
-    if lk > 128:
-        return TileConfig(block_t, block_h, 32, 4, 2)
-    return TileConfig(block_t, block_h, 64, 4, 2)
+    rows = 16 if tokens == 1 else 32
+    block_h = min(_pow2_at_least(group), 16 if lv > 256 else rows)
+    block_t = max(1, rows // block_h)
+    return TileConfig(block_t, block_h, 32 if lk > 128 else 64, 4, 2)
 
 
 @triton.jit
@@ -654,6 +651,11 @@ def _scale(value) -> float:
     return 1.0 if value is None else float(value)
 
 
+def _unset(value) -> bool:
+    """An argument this module does not know is harmless only when it holds its "off" value."""
+    return value is None or (isinstance(value, (bool, int, float)) and value in (False, 0, -1))
+
+
 def _shapes_ok(q, k_buffer, v_buffer, o) -> bool:
     if q.dim() != 3 or k_buffer.dim() != 3 or v_buffer.dim() != 3 or o.dim() != 3:
         return False
@@ -708,7 +710,7 @@ def sm120_tree_verify_fwd(
     LSE output, a tail over MAX_TAIL tokens, an unknown argument with a value)."""
     if custom_mask is None or mask_indptr is None or not skip_prefix_custom_mask:
         return False
-    if any(v not in (None, False, 0, -1) for v in unknown.values()):
+    if any(not _unset(v) for v in unknown.values()):
         return False
     if (
         (sliding_window_size is not None and sliding_window_size > 0)

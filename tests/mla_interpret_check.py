@@ -1,0 +1,169 @@
+"""Numeric checks of the SM120 split-KV kernels on the CPU, through Triton's interpreter.
+
+Run by tests/test_mla_kernels.py in a fresh interpreter (``TRITON_INTERPRET=1`` must be set before the
+kernels are defined), with a patched SGLang release first on ``PYTHONPATH``::
+
+    python tests/mla_interpret_check.py OUT.json
+
+It imports ``sm120_mla`` and the release's own ``extend_attention`` / ``decode_attention`` from that
+tree (CPU torch: SGLang's ``is_cuda()`` is false, so nothing reads a device at import) and writes one
+record per check: the largest difference against the float32 reference and against the release's kernel,
+and, for calls the new launchers must decline, whether they returned False and left the output as it was.
+fp32 and fp16 only: Triton 3.9's interpreter returns garbage for bf16 even for SGLang's own kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mla_reference as ref  # noqa: E402
+
+from sglang.kernels.ops.attention import decode_attention, extend_attention, sm120_mla  # noqa: E402
+
+SHAPES = {  # name: (kv heads, qk head dim, v head dim, query heads)
+    "mla": (1, 576, 512, 16),
+    "gqa": (2, 128, 128, 8),
+    "mha": (4, 64, 64, 4),
+}
+
+
+def paged(case, page_size, seed=0):
+    """Lay the prefix slots out as whole pages of ``page_size`` in scattered order (SGLang's paged pool)."""
+    gen = torch.Generator().manual_seed(seed)
+    total = case["kv_indices"].numel()
+    pool_pages = case["k_pool"].shape[0] // page_size
+    order = torch.randperm(pool_pages, generator=gen)[: -(-total // page_size)]
+    slots = (order[:, None] * page_size + torch.arange(page_size)[None, :]).flatten()[:total]
+    case["kv_indices"] = slots.to(torch.int64)
+    return case
+
+
+def verify_args(c, o):
+    return (c["q"], c["k_ext"], c["v_ext"], o, c["k_pool"], c["v_pool"], c["qo_indptr"], c["kv_indptr"],
+            c["kv_indices"], c["custom_mask"], False, c["mask_indptr"], c["max_len"], 1.0, 1.0)
+
+
+def diff(a, b) -> float:
+    return (a.float() - b.float()).abs().max().item()
+
+
+def main(out_path: str) -> int:
+    records = []
+    # 1. against the float32 reference: every shape, both dtypes, tree and chain masks, uneven batches
+    #    (one request with no prefix at all), page size 1 and 16.
+    for name, (kvh, lk, lv, heads) in SHAPES.items():
+        for dtype in (torch.float32, torch.float16):
+            for tree, page in (("tree", 1), ("chain", 16)):
+                c = ref.make_verify_case([200, 75, 0], [8, 5, 3], heads=heads, kv_heads=kvh, lk=lk, lv=lv,
+                                         dtype=dtype, tree=tree, seed=lk + kvh, pool_extra=128)
+                if page > 1:
+                    c = paged(c, page)
+                o = torch.zeros(c["q"].shape[0], heads, lv, dtype=dtype)
+                ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o), page_size=page)
+                records.append({"check": "verify-reference", "shape": name, "dtype": str(dtype)[6:], "mask": tree,
+                                "page_size": page, "ran": ran, "max_abs_diff": diff(o, ref.reference_verify(c))})
+    for dtype in (torch.float32, torch.float16):
+        c = ref.make_decode_case([300, 17, 1], heads=16, dtype=dtype, seed=3)
+        o = torch.zeros(3, 16, 512, dtype=dtype)
+        ran = sm120_mla.sm120_mla_decode_fwd(c["q"], c["k_pool"], c["v_pool"], o, c["kv_indptr"], c["kv_indices"])
+        records.append({"check": "decode-reference", "shape": "mla", "dtype": str(dtype)[6:], "ran": ran,
+                        "max_abs_diff": diff(o, ref.reference_decode(c))})
+    # fp8 scales: k_scale/v_scale applied to the pool (a scaled fp16 pool stands in for fp8 storage,
+    # which the interpreter cannot load).
+    c = ref.make_verify_case([150, 40], [6, 4], heads=16, dtype=torch.float16, seed=9)
+    c["k_pool"] = c["k_pool"] * 2
+    c["v_pool"] = c["k_pool"][:, :, :512]
+    o = torch.zeros(c["q"].shape[0], 16, 512, dtype=torch.float16)
+    args = list(verify_args(c, o))
+    args[13], args[14] = 0.5, 0.5
+    ran = sm120_mla.sm120_tree_verify_fwd(*args)
+    records.append({"check": "verify-scales", "shape": "mla", "dtype": "float16", "ran": ran,
+                    "max_abs_diff": diff(o, ref.reference_verify(c, k_scale=0.5, v_scale=0.5))})
+
+    # 2. against the release's own kernels, same inputs, through the backend's routing wrappers.
+    extend_fwd = sm120_mla.verify_first(extend_attention.extend_attention_fwd)
+    for name in ("mla", "gqa"):
+        kvh, lk, lv, heads = SHAPES[name]
+        c = ref.make_verify_case([120, 33], [8, 6], heads=heads, kv_heads=kvh, lk=lk, lv=lv, dtype=torch.float16,
+                                 tree="tree", seed=5)
+        o_new = torch.zeros(c["q"].shape[0], heads, lv, dtype=torch.float16)
+        o_old = torch.zeros_like(o_new)
+        extend_fwd(*verify_args(c, o_new))
+        extend_attention.extend_attention_fwd(*verify_args(c, o_old))
+        records.append({"check": "verify-release", "shape": name, "dtype": "float16", "ran": True,
+                        "max_abs_diff": diff(o_new, o_old)})
+    # A prefill-style call (no custom mask) goes to the release's kernel untouched: bit-identical.
+    c = ref.make_verify_case([64], [16], heads=8, kv_heads=2, lk=128, lv=128, dtype=torch.float16, seed=6)
+    o_new = torch.zeros(16, 8, 128, dtype=torch.float16)
+    o_old = torch.zeros_like(o_new)
+    no_mask = list(verify_args(c, o_new))
+    no_mask[9], no_mask[10], no_mask[11] = None, True, None
+    extend_fwd(*no_mask)
+    no_mask[3] = o_old
+    extend_attention.extend_attention_fwd(*no_mask)
+    records.append({"check": "fallback-identical", "shape": "gqa", "dtype": "float16", "ran": False,
+                    "max_abs_diff": diff(o_new, o_old), "bit_identical": bool(torch.equal(o_new, o_old))})
+
+    decode_fwd = sm120_mla.decode_first(decode_attention.decode_attention_fwd)
+    c = ref.make_decode_case([250, 40], heads=16, dtype=torch.float16, seed=7)
+    splits = 8
+    o_new = torch.zeros(2, 16, 512, dtype=torch.float16)
+    o_old = torch.zeros_like(o_new)
+    for o in (o_new, o_old):
+        logits = torch.empty(2, 16, splits, 512, dtype=torch.float32)
+        lse = torch.empty(2, 16, splits, dtype=torch.float32)
+        nsplit = torch.full((2,), splits, dtype=torch.int32)
+        fn = decode_fwd if o is o_new else decode_attention.decode_attention_fwd
+        fn(c["q"], c["k_pool"], c["v_pool"], o, c["kv_indptr"], c["kv_indices"], logits, lse, nsplit, splits,
+           1 / 576**0.5, 1.0, 1.0, has_mla=True)
+    records.append({"check": "decode-release", "shape": "mla", "dtype": "float16", "ran": True,
+                    "max_abs_diff": diff(o_new, o_old)})
+
+    # 3. calls the launchers must decline: False, and the output left exactly as it was.
+    c = ref.make_verify_case([40], [4], heads=16, dtype=torch.float16, seed=8)
+    declines = {
+        "no custom mask": dict(custom_mask=None),
+        "masked prefix": dict(skip_prefix_custom_mask=False),
+        "sliding window": dict(sliding_window_size=16),
+        "logit soft cap": dict(logit_cap=30.0),
+        "sinks": dict(sinks=torch.zeros(16)),
+        "lse output": dict(lse_extend=torch.zeros(4, 16)),
+        "tail over 64": dict(max_len_extend=65),
+        "unknown argument": dict(new_feature=torch.zeros(1)),
+    }
+    names = ["q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr",
+             "kv_indices", "custom_mask", "is_causal", "mask_indptr", "max_len_extend", "k_scale", "v_scale"]
+    for label, change in declines.items():
+        o = torch.full((4, 16, 512), 7.0, dtype=torch.float16)
+        kwargs = dict(zip(names, verify_args(c, o)))
+        kwargs.update(change)
+        ran = sm120_mla.sm120_tree_verify_fwd(**kwargs)
+        records.append({"check": "decline", "launcher": "verify", "case": label, "ran": ran,
+                        "untouched": bool((o == 7.0).all())})
+    gqa = ref.make_decode_case([30], heads=8, lk=128, lv=128, dtype=torch.float16)
+    gqa["k_pool"] = gqa["k_pool"][:, :, :128]
+    for label, (case, change) in {
+        "not MLA (qk dim = v dim)": (gqa, {}),
+        "logit soft cap": (ref.make_decode_case([30], heads=16, dtype=torch.float16), dict(logit_cap=30.0)),
+        "has_mla False": (ref.make_decode_case([30], heads=16, dtype=torch.float16), dict(has_mla=False)),
+    }.items():
+        heads, lv = case["q"].shape[1], case["v_pool"].shape[-1]
+        o = torch.full((1, heads, lv), 7.0, dtype=torch.float16)
+        ran = sm120_mla.sm120_mla_decode_fwd(case["q"], case["k_pool"], case["v_pool"], o, case["kv_indptr"],
+                                             case["kv_indices"], **change)
+        records.append({"check": "decline", "launcher": "decode", "case": label, "ran": ran,
+                        "untouched": bool((o == 7.0).all())})
+    Path(out_path).write_text(json.dumps(records, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

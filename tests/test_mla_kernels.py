@@ -1,0 +1,233 @@
+"""The ``sm120-mla-attention`` patch: split-KV tree verify and MLA decode for SGLang's Triton backend on 12.x.
+
+Real releases from PyPI are patched with the series; the kernels run on the CPU through Triton's
+interpreter (``tests/mla_interpret_check.py`` in a fresh interpreter) against a float32 reference and
+against the release's own ``extend_attention_fwd`` / ``decode_attention_fwd``; the routing is checked
+under faked devices (no GPU is present here: ``sm120kit.verify.fake_device`` stands in for 12.0, 12.1,
+9.0, 10.0 and an AMD card that reports major 12); every tile the launchers can pick is compiled for
+sm_120 and sm_121 with the real Triton compiler.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from sm120kit import releases
+from sm120kit.apply import apply_series, revert_series
+from sm120kit.arch import SM120_SHARED_MEMORY_PER_BLOCK as LIMIT
+from sm120kit.patchset import load_series
+from sm120kit.target import find_target
+from sm120kit.verify import fake_device
+
+pytestmark = pytest.mark.slow
+
+SERIES_DIR = REPO_ROOT / "patches" / "sglang"
+PATCH_DIR = SERIES_DIR / "sm120-mla-attention"
+MODULE = "sglang/kernels/ops/attention/sm120_mla.py"
+BACKEND = "sglang/srt/layers/attention/triton_backend.py"
+RELEASES = ("0.5.16", "0.5.17", "0.5.18", "0.5.23")
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def mla():
+    return _load(PATCH_DIR / "sm120_mla.py", "sm120_mla_source")
+
+
+@pytest.fixture(scope="module")
+def patched_0523(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mla") / "0.5.23"
+    import shutil
+
+    shutil.copytree(releases.fetch_release("0.5.23"), root)
+    apply_series(find_target(root / "sglang"), load_series(SERIES_DIR))
+    return root
+
+
+def test_diffs_are_the_generator_output():
+    gen = _load(REPO_ROOT / "scripts" / "gen_mla_patch.py", "gen_mla_patch")
+    assert gen.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, version):
+    import shutil
+
+    root = tmp_path / version
+    shutil.copytree(releases.fetch_release(version), root)
+    before = (root / BACKEND).read_bytes()
+    result = apply_series(find_target(root / "sglang"), load_series(SERIES_DIR))
+    plan = {p.patch_id: p for p in result.plan.patches}
+    assert plan["sm120-mla-attention"].status == "applies"
+    assert (root / MODULE).read_bytes() == (PATCH_DIR / "sm120_mla.py").read_bytes()
+    backend = (root / BACKEND).read_text()
+    assert backend.count("sm120_mla.install(self, model_runner.device)") == 1
+    # The hook sits in TritonAttnBackend.__init__, after the launchers are bound and before the
+    # constructor reads its arguments.
+    init = backend.index("class TritonAttnBackend")
+    hook = backend.index("sm120_mla.install(", init)
+    assert backend.index("self.extend_attention_fwd = ", init) < hook < backend.index("# Parse args", init)
+    revert_series(find_target(root / "sglang"))
+    assert (root / BACKEND).read_bytes() == before
+    assert not (root / MODULE).exists()
+
+
+def test_not_applicable_before_the_kernels_moved(tmp_path):
+    import shutil
+
+    root = tmp_path / "0.5.15"
+    shutil.copytree(releases.fetch_release("0.5.15"), root)
+    result = apply_series(find_target(root / "sglang"), load_series(SERIES_DIR), dry_run=True)
+    plan = {p.patch_id: p for p in result.plan.patches}
+    assert plan["sm120-mla-attention"].status == "not-applicable"
+
+
+def test_kernels_match_the_reference_and_the_release(patched_0523, tmp_path):
+    out = tmp_path / "numerics.json"
+    env = dict(os.environ, PYTHONPATH=str(patched_0523), TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "mla_interpret_check.py"), str(out)],
+                          capture_output=True, text=True, env=env, timeout=1500, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = json.loads(out.read_text())
+    by_check: dict[str, list[dict]] = {}
+    for r in records:
+        by_check.setdefault(r["check"], []).append(r)
+    # Tolerances: float32 agrees to rounding; fp16 outputs carry fp16 rounding of |o| < 2 (one ulp 2^-10).
+    for r in by_check["verify-reference"] + by_check["decode-reference"] + by_check["verify-scales"]:
+        assert r["ran"], r
+        assert r["max_abs_diff"] < (1e-5 if r["dtype"] == "float32" else 2e-3), r
+    assert {r["shape"] for r in by_check["verify-reference"]} == {"mla", "gqa", "mha"}
+    assert {r["page_size"] for r in by_check["verify-reference"]} == {1, 16}
+    for r in by_check["verify-release"] + by_check["decode-release"]:
+        assert r["max_abs_diff"] < 2e-3, r
+    (fallback,) = by_check["fallback-identical"]
+    assert fallback["bit_identical"], fallback
+    declines = by_check["decline"]
+    assert len(declines) == 11
+    for r in declines:
+        assert r["ran"] is False and r["untouched"], r
+
+
+@pytest.mark.parametrize("key, routed", [("12.0", True), ("12.1", True), ("9.0", False), ("10.0", False),
+                                         ("hip-12", False)])
+def test_install_routes_on_12x_cuda_only(mla, key, routed, monkeypatch):
+    monkeypatch.delenv("SGLANG_SM120_MLA", raising=False)
+    mla._CAPABILITY.clear()
+
+    class Backend:  # the two attributes install() reads and replaces
+        extend_attention_fwd = staticmethod(lambda *a, **k: "extend")
+        decode_attention_fwd = staticmethod(lambda *a, **k: "decode")
+
+    backend = Backend()
+    original = (backend.extend_attention_fwd, backend.decode_attention_fwd)
+    with fake_device.faked_cuda(fake_device.preset(key)):
+        assert mla.install(backend, "cuda") is routed
+    now = (backend.extend_attention_fwd, backend.decode_attention_fwd)
+    if routed:
+        assert now != original
+        assert inspect.unwrap(now[0]) is original[0] and inspect.unwrap(now[1]) is original[1]
+    else:
+        assert now == original
+
+
+def test_env_var_turns_routing_off(mla, monkeypatch):
+    mla._CAPABILITY.clear()
+    monkeypatch.setenv("SGLANG_SM120_MLA", "0")
+
+    class Backend:
+        extend_attention_fwd = decode_attention_fwd = None
+
+    with fake_device.faked_cuda(fake_device.preset("12.0")):
+        assert mla.install(Backend(), "cuda") is False
+
+
+def test_split_counts_follow_the_sm_count(mla):
+    # Two waves of programs per GPU, divided among the programs one split already has.
+    assert mla.num_splits_for(1, 188) == 256  # RTX PRO 6000, one request: capped at MAX_SPLITS
+    assert mla.num_splits_for(1, 48) == 96  # GB10
+    assert mla.num_splits_for(4, 188) == 94
+    assert mla.num_splits_for(32, 188) == 12
+    assert mla.num_splits_for(10_000, 188) == 1
+    assert mla.num_splits_for(1, 132, waves=1) == 132
+
+
+GROUPS = (1, 2, 4, 8, 16, 32, 64, 128)
+TOKENS = (1, 2, 8, 64)
+# The widest head dims of each KV-tile class: MLA (576/512, 32 tokens), 129-256 (32), up to 128 (64).
+HEAD_DIMS = ((576, 512), (256, 256), (128, 128))
+
+
+def reachable_tiles(mla, head_dims=HEAD_DIMS):
+    """(lk, lv, tiles) -> an example (group, tokens) for every tile set the launchers can pick."""
+    seen = {}
+    for lk, lv in head_dims:
+        for group in GROUPS:
+            for tokens in TOKENS:
+                seen.setdefault((lk, lv, mla.pick_tiles(lk, lv, group, tokens)), (group, tokens))
+    return seen
+
+
+def test_tiles_are_few_and_known(mla):
+    tiles = reachable_tiles(mla, HEAD_DIMS + ((192, 128), (64, 64), (96, 96)))
+    for (lk, lv, t) in tiles:
+        assert t.block_t * t.block_h in (16, 32)  # mma.sync takes 16 rows; 32 keep 512 fp32 values in registers
+        assert t.block_n == (32 if lk > 128 else 64)
+        assert t.block_h <= (16 if lv > 256 else 32)
+        assert (t.num_warps, t.num_stages) == (4, 2)
+    # Every token count maps onto the few sets the legality test compiles.
+    assert len({t for (_, _, t) in tiles}) <= 24
+
+
+@pytest.mark.parametrize("arch", ["12.0", "12.1"])
+def test_every_reachable_tile_compiles_within_the_limit(mla, arch):
+    import torch
+
+    compiled = []
+    head_dims = HEAD_DIMS if arch == "12.0" else HEAD_DIMS[:1]  # 12.1: the same compiler, MLA only
+    with fake_device.faked_device(fake_device.preset(arch)) as recorder:
+        for (lk, lv, tiles), (group, tokens) in sorted(reachable_tiles(mla, head_dims).items(), key=str):
+            kv_dtypes = (torch.bfloat16, torch.float8_e4m3fn) if lk > lv else (torch.bfloat16,)
+            decode = tokens == 1 and lk > lv
+            for kv_dtype in kv_dtypes:
+                _launch(mla, torch, lk, lv, group, tokens, kv_dtype, decode, tiles)
+                compiled += [(lk, lv, tiles, str(kv_dtype), decode, r.name, r.shared) for r in recorder.take()]
+    names = {c[5] for c in compiled}
+    assert names == {"_prefix_kernel", "_tail_kernel", "_merge_kernel"}, names
+    over = [c for c in compiled if c[-1] > LIMIT]
+    assert not over, over
+
+
+def _launch(mla, torch, lk, lv, group, tokens, kv_dtype, decode, tiles):
+    meta, kvh, batch = "meta", 1, 2
+    heads = group * kvh
+    total = tokens * batch
+    q = torch.empty(total, heads, lk, device=meta, dtype=torch.bfloat16)
+    k_buf = torch.empty(4096, kvh, lk, device=meta, dtype=kv_dtype)
+    v_buf = k_buf[:, :, :lv] if lk > lv else torch.empty(4096, kvh, lv, device=meta, dtype=kv_dtype)
+    o = torch.empty(total, heads, lv, device=meta, dtype=torch.bfloat16)
+    indptr = torch.empty(batch + 1, device=meta, dtype=torch.int32)
+    indices = torch.empty(4096, device=meta, dtype=torch.int64)
+    if decode:
+        mla._run_split_attention(q, k_buf, v_buf, o, None, indptr, indices, batch, 1, 0.1, 1.0, 1.0, tiles=tiles)
+        return
+    k_ext = torch.empty(total, kvh, lk, device=meta, dtype=torch.bfloat16)
+    v_ext = k_ext[:, :, :lv] if lk > lv else torch.empty(total, kvh, lv, device=meta, dtype=torch.bfloat16)
+    tail = (k_ext, v_ext, torch.empty(100000, device=meta, dtype=torch.int8),
+            torch.empty(batch + 1, device=meta, dtype=torch.int64))
+    mla._run_split_attention(q, k_buf, v_buf, o, indptr, indptr, indices, batch, tokens, 0.1, 1.0, 1.0, tail=tail,
+                             tiles=tiles)
