@@ -22,7 +22,7 @@ from sm120kit.ui import Console
               help="A TOML file of more [[attention]] / [[moe]] shapes (see sm120kit/verify/audit_matrix.toml).")
 @click.option("--only", "only", multiple=True, metavar="NAME", help="Audit only these matrix entries.")
 @click.option("--launcher", "launchers", multiple=True,
-              type=click.Choice(["extend", "decode", "prefill", "moe"]), help="Audit only these launchers.")
+              type=click.Choice(["extend", "decode", "prefill", "moe", "tree-verify", "mla-decode"]), help="Audit only these launchers.")
 @click.option("--compare-unpatched", is_flag=True,
               help="Also audit the pristine PyPI release of PATH's version and show what changed.")
 @click.option("--findings-only", is_flag=True, help="List only kernels over the limit and failed launchers.")

@@ -34,6 +34,7 @@ PREFIX_PER_SEQUENCE = 192  # extend: cached tokens per sequence
 BATCH = 2  # extend / prefill sequences
 MAX_KV_SPLITS = 8  # SGLang's default --triton-attention-num-kv-splits
 DECODE_CONTEXT = 1024  # decode: cached tokens per sequence
+TREE_DRAFTS = (8, 64)  # tree verify: draft tokens per request (a typical tree, the longest tail served)
 
 
 class CaseSkipped(Exception):
@@ -125,7 +126,7 @@ class Probe:
 
     # -- launches ---------------------------------------------------------------------------------------
     def run(self, launcher: str, params: dict) -> str | None:
-        return getattr(self, f"_{launcher}")(params)
+        return getattr(self, "_" + launcher.replace("-", "_"))(params)
 
     def _extend(self, p: dict) -> str | None:
         import torch
@@ -190,6 +191,70 @@ class Probe:
             "has_mla": mla,
         }
         _call(fn, args)
+        return None
+
+    def _tree_verify(self, p: dict) -> str | None:
+        """sm120_tree_verify_fwd (sm120-mla-attention) at the shortest and the longest draft tail it serves."""
+        import torch
+
+        module = self.module("tree-verify")
+        dtype, kv_dtype = _dtypes(p, inspect.signature(module.sm120_tree_verify_fwd).parameters)
+        h, hkv, dq, dv = p["num_heads"], p["num_kv_heads"], p["qk_head_dim"], p["v_head_dim"]
+        meta = dict(device="meta")
+        mla = dq != dv and hkv == 1
+        prefix = BATCH * DECODE_CONTEXT
+        k_buffer = torch.empty(prefix, hkv, dq, dtype=kv_dtype, **meta)
+        v_buffer = k_buffer[..., :dv] if mla else torch.empty(prefix, hkv, dv, dtype=kv_dtype, **meta)
+        for drafts in TREE_DRAFTS:
+            tokens = BATCH * drafts
+            k_extend = torch.empty(tokens, hkv, dq, dtype=dtype, **meta)
+            args = {
+                "q_extend": torch.empty(tokens, h, dq, dtype=dtype, **meta),
+                "k_extend": k_extend,
+                "v_extend": k_extend[..., :dv] if mla else torch.empty(tokens, hkv, dv, dtype=dtype, **meta),
+                "o_extend": torch.empty(tokens, h, dv, dtype=dtype, **meta),
+                "k_buffer": k_buffer,
+                "v_buffer": v_buffer,
+                "qo_indptr": torch.empty(BATCH + 1, dtype=torch.int32, **meta),
+                "kv_indptr": torch.empty(BATCH + 1, dtype=torch.int32, **meta),
+                "kv_indices": torch.empty(prefix, dtype=torch.int64, **meta),
+                "custom_mask": torch.empty(tokens * (DECODE_CONTEXT + drafts), dtype=torch.bool, **meta),
+                "is_causal": False,
+                "mask_indptr": torch.empty(BATCH + 1, dtype=torch.int64, **meta),
+                "max_len_extend": drafts,
+                "k_scale": 1.0,
+                "v_scale": 1.0,
+            }
+            if not _call(module.sm120_tree_verify_fwd, args):
+                raise CaseSkipped(f"sm120_tree_verify_fwd declines this shape ({drafts} draft tokens)")
+        return None
+
+    def _mla_decode(self, p: dict) -> str | None:
+        """sm120_mla_decode_fwd (sm120-mla-attention): MLA decode with SM-count KV splits."""
+        import torch
+
+        module = self.module("mla-decode")
+        dtype, kv_dtype = _dtypes(p, inspect.signature(module.sm120_mla_decode_fwd).parameters)
+        h, hkv, dq, dv, bs = p["num_heads"], p["num_kv_heads"], p["qk_head_dim"], p["v_head_dim"], p["batch_size"]
+        if not (dq > dv and hkv == 1):
+            raise CaseSkipped("sm120_mla_decode_fwd serves MLA shapes only (one latent KV head, qk dim > v dim)")
+        meta = dict(device="meta")
+        slots = bs * DECODE_CONTEXT
+        k_buffer = torch.empty(slots, hkv, dq, dtype=kv_dtype, **meta)
+        args = {
+            "q": torch.empty(bs, h, dq, dtype=dtype, **meta),
+            "k_buffer": k_buffer,
+            "v_buffer": k_buffer[..., :dv],
+            "o": torch.empty(bs, h, dv, dtype=dtype, **meta),
+            "kv_indptr": torch.empty(bs + 1, dtype=torch.int32, **meta),
+            "kv_indices": torch.empty(slots, dtype=torch.int64, **meta),
+            "sm_scale": 1.0 / dq**0.5,
+            "k_scale": 1.0,
+            "v_scale": 1.0,
+            "has_mla": True,
+        }
+        if not _call(module.sm120_mla_decode_fwd, args):
+            raise CaseSkipped("sm120_mla_decode_fwd declines this shape")
         return None
 
     def _prefill(self, p: dict) -> str | None:

@@ -18,7 +18,7 @@ from sm120kit.errors import NotSglangTree
 
 @dataclass(frozen=True)
 class LauncherSpec:
-    kind: str  # "extend" | "decode" | "prefill" | "moe"
+    kind: str  # "extend" | "decode" | "prefill" | "moe" | "tree-verify" | "mla-decode"
     function: str  # the launcher SGLang's backends call
     modules: tuple[str, ...]  # candidate modules defining `function`, newest layout first
     helper_modules: tuple[tuple[str, ...], ...] = ()  # more source the kernels depend on (each: candidates)
@@ -59,6 +59,13 @@ LAUNCHERS: dict[str, LauncherSpec] = {
              "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config"),
             CAPABILITY_HELPERS,
         ),
+    ),
+    # Added by the series' sm120-mla-attention patch (absent from unpatched releases).
+    "tree-verify": LauncherSpec(
+        "tree-verify", "sm120_tree_verify_fwd", ("sglang.kernels.ops.attention.sm120_mla",),
+    ),
+    "mla-decode": LauncherSpec(
+        "mla-decode", "sm120_mla_decode_fwd", ("sglang.kernels.ops.attention.sm120_mla",),
     ),
 }
 

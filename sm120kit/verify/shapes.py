@@ -22,7 +22,8 @@ else:  # pragma: no cover - Python 3.10
 
 DEFAULT_MATRIX = Path(__file__).with_name("audit_matrix.toml")
 
-ATTENTION_LAUNCHERS = ("extend", "decode", "prefill")
+ATTENTION_LAUNCHERS = ("extend", "decode", "prefill", "tree-verify", "mla-decode")
+BATCHED_LAUNCHERS = ("decode", "mla-decode")  # cases per entry of decode_batch_sizes
 DTYPES = ("bfloat16", "float16", "float32")
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3")
 QUANTIZATIONS = ("bf16", "fp8_block")
@@ -88,7 +89,7 @@ class ProbeCase:
         text = f"{self.launcher}/{self.model}/{p['dtype']}"
         if p.get("kv_cache_dtype", "auto") != "auto":
             text += f"/kv={p['kv_cache_dtype']}"
-        if self.launcher == "decode":
+        if self.launcher in BATCHED_LAUNCHERS:
             text += f"/bs={p['batch_size']}"
         return text
 
@@ -103,7 +104,7 @@ class ProbeCase:
         text = f"hd {dims} h {p['num_heads']}/{p['num_kv_heads']} {_short(p['dtype'])}"
         if p.get("kv_cache_dtype", "auto") != "auto":
             text += f" kv {p['kv_cache_dtype']}"
-        if self.launcher == "decode":
+        if self.launcher in BATCHED_LAUNCHERS:
             text += f" bs {p['batch_size']}"
         return text
 
@@ -260,7 +261,7 @@ def expand(matrix: Matrix, *, launchers: Iterable[str] | None = None) -> list[Pr
             for dtype in model.dtypes:
                 kv_dtypes = model.kv_cache_dtypes if launcher != "prefill" else ("auto",)
                 for kv in kv_dtypes:
-                    batches = model.decode_batch_sizes if launcher == "decode" else (None,)
+                    batches = model.decode_batch_sizes if launcher in BATCHED_LAUNCHERS else (None,)
                     for batch in batches:
                         params = dict(base, dtype=dtype, kv_cache_dtype=kv)
                         if batch is not None:

@@ -118,9 +118,13 @@ def install(backend, device) -> bool:
 
 
 def _sm_count(t: torch.Tensor) -> int:
-    if t.device.type != "cuda":
+    """SMs of the tensor's GPU (of the current GPU for a meta tensor, as in an ahead-of-time audit)."""
+    if t.device.type == "cuda":
+        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    elif torch.cuda.is_available():
+        index = torch.cuda.current_device()
+    else:
         return 8
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
     count = _SM_COUNT.get(index)
     if count is None:
         count = _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
