@@ -164,6 +164,7 @@ def test_split_counts_follow_the_sm_count(mla):
     assert mla.num_splits_for(32, 188) == 12
     assert mla.num_splits_for(10_000, 188) == 1
     assert mla.num_splits_for(1, 132, waves=1) == 132
+    assert mla.num_splits_for(32, 188, waves=4) == 24  # decode: four waves
 
 
 GROUPS = (1, 2, 4, 8, 16, 32, 64, 128)

@@ -525,7 +525,9 @@ def _run_split_attention(
     n_head_blocks = -(-group // cfg.block_h)
     n_tok_blocks = -(-max_tokens // cfg.block_t)
     rows_blocks = n_head_blocks * n_tok_blocks
-    splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q))
+    is_decode = q_indptr is None
+    # Decode fills four waves, verify two: the fastest measured (docs/benchmarks.md, split sweep).
+    splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q), 4 if is_decode else 2)
     n_slots = splits + (1 if tail is not None else 0)
     total_tokens = q.shape[0]
     o_part = torch.empty((total_tokens, heads, n_slots, lv), dtype=torch.float32, device=q.device)
@@ -533,7 +535,6 @@ def _run_split_attention(
     qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
     if v_from_k is None:
         v_from_k = _v_shares_k(k_buffer, v_buffer, block_d, lv)
-    is_decode = q_indptr is None
     _prefix_kernel[(rows_blocks, splits, batch * n_kv)](
         q,
         k_buffer,
