@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from sm120kit import __version__
+from sm120kit import __version__, treepath
 from sm120kit.atomicfile import fsync_dir, remove, write_atomic
 from sm120kit.errors import ConflictError, DirtyTreeError, IOFailure, StateDamagedError, WarningsAsErrors
 from sm120kit.hunks import HunkResult
@@ -221,9 +221,48 @@ def _read(path: Path) -> bytes | None:
         raise IOFailure(f"Cannot read {path}: {exc.strerror or exc}.") from None
 
 
+_NOT_A_FILE = "not-a-regular-file"  # never equal to a SHA-256 digest
+
+
 def _hash_of(path: Path) -> str | None:
+    """SHA-256 of a regular file, ``None`` when absent; a link or folder is never read through."""
+    if path.is_symlink() or path.is_dir():
+        return _NOT_A_FILE
     data = _read(path)
     return None if data is None else sha256(data)
+
+
+def _unsafe_target(root: Path, path: str, mode: int | None) -> str | None:
+    """Why restoring ``path`` with ``mode`` (read from the state record or journal) is not allowed."""
+    why = treepath.problem(path)
+    if why is None:
+        why = treepath.on_disk_problem(root, path)
+    if why:
+        return f"{path} {why}"
+    if mode is not None:
+        why = treepath.mode_problem(mode)
+        if why:
+            return f"the mode of {path} {why}"
+        try:
+            current = os.lstat(root / path).st_mode & treepath.PLAIN_MODE_BITS
+        except OSError:
+            current = 0
+        if mode & 0o002 and not current & 0o002:
+            return f"the mode {oct(mode)} of {path} would make it writable by everyone, which it is not now"
+    return None
+
+
+def _check_targets(root: Path, items: list[tuple[str, int | None]], source: Path, store: StateStore) -> None:
+    """Refuse, before anything is written, a restore that would leave the tree, follow or replace a link,
+    or give a file a mode it should not have."""
+    for path, mode in items:
+        why = _unsafe_target(root, path, mode)
+        if why:
+            raise StateDamagedError(
+                f"{source} asks to write {why}. sm120kit does not follow links, leave the tree or set such "
+                "modes; nothing was changed.",
+                hint="Check that file by hand (restore it from the original package or git), then delete "
+                     f"{store.dir} and run the command again.")
 
 
 def _hash(data: bytes | None) -> str | None:
@@ -304,6 +343,7 @@ def repair(store: StateStore, console=None) -> tuple[str, ...]:
     finished = journal.state_before != _hash_of(store.state_path)
     repaired: list[str] = []
     if not finished:
+        _check_targets(store.root, [(e.path, e.mode) for e in journal.entries], store.journal_path, store)
         for entry in journal.entries:
             current = _hash_of(store.root / entry.path)
             if current == entry.from_hash:
@@ -571,6 +611,10 @@ def _revert_plan(target: Target, store: StateStore, record: StateRecord | None, 
     if record is None:
         return RevertResult(target=target, dry_run=dry_run, patches=(), files=(), warnings=tuple(warnings),
                             repaired=repaired, message="No sm120kit state record in this tree: nothing to revert.")
+    _check_targets(store.root, [(fr.path, fr.mode) for fr in record.files if fr.before is not None],
+                   store.state_path, store)
+    _check_targets(store.root, [(fr.path, None) for fr in record.files if fr.before is None],
+                   store.state_path, store)
     files: list[RevertedFile] = []
     edited: list[str] = []
     for fr in record.files:
@@ -621,6 +665,11 @@ def series_status(target: Target, series: Series) -> StatusResult:
     except StateDamagedError as exc:
         problems.append(exc.render())
     files: list[FileState] = []
+    if record is not None:
+        for fr in record.files:
+            why = _unsafe_target(root, fr.path, fr.mode if fr.before is not None else None)
+            if why:
+                problems.append(f"the state record {store.state_path} asks to write {why}; revert will refuse it")
     if record is not None:
         for fr in record.files:
             current = _hash_of(root / fr.path)

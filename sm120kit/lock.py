@@ -44,7 +44,7 @@ class TreeLock:
 
     def _open(self) -> int:
         try:
-            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
             raise IOFailure(f"Cannot create the lock file {self.path}: {exc.strerror or exc}.",
                             hint="The tree must be writable by you.") from None
