@@ -132,3 +132,10 @@ class RecipeError(Sm120kitError):
 
     exit_code = 15
     kind = "recipe"
+
+
+class Interrupted(Sm120kitError):
+    """Ctrl-C (SIGINT) or SIGTERM stopped a run; the message says what state the tree was left in."""
+
+    exit_code = 130
+    kind = "interrupted"

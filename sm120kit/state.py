@@ -19,20 +19,24 @@ A revert removes the folder, so a reverted tree is byte-identical to the origina
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from sm120kit import __version__, treepath
 from sm120kit.atomicfile import write_atomic
 from sm120kit.errors import IOFailure, StateDamagedError
+from sm120kit.lock import TreeLock
 
 STATE_DIR = treepath.STATE_DIR
 FORMAT = 1
@@ -204,6 +208,16 @@ class JournalEntry:
                    to_hash=_hash_field(data, "to", where), mode=_mode_field(data, where))
 
 
+_TOKEN_RE = re.compile(r"^[0-9a-f]{8,32}$")
+
+
+def temp_path(path: str, token: str) -> str:
+    """The temporary file a journaled write of ``path`` goes through: beside it, named by the journal's
+    token, so a repair after a kill knows every temporary file the killed run may have left."""
+    folder, _, name = path.rpartition("/")
+    return f"{folder}/.{name}.sm120kit-{token}.tmp"
+
+
 @dataclass(frozen=True)
 class Journal:
     operation: str  # "apply" | "revert"
@@ -212,10 +226,15 @@ class Journal:
     host: str
     entries: tuple[JournalEntry, ...] = field(default=())
     state_before: str | None = None  # sha256 of state.json when the run began (None: there was none)
+    token: str = ""  # names the run's temporary files (see temp_path); "" in journals of older versions
+
+    def temp_paths(self) -> tuple[str, ...]:
+        return tuple(temp_path(e.path, self.token) for e in self.entries) if self.token else ()
 
     def to_json(self) -> dict:
         return {"operation": self.operation, "started": self.started, "pid": self.pid, "host": self.host,
-                "state_before": self.state_before, "entries": [e.to_json() for e in self.entries]}
+                "state_before": self.state_before, "token": self.token,
+                "entries": [e.to_json() for e in self.entries]}
 
     @classmethod
     def from_json(cls, data: object) -> "Journal":
@@ -226,9 +245,12 @@ class Journal:
             raise Untrusted("it has no 'entries'")
         entries = tuple(JournalEntry.from_json(e, f"entries[{i}]")
                         for i, e in enumerate(_list_field(data, "entries", "the journal")))
+        token = data.get("token", "")
+        if token and not (isinstance(token, str) and _TOKEN_RE.match(token)):
+            raise Untrusted(f"token = {token!r} is not a hex run token")
         return cls(operation=data["operation"], started=str(data.get("started", "")), pid=data.get("pid", 0),
                    host=str(data.get("host", "")), entries=entries,
-                   state_before=_hash_field(data, "state_before", "the journal"))
+                   state_before=_hash_field(data, "state_before", "the journal"), token=token)
 
 
 class StateStore:
@@ -281,6 +303,29 @@ class StateStore:
                             hint="The tree must be writable by you (is it a read-only or system install?); "
                                  "use a virtual environment you own, or run sm120kit as the tree's owner.") \
                 from None
+
+    @contextlib.contextmanager
+    def locked(self, command: str) -> Iterator[None]:
+        """Hold the tree lock, with the folder complete (``.gitignore``, ``blobs/``) once it is held: the
+        run that held it before may have removed the whole folder (a finished revert). On the way out a
+        folder with nothing to keep (no record, no journal, no kept edits) is removed, so a refused or
+        no-op run leaves no trace."""
+        self.ensure()
+        with TreeLock(self.lock_path, command=command, prepare=self.ensure):
+            try:
+                self.ensure()
+                yield
+            finally:
+                self.discard_if_unused()
+
+    def discard_if_unused(self) -> None:
+        try:
+            if self.dir.is_symlink() or not self.dir.is_dir():
+                return
+            if not any(p.exists() for p in (self.state_path, self.journal_path, self.kept_dir)):
+                shutil.rmtree(self.dir, ignore_errors=True)
+        except OSError:
+            pass
 
     def remove(self) -> None:
         """Remove the folder (after a complete revert); copies of kept edits, if any, stay."""
@@ -371,7 +416,7 @@ class StateStore:
         """Record what a run is about to write (flushed to disk before the first file is replaced)."""
         state_before = sha256(self.state_path.read_bytes()) if self.state_path.exists() else None
         journal = Journal(operation=operation, started=now(), pid=os.getpid(), host=socket.gethostname(),
-                          entries=tuple(entries), state_before=state_before)
+                          entries=tuple(entries), state_before=state_before, token=secrets.token_hex(6))
         write_atomic(self.journal_path, (json.dumps(journal.to_json(), indent=2) + "\n").encode(), 0o644,
                      fsync=True)
         return journal
@@ -394,6 +439,15 @@ class StateStore:
 
     def clear_journal(self) -> None:
         self.journal_path.unlink(missing_ok=True)
+
+    def clear_stray_temp_files(self) -> None:
+        """Remove temporary files a killed run left in the state folder (``.NAME.XXXX.tmp``)."""
+        for folder in (self.dir, self.blobs_dir):
+            if not folder.is_dir() or folder.is_symlink():
+                continue
+            for path in folder.iterdir():
+                if path.name.startswith(".") and path.name.endswith(".tmp") and not path.is_dir():
+                    path.unlink(missing_ok=True)
 
     # -- kept edits --------------------------------------------------------------------------------------
     def keep_copy(self, path: str, data: bytes, stamp: str) -> Path:

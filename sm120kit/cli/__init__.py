@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     verbose = "-v" in args or "--verbose" in args
     json_mode = "--json" in args
-    _register()
     try:
+        _register()
         code = cli.main(args=args, prog_name="sm120kit", standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except Sm120kitError as exc:
