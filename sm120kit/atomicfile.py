@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import signal
+import socket
 import tempfile
 import threading
 from pathlib import Path
@@ -137,12 +139,54 @@ def current_umask() -> int:
     return mask
 
 
-def make_temp_dir(parent: Path, prefix: str) -> Path:
-    """A new folder in ``parent`` (``mkdtemp``) with the permissions an ordinary ``mkdir`` would give it
-    under the umask, not mkdtemp's 0700: it is renamed into place as a cache folder other users read."""
+def _temp_dir_prefix(name: str) -> str:
+    return f".{name}.tmp@"
+
+
+def make_temp_dir(parent: Path, name: str) -> Path:
+    """A new folder in ``parent`` that becomes ``parent/name`` once complete (renamed into place).
+
+    Its name says which process made it (``.NAME.tmp@HOST@PID@XXXX``), so :func:`sweep_temp_dirs` can
+    remove it if that process was killed. It gets the permissions an ordinary ``mkdir`` would give under
+    the umask, not mkdtemp's 0700: a cache folder made by root in a Docker build must stay readable by
+    the user the image runs as."""
+    prefix = f"{_temp_dir_prefix(name)}{socket.gethostname()}@{os.getpid()}@"
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     os.chmod(folder, 0o777 & ~current_umask())
     return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_temp_dirs(parent: Path, name: str) -> list[Path]:
+    """Remove the temporary folders for ``name`` in ``parent`` that a process of this host made and that
+    is gone (killed mid-copy); a folder of a live process or of another host is left alone."""
+    removed = []
+    host = socket.gethostname()
+    try:
+        entries = list(Path(parent).glob(f"{glob_escape(_temp_dir_prefix(name))}*"))
+    except OSError:
+        return removed
+    for entry in entries:
+        owner, _, rest = entry.name[len(_temp_dir_prefix(name)):].partition("@")
+        pid, _, _ = rest.partition("@")
+        if owner != host or not pid.isdigit() or _alive(int(pid)) or entry.is_symlink():
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 # -- signals ----------------------------------------------------------------------------------------------
