@@ -44,8 +44,10 @@ def _register() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    verbose = "-v" in args or "--verbose" in args
-    json_mode = "--json" in args
+    # Only sm120kit's own options count: what follows "--" belongs to another program (serve's SGLang flags).
+    own = args[:args.index("--")] if "--" in args else args
+    verbose = "-v" in own or "--verbose" in own
+    json_mode = "--json" in own
     try:
         _register()
         code = cli.main(args=args, prog_name="sm120kit", standalone_mode=False)
