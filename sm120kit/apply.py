@@ -411,7 +411,7 @@ def _journaled(store: StateStore, operation: str, entries: list[JournalEntry],
                 if signals.pending:
                     raise Interrupted(f"Interrupted ({signals.name}) after {i} of {len(writes)} file(s).")
             finish()
-        except (Sm120kitError, OSError) as exc:
+        except (Sm120kitError, OSError, Interrupted) as exc:
             _roll_back(store, operation, exc, signals)
         try:
             store.clear_journal()
@@ -423,7 +423,7 @@ def _journaled(store: StateStore, operation: str, entries: list[JournalEntry],
 
 
 def _roll_back(store: StateStore, operation: str, exc: BaseException, signals) -> None:
-    message = exc.message if isinstance(exc, Sm120kitError) else f"{exc.strerror or exc}."
+    message = exc.message if isinstance(exc, (Sm120kitError, Interrupted)) else f"{exc.strerror or exc}."
     try:
         put_back = repair(store, hold_signals=False)
     except Sm120kitError as second:

@@ -14,7 +14,7 @@ import click
 
 from sm120kit import __version__
 from sm120kit.cli.common import AppContext
-from sm120kit.errors import Sm120kitError, UsageError
+from sm120kit.errors import Interrupted, Sm120kitError, UsageError
 from sm120kit.ui import print_json
 
 
@@ -61,8 +61,12 @@ def main(argv: list[str] | None = None) -> None:
         if not verbose and exc.exit_code not in (2,):
             click.echo("(run with -v for details)", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, Interrupted):  # stopped while writing a tree: say what state it is in
+            click.echo(click.style("interrupted: ", fg="red") + cause.render(), err=True)
+        else:
+            click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         if json_mode:  # a usage error found by click still leaves one error document on stdout
@@ -72,6 +76,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except Interrupted as exc:
+        click.echo(click.style("interrupted: ", fg="red") + exc.render(), err=True)
+        sys.exit(130)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
