@@ -8,8 +8,10 @@ live in ``sglang/.sm120kit/`` (see :mod:`sm120kit.state`). A lock keeps two runs
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -17,15 +19,15 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from sm120kit import __version__
-from sm120kit.atomicfile import fsync_dir, remove, write_atomic
-from sm120kit.errors import ConflictError, DirtyTreeError, IOFailure, StateDamagedError, WarningsAsErrors
+from sm120kit import __version__, treepath
+from sm120kit.atomicfile import deferred_signals, fsync_dir, remove, write_atomic
+from sm120kit.errors import (ConflictError, DirtyTreeError, Interrupted, IOFailure, Sm120kitError,
+                             StateDamagedError, WarningsAsErrors)
 from sm120kit.hunks import HunkResult
-from sm120kit.lock import TreeLock
 from sm120kit.patchset import Series
 from sm120kit.plan import FileChange, PatchPlan, SeriesPlan, plan_series
 from sm120kit.state import (FileRecord, Journal, JournalEntry, PatchRecord, StateRecord, StateStore, now,
-                            sha256)
+                            sha256, temp_path)
 from sm120kit.target import Target, find_target
 
 __all__ = ["ApplyResult", "FileChange", "HunkResult", "PatchPlan", "RevertResult", "SeriesPlan",
@@ -221,9 +223,48 @@ def _read(path: Path) -> bytes | None:
         raise IOFailure(f"Cannot read {path}: {exc.strerror or exc}.") from None
 
 
+_NOT_A_FILE = "not-a-regular-file"  # never equal to a SHA-256 digest
+
+
 def _hash_of(path: Path) -> str | None:
+    """SHA-256 of a regular file, ``None`` when absent; a link or folder is never read through."""
+    if path.is_symlink() or path.is_dir():
+        return _NOT_A_FILE
     data = _read(path)
     return None if data is None else sha256(data)
+
+
+def _unsafe_target(root: Path, path: str, mode: int | None) -> str | None:
+    """Why restoring ``path`` with ``mode`` (read from the state record or journal) is not allowed."""
+    why = treepath.problem(path)
+    if why is None:
+        why = treepath.on_disk_problem(root, path)
+    if why:
+        return f"{path} {why}"
+    if mode is not None:
+        why = treepath.mode_problem(mode)
+        if why:
+            return f"the mode of {path} {why}"
+        try:
+            current = os.lstat(root / path).st_mode & treepath.PLAIN_MODE_BITS
+        except OSError:
+            current = 0
+        if mode & 0o002 and not current & 0o002:
+            return f"the mode {oct(mode)} of {path} would make it writable by everyone, which it is not now"
+    return None
+
+
+def _check_targets(root: Path, items: list[tuple[str, int | None]], source: Path, store: StateStore) -> None:
+    """Refuse, before anything is written, a restore that would leave the tree, follow or replace a link,
+    or give a file a mode it should not have."""
+    for path, mode in items:
+        why = _unsafe_target(root, path, mode)
+        if why:
+            raise StateDamagedError(
+                f"{source} asks to write {why}. sm120kit does not follow links, leave the tree or set such "
+                "modes; nothing was changed.",
+                hint="Check that file by hand (restore it from the original package or git), then delete "
+                     f"{store.dir} and run the command again.")
 
 
 def _hash(data: bytes | None) -> str | None:
@@ -262,14 +303,15 @@ def _stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%S")
 
 
-def _restore(root: Path, path: str, data: bytes | None, mode: int | None) -> None:
+def _restore(root: Path, path: str, data: bytes | None, mode: int | None, token: str = "") -> None:
     full = root / path
     if data is None:
         remove(full, fault_point=True)
         _prune_empty_dirs(full.parent, root / "sglang")
     else:
         full.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(full, data, mode, fault_point=True)
+        tmp = root / temp_path(path, token) if token else None
+        write_atomic(full, data, mode, fault_point=True, tmp=tmp)
 
 
 def _prune_empty_dirs(folder: Path, stop: Path) -> None:
@@ -292,39 +334,112 @@ def describe_journal(store: StateStore, journal: Journal) -> str:
             f"Run 'sm120kit apply' or 'sm120kit revert' to repair it")
 
 
-def repair(store: StateStore, console=None) -> tuple[str, ...]:
-    """Undo the half of an interrupted run: files it replaced go back to their content before that run.
+def _remove_temp_files(store: StateStore, journal: Journal) -> None:
+    """Remove the temporary files the journal's run may have left (never a folder, never through a link)."""
+    for rel in journal.temp_paths():
+        full = store.root / rel
+        try:
+            info = os.lstat(full)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            remove(full)
+    store.clear_stray_temp_files()
+
+
+def repair(store: StateStore, console=None, *, hold_signals: bool = True) -> tuple[str, ...]:
+    """Undo the half of an interrupted run: files it replaced go back to their content before that run,
+    and the temporary files it may have left are removed.
 
     If the run had already saved its state record (only removing its journal was left), its writes are
-    kept. Returns the paths put back. Caller holds the lock.
+    kept. Returns the paths put back. Caller holds the lock. Ctrl-C during the repair is held back until
+    it is done (then :class:`Interrupted`).
     """
     journal = store.load_journal()
     if journal is None:
         return ()
-    finished = journal.state_before != _hash_of(store.state_path)
-    repaired: list[str] = []
-    if not finished:
-        for entry in journal.entries:
-            current = _hash_of(store.root / entry.path)
-            if current == entry.from_hash:
-                continue
-            if current != entry.to_hash:
-                raise StateDamagedError(
-                    f"{store.root / entry.path} matches neither its content before nor after the interrupted "
-                    f"'{journal.operation}' recorded in {store.journal_path}; it was changed since.",
-                    hint="Check that file by hand (restore it from the original package or git), then delete "
-                         f"{store.journal_path} and run the command again.")
-            data = None if entry.from_hash is None else store.blob(entry.from_hash)
-            _restore(store.root, entry.path, data, entry.mode)
-            repaired.append(entry.path)
-        _log(console, f"repaired {len(repaired)} files of an interrupted {journal.operation}")
-    store.clear_journal()
+    held = deferred_signals() if hold_signals else contextlib.nullcontext()
+    with held as signals:
+        finished = journal.state_before != _hash_of(store.state_path)
+        repaired: list[str] = []
+        if not finished:
+            _check_targets(store.root, [(e.path, e.mode) for e in journal.entries], store.journal_path, store)
+            for entry in journal.entries:
+                current = _hash_of(store.root / entry.path)
+                if current == entry.from_hash:
+                    continue
+                if current != entry.to_hash:
+                    raise StateDamagedError(
+                        f"{store.root / entry.path} matches neither its content before nor after the "
+                        f"interrupted '{journal.operation}' recorded in {store.journal_path}; it was changed "
+                        "since.",
+                        hint="Check that file by hand (restore it from the original package or git), then "
+                             f"delete {store.journal_path} and run the command again.")
+            for entry in journal.entries:
+                if _hash_of(store.root / entry.path) == entry.from_hash:
+                    continue
+                data = None if entry.from_hash is None else store.blob(entry.from_hash)
+                _restore(store.root, entry.path, data, entry.mode, journal.token)
+                repaired.append(entry.path)
+            _log(console, f"repaired {len(repaired)} files of an interrupted {journal.operation}")
+        _remove_temp_files(store, journal)
+        store.clear_journal()
+    if hold_signals and signals.pending:
+        raise Interrupted(f"Interrupted ({signals.name}) while repairing an interrupted run; the repair was "
+                          f"finished first: {len(repaired)} file(s) put back, every file is as before that run.",
+                          hint="Run the command again.")
     return tuple(repaired)
 
 
-def _begin(store: StateStore, operation: str, entries: list[JournalEntry]) -> None:
-    store.write_journal(operation, entries)
-    fsync_dir(store.dir)
+def _journaled(store: StateStore, operation: str, entries: list[JournalEntry],
+               writes: list[tuple[str, bytes | None, int | None]], finish, console=None) -> None:
+    """Write ``writes`` (path, content or ``None`` to remove, mode) under a journal flushed to disk first,
+    then call ``finish`` (which records the result). On any error, Ctrl-C or SIGTERM before ``finish`` is
+    done, the files this run wrote are put back from the journal and the error says so; when even that
+    fails the journal stays, and the error says which command finishes the job."""
+    with deferred_signals() as signals:
+        try:
+            journal = store.write_journal(operation, entries)
+            fsync_dir(store.dir)
+        except Sm120kitError as exc:
+            raise type(exc)(f"{exc.message} Nothing in the tree was changed.", hint=exc.hint) from None
+        try:
+            for i, (path, data, mode) in enumerate(writes, 1):
+                _restore(store.root, path, data, mode, journal.token)
+                if console is not None and len(writes) > 3:
+                    console.progress(i, len(writes), path)
+                if signals.pending:
+                    raise Interrupted(f"Interrupted ({signals.name}) after {i} of {len(writes)} file(s).")
+            finish()
+        except (Sm120kitError, OSError, Interrupted) as exc:
+            _roll_back(store, operation, exc, signals)
+        try:
+            store.clear_journal()
+        except OSError:
+            pass  # the record is saved: a later repair sees the run finished and only drops the journal
+    if signals.pending:
+        raise Interrupted(f"Interrupted ({signals.name}) as '{operation}' finished; it was completed first.",
+                          hint="Nothing is left to do.")
+
+
+def _roll_back(store: StateStore, operation: str, exc: BaseException, signals) -> None:
+    message = exc.message if isinstance(exc, (Sm120kitError, Interrupted)) else f"{exc.strerror or exc}."
+    try:
+        put_back = repair(store, hold_signals=False)
+    except Sm120kitError as second:
+        raise IOFailure(
+            f"{message} Putting back what this '{operation}' had written failed too: {second.message} The "
+            f"journal {store.journal_path} is kept; every file is whole, some old and some new.",
+            hint=f"Fix the cause (free disk space), then run 'sm120kit {operation}' on this tree again: it "
+                 "first puts the half-done run's files back, then does its job.") from None
+    what = (f"the {len(put_back)} file(s) it had written were put back" if put_back
+            else "it had not changed any file yet")
+    state = f"{what}, so the tree is exactly as it was before this '{operation}'"
+    if isinstance(exc, Interrupted):
+        raise Interrupted(f"{message.rstrip('.')}; {state}.",
+                          hint=f"Run 'sm120kit {operation}' again to do it.") from None
+    kind = type(exc) if isinstance(exc, Sm120kitError) else IOFailure
+    raise kind(f"{message} Then {state}.", hint=getattr(exc, "hint", None)) from None
 
 
 # -- apply -----------------------------------------------------------------------------------------------
@@ -388,18 +503,16 @@ def _new_record(old: StateRecord | None, plan: SeriesPlan, target: Target, serie
 
 def _write_changes(store: StateStore, changes: tuple[FileChange, ...], new_record: StateRecord,
                    console=None) -> None:
-    for change in changes:
-        if change.before is not None:
-            store.put_blob(change.before)
+    try:
+        for change in changes:
+            if change.before is not None:
+                store.put_blob(change.before)
+    except Sm120kitError as exc:
+        raise type(exc)(f"{exc.message} Nothing in the tree was changed.", hint=exc.hint) from None
     entries = [JournalEntry(path=c.path, from_hash=_hash(c.before), to_hash=_hash(c.after), mode=c.mode)
                for c in changes]
-    _begin(store, "apply", entries)
-    for i, change in enumerate(changes, 1):
-        _restore(store.root, change.path, change.after, change.mode)
-        if console is not None and len(changes) > 3:
-            console.progress(i, len(changes), change.path)
-    store.save(new_record)
-    store.clear_journal()
+    _journaled(store, "apply", entries, [(c.path, c.after, c.mode) for c in changes],
+               lambda: store.save(new_record), console)
     store.prune_blobs({f.before for f in new_record.files if f.before})
 
 
@@ -423,8 +536,7 @@ def apply_series(target: Target, series: Series, *, dry_run: bool = False, fuzz:
         return _finish_result(target, release, exact, series, plan, record, store, dry_run=True, strict=strict,
                               warnings=warnings)
 
-    store.ensure()
-    with TreeLock(store.lock_path, command="apply"):
+    with store.locked("apply"):
         repaired = repair(store, console)
         if repaired:
             warnings.append(f"repaired an interrupted run: put back {len(repaired)} file(s): "
@@ -437,13 +549,9 @@ def apply_series(target: Target, series: Series, *, dry_run: bool = False, fuzz:
         result = _finish_result(target, release, exact, series, plan, record, store, dry_run=False,
                                 strict=strict, warnings=warnings, repaired=repaired)
         if result.exit_code != EXIT_OK or not plan.changes:
-            if record is None and not store.journal_path.exists():
-                store.remove()  # leave no trace on a tree sm120kit did not change
-            return result
+            return result  # store.locked leaves no trace on a tree sm120kit did not change
         blocked = _dirty_blockers(target, plan, record)
         if blocked and not allow_dirty:
-            if record is None:
-                store.remove()
             shown = [_repo_path(target, p) for p in blocked]
             raise DirtyTreeError(
                 f"The git tree {target.repo_root} has uncommitted changes in files the series would patch: "
@@ -452,8 +560,6 @@ def apply_series(target: Target, series: Series, *, dry_run: bool = False, fuzz:
                      "(revert then restores your edited versions).")
         edited = _edited_since_apply(plan, record)
         if edited:
-            if record is None:
-                store.remove()
             raise StateDamagedError(
                 f"{', '.join(edited)} changed after sm120kit patched {'it' if len(edited) == 1 else 'them'}, "
                 "and the series would now write to it again; a later revert could not give your edit back. "
@@ -508,11 +614,10 @@ def revert_series(target: Target, *, force: bool = False, dry_run: bool = False,
             warnings.append(describe_journal(store, journal))
         record = store.load()
         return _revert_plan(target, store, record, force=force, dry_run=True, warnings=warnings)
-    if not store.dir.exists():
+    if not os.path.lexists(store.dir):
         return RevertResult(target=target, dry_run=False, patches=(), files=(),
                             message="No sm120kit state record in this tree: nothing to revert.")
-    store.ensure()
-    with TreeLock(store.lock_path, command="revert"):
+    with store.locked("revert"):
         repaired = repair(store, console)
         record = store.load()
         warnings = [f"repaired an interrupted run: put back {len(repaired)} file(s)"] if repaired else []
@@ -541,15 +646,9 @@ def revert_series(target: Target, *, force: bool = False, dry_run: bool = False,
                 kept[f.path] = store.keep_copy(f.path, current, stamp)
         originals = {f.path: store.blob(record.file(f.path).before) for f in result.files
                      if f.action == "restored"}
-        _begin(store, "revert", entries)
-        for f in result.files:
-            if f.action == "restored":
-                fr = record.file(f.path)
-                _restore(root, f.path, originals[f.path], fr.mode)
-            elif f.action == "removed":
-                _restore(root, f.path, None, None)
-        store.clear_state()
-        store.clear_journal()
+        writes = [(f.path, originals[f.path], record.file(f.path).mode) if f.action == "restored"
+                  else (f.path, None, None) for f in result.files if f.action in ("restored", "removed")]
+        _journaled(store, "revert", entries, writes, store.clear_state, console)
         store.remove()
         files = tuple(RevertedFile(path=f.path, action=f.action, kept_copy=kept.get(f.path)) for f in result.files)
         return RevertResult(target=target, dry_run=False, patches=result.patches, files=files,
@@ -571,6 +670,10 @@ def _revert_plan(target: Target, store: StateStore, record: StateRecord | None, 
     if record is None:
         return RevertResult(target=target, dry_run=dry_run, patches=(), files=(), warnings=tuple(warnings),
                             repaired=repaired, message="No sm120kit state record in this tree: nothing to revert.")
+    _check_targets(store.root, [(fr.path, fr.mode) for fr in record.files if fr.before is not None],
+                   store.state_path, store)
+    _check_targets(store.root, [(fr.path, None) for fr in record.files if fr.before is None],
+                   store.state_path, store)
     files: list[RevertedFile] = []
     edited: list[str] = []
     for fr in record.files:
@@ -621,6 +724,11 @@ def series_status(target: Target, series: Series) -> StatusResult:
     except StateDamagedError as exc:
         problems.append(exc.render())
     files: list[FileState] = []
+    if record is not None:
+        for fr in record.files:
+            why = _unsafe_target(root, fr.path, fr.mode if fr.before is not None else None)
+            if why:
+                problems.append(f"the state record {store.state_path} asks to write {why}; revert will refuse it")
     if record is not None:
         for fr in record.files:
             current = _hash_of(root / fr.path)

@@ -132,3 +132,18 @@ class RecipeError(Sm120kitError):
 
     exit_code = 15
     kind = "recipe"
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or SIGTERM stopped a run that was writing a tree; ``message`` says what state the
+    tree was left in. Not an :class:`Sm120kitError`: like Ctrl-C it exits 130 and prints no JSON."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def render(self) -> str:
+        return f"{self.message} {self.hint}" if self.hint else self.message

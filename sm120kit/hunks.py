@@ -15,6 +15,8 @@ from typing import Sequence
 
 import unidiff
 
+from sm120kit import treepath
+
 CONTEXT, ADDED, REMOVED = " ", "+", "-"
 
 _LINE_RE = re.compile(r"[^\n]*\n|[^\n]+")
@@ -102,11 +104,59 @@ class DiffFormatError(ValueError):
         self.line = line
 
 
+# Git writes a path holding unusual bytes in C style: "a/caf\303\251.py", "a/tab\there.py".
+_C_ESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, '"': 34}
+_OCTAL_RE = re.compile(r"[0-3][0-7]{2}")
+# Regular-file modes git writes; anything else (setuid, symlink 120000, gitlink 160000) is refused.
+REGULAR_MODES = {"100644": 0o644, "100755": 0o755}
+
+
+def unquote_path(name: str) -> str:
+    """A diff path as git quotes it (``"a/x\\ty.py"``) to its text; an unquoted name is returned as is.
+    :class:`ValueError` for a malformed quoted name."""
+    if not name.startswith('"'):
+        return name
+    if len(name) < 2 or not name.endswith('"'):
+        raise ValueError(f"the quoted path {name} has no closing quote")
+    body, out, i = name[1:-1], bytearray(), 0
+    while i < len(body):
+        char = body[i]
+        if char == '"':
+            raise ValueError(f"the quoted path {name} holds an unescaped quote")
+        if char != "\\":
+            out += char.encode("utf-8", "surrogateescape")
+            i += 1
+            continue
+        code = body[i + 1:i + 2]
+        if code in _C_ESCAPES:
+            out.append(_C_ESCAPES[code])
+            i += 2
+        elif _OCTAL_RE.fullmatch(body[i + 1:i + 4]):
+            out.append(int(body[i + 1:i + 4], 8))
+            i += 4
+        else:
+            raise ValueError(f"the quoted path {name} holds an unknown escape '\\{code}'")
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"the quoted path {name} is not UTF-8") from None
+
+
 def _strip_prefix(name: str) -> str:
-    name = name.strip('"')
+    name = unquote_path(name)
     if name[:2] in ("a/", "b/"):
         return name[2:]
     return name
+
+
+def _mode_line(patched: unidiff.PatchedFile, line: int | None, value: str) -> int | None:
+    """Line of the diff that carries the mode ``value`` (for the error message)."""
+    if line is None:
+        return None
+    for i, text in enumerate(patched.patch_info):
+        if value in text and "mode" in text:
+            return line + i
+    return line
 
 
 def file_diffs(patch_set: unidiff.PatchSet) -> tuple[FileDiff, ...]:
@@ -123,16 +173,21 @@ def file_diffs(patch_set: unidiff.PatchSet) -> tuple[FileDiff, ...]:
                 "write a deletion and a creation instead", line)
         source = patched.source_file or ""
         target = patched.target_file or ""
-        if patched.is_added_file and source == "/dev/null":
-            action, path = "create", _strip_prefix(target)
-        elif target == "/dev/null":
-            action, path = "delete", _strip_prefix(source)
-        else:
-            action, path = "modify", _strip_prefix(target)
-        if not path.startswith("sglang/") or path.startswith("/") or ".." in path.split("/"):
+        try:
+            if patched.is_added_file and source == "/dev/null":
+                action, path = "create", _strip_prefix(target)
+            elif target == "/dev/null":
+                action, path = "delete", _strip_prefix(source)
+            else:
+                action, path = "modify", _strip_prefix(target)
+        except ValueError as exc:
+            raise DiffFormatError(str(exc), line) from None
+        why = treepath.problem(path)
+        if why:
             raise DiffFormatError(
-                f"path '{path}' is not inside the package: diff paths must look like a/sglang/... and "
-                "b/sglang/... (relative to the folder that holds sglang/)", line)
+                f"path {path!r} {why}, so it is not inside the package: diff paths must look like "
+                "a/sglang/... and b/sglang/... (relative to the folder that holds sglang/), outside "
+                "sglang/.sm120kit/", line)
         if path in seen:
             raise DiffFormatError(f"{path} appears twice in one diff; merge its hunks into one file section",
                                   line)
@@ -140,9 +195,18 @@ def file_diffs(patch_set: unidiff.PatchSet) -> tuple[FileDiff, ...]:
         if not len(patched):
             raise DiffFormatError(f"{path} has no hunks (mode-only changes are not supported)", line)
         hunks = tuple(_hunk(h, i) for i, h in enumerate(patched, 1))
+        for value in (patched.source_mode, patched.target_mode):
+            if value and value not in REGULAR_MODES:
+                raise DiffFormatError(
+                    f"{path} has mode {value}; only regular files (100644 or 100755) are supported",
+                    _mode_line(patched, line, value))
+        if action == "modify" and patched.source_mode and patched.target_mode and \
+                patched.source_mode != patched.target_mode:
+            raise DiffFormatError(f"{path} changes mode {patched.source_mode} -> {patched.target_mode}; mode "
+                                  "changes are not supported", _mode_line(patched, line, patched.target_mode))
         mode = None
         if action == "create" and patched.target_mode:
-            mode = int(patched.target_mode, 8) & 0o7777
+            mode = REGULAR_MODES[patched.target_mode]
         out.append(FileDiff(path=path, action=action, hunks=hunks, mode=mode, diff_line=line or 0))
     return tuple(out)
 

@@ -7,12 +7,15 @@ file; a second run waits briefly (``SM120KIT_LOCK_WAIT`` seconds, default 5) and
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import os
 import socket
 import time
 from pathlib import Path
+from typing import Callable
 
 from sm120kit.errors import IOFailure
 
@@ -26,6 +29,12 @@ def _wait_seconds() -> float:
         return DEFAULT_WAIT
 
 
+def _hint(exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "The disk is full: free some space and run the command again."
+    return "The tree must be writable by you."
+
+
 def read_holder(path: Path) -> dict | None:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8") or "null")
@@ -36,18 +45,28 @@ def read_holder(path: Path) -> dict | None:
 class TreeLock:
     """``with TreeLock(path, command="apply"):`` -- raises :class:`IOFailure` when another run holds it."""
 
-    def __init__(self, path: Path, *, command: str = "", wait: float | None = None) -> None:
+    def __init__(self, path: Path, *, command: str = "", wait: float | None = None,
+                 prepare: Callable[[], None] | None = None) -> None:
         self.path = Path(path)
         self.command = command
         self.wait = _wait_seconds() if wait is None else wait
         self._fd: int | None = None
+        # Makes the lock's folder when it is missing (a run that held the lock removed it: a finished revert).
+        self._prepare = prepare or (lambda: self.path.parent.mkdir(parents=True, exist_ok=True))
 
     def _open(self) -> int:
-        try:
-            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise IOFailure(f"Cannot create the lock file {self.path}: {exc.strerror or exc}.",
-                            hint="The tree must be writable by you.") from None
+        for attempt in range(20):
+            try:
+                return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except FileNotFoundError:
+                if attempt == 19:
+                    raise IOFailure(f"Cannot create the lock file {self.path}: its folder keeps disappearing.",
+                                    hint="Another program is removing it; stop that and try again.") from None
+                self._prepare()
+            except OSError as exc:
+                raise IOFailure(f"Cannot create the lock file {self.path}: {exc.strerror or exc}.",
+                                hint=_hint(exc)) from None
+        raise AssertionError("unreachable")
 
     def acquire(self) -> None:
         deadline = time.monotonic() + self.wait
@@ -55,7 +74,11 @@ class TreeLock:
             fd = self._open()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            except OSError as exc:
+                if not isinstance(exc, BlockingIOError):
+                    os.close(fd)
+                    raise IOFailure(f"Cannot lock {self.path}: {exc.strerror or exc}.",
+                                    hint="The file system must support flock (a local disk does).") from None
                 os.close(fd)
                 if time.monotonic() >= deadline:
                     raise self._held_error() from None
@@ -70,13 +93,18 @@ class TreeLock:
             if not same:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._prepare()
                 continue
             self._fd = fd
             info = {"pid": os.getpid(), "host": socket.gethostname(),
                     "since": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": self.command}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(info).encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(info).encode(), 0)
+            except OSError as exc:
+                self.release()
+                raise IOFailure(f"Cannot write the lock file {self.path}: {exc.strerror or exc}. Nothing was "
+                                "changed.", hint=_hint(exc)) from None
             return
 
     def _held_error(self) -> IOFailure:
@@ -91,7 +119,8 @@ class TreeLock:
     def release(self) -> None:
         if self._fd is not None:
             try:
-                os.ftruncate(self._fd, 0)  # no holder any more
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, 0)  # no holder any more
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             finally:
                 os.close(self._fd)

@@ -70,10 +70,43 @@ class Variant:
                 "files": list(self.paths)}
 
 
+class BoundedPattern:
+    """An upstream marker's regular expression, matched in time linear in the text (RE2: no
+    backtracking), so a pattern from a series of unknown origin cannot hang a run. The syntax is
+    Python's ``re`` without back-references and look-arounds; ``^`` and ``$`` match at every line."""
+
+    def __init__(self, text: str) -> None:
+        import re2  # google-re2
+
+        options = re2.Options()
+        options.log_errors = False
+        self.pattern = text
+        try:
+            self._compiled = re2.compile(b"(?m)" + text.encode("utf-8", "surrogateescape"), options)
+        except re2.error as exc:
+            raise ValueError(exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes)
+                             else str(exc)) from None
+
+    def search(self, text: str) -> int | None:
+        """The 1-based line where the pattern first matches ``text``, or ``None``."""
+        data = text.encode("utf-8", "surrogateescape")
+        match = self._compiled.search(data)
+        return None if match is None else data.count(b"\n", 0, match.start()) + 1
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BoundedPattern) and other.pattern == self.pattern
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
+    def __repr__(self) -> str:
+        return f"BoundedPattern({self.pattern!r})"
+
+
 @dataclass(frozen=True)
 class Marker:
     files: tuple[str, ...]  # alternatives: the first that exists is searched
-    pattern: re.Pattern
+    pattern: BoundedPattern
 
     def to_json(self) -> dict:
         return {"files": list(self.files), "pattern": self.pattern.pattern}
@@ -299,10 +332,12 @@ def _marker(doc: tomldoc.Doc, index: int, raw: Any) -> Marker:
         raise doc.fail(path + ("file",), f"file = {raw['file']!r} must be a path (or list of paths) "
                                          "starting with 'sglang/'.")
     try:
-        pattern = re.compile(raw["pattern"], re.M)
-    except re.error as exc:
-        raise doc.fail(path + ("pattern",), f"pattern {raw['pattern']!r} is not a valid regular expression: "
-                                            f"{exc}.") from None
+        pattern = BoundedPattern(raw["pattern"])
+    except ValueError as exc:
+        raise doc.fail(path + ("pattern",), f"pattern {raw['pattern']!r} is not a valid regular expression for "
+                                            f"a marker (matched in bounded time): {exc}.",
+                       hint="Markers use Python 're' syntax without back-references or look-arounds (they are "
+                            "matched by RE2, in time linear in the file).") from None
     return Marker(files=files, pattern=pattern)
 
 
@@ -326,6 +361,13 @@ def parse_diff(diff_path: Path) -> unidiff.PatchSet:
     except (OSError, UnicodeDecodeError) as exc:
         raise SeriesError(f"{diff_path}: cannot be read as UTF-8 text ({exc}).") from None
     lines = re.findall(r"[^\n]*\n|[^\n]+", text)
+    for number, line in enumerate(lines, 1):
+        if line.endswith("\r\n") and line.startswith(("diff ", "--- ", "+++ ", "@@ ", "index ")):
+            raise SeriesError(
+                f"{diff_path}:{number}: the diff has Windows (CRLF) line endings; sm120kit reads diffs with "
+                "LF line endings only (a CR that belongs to a changed line is kept).",
+                hint="Convert the diff with 'dos2unix' (or 'git config core.autocrlf false' and regenerate it "
+                     "with 'git diff').")
     feed = _CountingLines(lines)
     try:
         patch_set = unidiff.PatchSet(feed)

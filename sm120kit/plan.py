@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Collection
 
+from sm120kit import treepath
 from sm120kit.hunks import HunkResult, decode, encode, place_hunks, split_lines
 from sm120kit.patchset import Marker, Patch, Series, Variant
 from sm120kit.state import read_recorded
@@ -115,18 +116,29 @@ class _Tree:
         self._lines: dict[str, tuple[str, ...] | None] = {}
         self.modes: dict[str, int] = {}
         self.touched_by: dict[str, list[str]] = {}
+        self.refused: dict[str, str] = {}
 
     def _load(self, path: str) -> None:
         if path in self._original:
             return
         full = self.root / path
-        try:
-            data = full.read_bytes()
-            self.modes[path] = full.stat().st_mode & 0o7777
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            data = None
+        why = treepath.on_disk_problem(self.root, path)
+        data = None
+        if why:
+            self.refused[path] = why  # never read through a link, never planned as a write
+        else:
+            try:
+                data = full.read_bytes()
+                self.modes[path] = full.stat().st_mode & treepath.PLAIN_MODE_BITS
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                data = None
         self._original[path] = data
         self._text[path] = None if data is None else decode(data)
+
+    def refusal(self, path: str) -> str | None:
+        """Why the file at ``path`` must not be written (a link, a folder, behind a link out of the tree)."""
+        self._load(path)
+        return self.refused.get(path)
 
     def text(self, path: str) -> str | None:
         self._load(path)
@@ -174,7 +186,8 @@ class _Attempt:
 
 
 def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Variant, *, fuzz: int,
-                 reverse: bool, describe: bool = True) -> _Attempt:
+                 reverse: bool, describe: bool = True,
+                 refuse: Callable[[str], str | None] | None = None) -> _Attempt:
     ok = True
     absent: list[str] = []
     contents: dict[str, str | None] = {}
@@ -182,6 +195,13 @@ def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Va
     results: list[HunkResult] = []
     notes: list[str] = []
     for diff in variant.files:
+        why = refuse(diff.path) if refuse is not None else None
+        if why:
+            ok = False
+            notes.append(f"{diff.path} {why}")
+            results.extend(HunkResult(file=diff.path, index=h.index, status="conflict", line=1)
+                           for h in diff.hunks)
+            continue
         lines = get_lines(diff.path)
         creates = (diff.action == "create") != reverse  # the file must not exist before this direction
         removes = (diff.action == "delete") != reverse
@@ -239,10 +259,9 @@ def _markers_match(markers: tuple[Marker, ...], text_of: Callable[[str], str | N
                 break
         else:
             return None
-        match = marker.pattern.search(text)
-        if not match:
+        line = marker.pattern.search(text)
+        if line is None:
             return None
-        line = text.count("\n", 0, match.start()) + 1
         found.append(f"{path}:{line}")
     return ", ".join(found)
 
@@ -325,9 +344,9 @@ def _conflict_reason(attempt: _Attempt) -> str:
     return f"{first.file} hunk {first.index} does not match ({where}){more}"
 
 
-def _mark_already_present(get_lines, attempt: _Attempt, fuzz: int) -> list[HunkResult]:
+def _mark_already_present(get_lines, attempt: _Attempt, fuzz: int, refuse=None) -> list[HunkResult]:
     """For a conflict: tell hunks whose result is already in the file from the ones that do not fit."""
-    reverse = _run_variant(get_lines, attempt.variant, fuzz=fuzz, reverse=True, describe=False)
+    reverse = _run_variant(get_lines, attempt.variant, fuzz=fuzz, reverse=True, describe=False, refuse=refuse)
     present = {(h.file, h.index) for h in reverse.hunks if h.status == "applies"}
     out = []
     for h in attempt.hunks:
@@ -372,7 +391,7 @@ def _unwind(tree: _Tree, series: Series, *, version: str | None, exact: bool, fu
         is_recorded = patch.id in recorded
         marker_hit = None if is_recorded else _markers_match(patch.markers, text)
         for variant in _candidates(patch, version, exact) or list(patch.variants_newest_first()):
-            undo = _run_variant(lines, variant, fuzz=fuzz, reverse=True, describe=False)
+            undo = _run_variant(lines, variant, fuzz=fuzz, reverse=True, describe=False, refuse=tree.refusal)
             if not undo.ok:
                 continue
             if marker_hit and _markers_match(patch.markers, lambda p: undo.contents.get(p, text(p))) is not None:
@@ -407,7 +426,7 @@ def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, 
     first_conflict: _Attempt | None = None
     absent_reasons: list[str] = []
     for variant in candidates:
-        attempt = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=False)
+        attempt = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=False, refuse=tree.refusal)
         if attempt.absent and not attempt.ok:
             absent_reasons.append(f"{variant.name}: file absent: {', '.join(attempt.absent)}")
             continue
@@ -419,14 +438,14 @@ def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, 
             reason = _summary(attempt.hunks) + ("; " + "; ".join(notes) if notes else "")
             new_files = {p: (None if t is None else encode(t)) for p, t in attempt.contents.items()}
             return plan("applies", variant, reason, attempt.hunks, new_files), attempt
-        undo = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=True, describe=False)
+        undo = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=True, describe=False, refuse=tree.refusal)
         if undo.ok:
             return plan("already-applied", variant, APPLIED_FOUND, _as_applied(undo.hunks)), None
         if first_conflict is None:
             first_conflict = attempt
     if first_conflict is None:
         return plan("not-applicable", None, "; ".join(absent_reasons)), None
-    hunks = _mark_already_present(tree.lines, first_conflict, fuzz)
+    hunks = _mark_already_present(tree.lines, first_conflict, fuzz, tree.refusal)
     reason = _conflict_reason(first_conflict)
     if recorded:
         reason += " (the state record lists it as applied: the file was edited or the series changed since)"

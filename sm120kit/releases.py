@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import zipfile
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from sm120kit import runner
+from sm120kit.atomicfile import make_temp_dir, sweep_temp_dirs
 from sm120kit.errors import DownloadError, ToolFailed, UsageError
 
 DEFAULT_RELEASE = "0.5.23"
@@ -34,21 +34,44 @@ def cache_dir() -> Path:
     return Path(base) / "sm120kit"
 
 
-def check_version(text: str) -> str:
+def normalize(text: str) -> str:
+    """The one name of a release, as PyPI and the cache folders spell it: ``v0.5.23``, ``0.5.23.0`` and
+    ``" 0.5.23"`` are all ``0.5.23`` (PEP 440 normal form, three release numbers at least, no trailing
+    zeros beyond them); ``0.5.6-post2`` is ``0.5.6.post2``. :class:`UsageError` if it is no version."""
     try:
-        Version(text)
+        version = Version(text.strip()) if isinstance(text, str) else None
     except InvalidVersion:
+        version = None
+    if version is None or "/" in text or "\\" in text:
         raise UsageError(f"'{text}' is not a release version (expected something like 0.5.23 or 0.5.6.post2).")
-    return text
+    release = list(version.release)
+    while len(release) > 3 and release[-1] == 0:
+        release.pop()
+    release += [0] * (3 - len(release))
+    name = (f"{version.epoch}!" if version.epoch else "") + ".".join(map(str, release))
+    if version.pre is not None:
+        name += f"{version.pre[0]}{version.pre[1]}"
+    if version.post is not None:
+        name += f".post{version.post}"
+    if version.dev is not None:
+        name += f".dev{version.dev}"
+    if version.local is not None:
+        name += f"+{version.local}"
+    return name
+
+
+def check_version(text: str) -> str:
+    """``text`` as a release name (see :func:`normalize`); :class:`UsageError` if it is no version."""
+    return normalize(text)
 
 
 def release_dir(version: str, cache: Path | None = None) -> Path:
-    return (cache or cache_dir()) / "releases" / version
+    return (cache or cache_dir()) / "releases" / normalize(version)
 
 
 def fetch_release(version: str, *, cache: Path | None = None, console=None) -> Path:
     """Download and unpack SGLang ``version`` (cached); return the folder holding ``sglang/``."""
-    check_version(version)
+    version = normalize(version)
     dest = release_dir(version, cache)
     if (dest / "sglang" / "__init__.py").is_file():
         return dest
@@ -96,7 +119,8 @@ def _same_version(a: str, b: str) -> bool:
 def _unpack(wheel: Path, dest: Path) -> None:
     """Unpack ``sglang/`` and the dist-info of ``wheel`` into ``dest`` atomically (temp folder + rename)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    sweep_temp_dirs(dest.parent, dest.name)
+    tmp = make_temp_dir(dest.parent, dest.name)
     try:
         with zipfile.ZipFile(wheel) as zf:
             members = [m for m in zf.namelist()

@@ -19,21 +19,76 @@ A revert removes the folder, so a reverted tree is byte-identical to the origina
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
 import os
+import re
+import secrets
 import shutil
 import socket
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
-from sm120kit import __version__
+from sm120kit import __version__, treepath
 from sm120kit.atomicfile import write_atomic
 from sm120kit.errors import IOFailure, StateDamagedError
+from sm120kit.lock import TreeLock
 
-STATE_DIR = ".sm120kit"
+STATE_DIR = treepath.STATE_DIR
 FORMAT = 1
+_HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class Untrusted(ValueError):
+    """An entry of the state record or the journal that is not safe to act on (the message names it)."""
+
+
+def _entry(data: object, where: str) -> dict:
+    if not isinstance(data, dict):
+        raise Untrusted(f"{where} is not an object but {type(data).__name__}")
+    return data
+
+
+def _path_field(data: dict, where: str) -> str:
+    value = data.get("path")
+    why = treepath.problem(value)
+    if why:
+        raise Untrusted(f"{where}.path = {value!r} {why}")
+    return value
+
+
+def _hash_field(data: dict, key: str, where: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not (isinstance(value, str) and _HASH_RE.match(value)):
+        raise Untrusted(f"{where}.{key} = {value!r} is not a SHA-256 hex digest")
+    return value
+
+
+def _mode_field(data: dict, where: str) -> int | None:
+    raw = data.get("mode")
+    if raw is None:
+        return None
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = int(raw, 8)
+        except ValueError:
+            raise Untrusted(f"{where}.mode = {raw!r} is not an octal number") from None
+    why = treepath.mode_problem(value)
+    if why:
+        raise Untrusted(f"{where}.mode = {raw!r}: {why}")
+    return value
+
+
+def _list_field(data: dict, key: str, where: str) -> list:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise Untrusted(f"{where}.{key} is not a list but {type(value).__name__}")
+    return value
 
 
 def sha256(data: bytes) -> str:
@@ -57,10 +112,16 @@ class FileRecord:
                 "mode": None if self.mode is None else oct(self.mode), "patches": list(self.patches)}
 
     @classmethod
-    def from_json(cls, data: dict) -> "FileRecord":
-        mode = data.get("mode")
-        return cls(path=data["path"], before=data.get("before"), after=data.get("after"),
-                   mode=int(mode, 8) if isinstance(mode, str) else mode, patches=tuple(data.get("patches", ())))
+    def from_json(cls, data: object, where: str = "files[]") -> "FileRecord":
+        """Read one entry; :class:`Untrusted` (naming ``where``) for a path outside the tree, a mode that
+        is not plain permission bits or a malformed hash."""
+        data = _entry(data, where)
+        patches = _list_field(data, "patches", where)
+        if not all(isinstance(p, str) for p in patches):
+            raise Untrusted(f"{where}.patches = {patches!r} is not a list of patch ids")
+        return cls(path=_path_field(data, where), before=_hash_field(data, "before", where),
+                   after=_hash_field(data, "after", where), mode=_mode_field(data, where),
+                   patches=tuple(patches))
 
 
 @dataclass(frozen=True)
@@ -108,11 +169,24 @@ class StateRecord:
                 "files": [f.to_json() for f in self.files]}
 
     @classmethod
-    def from_json(cls, data: dict) -> "StateRecord":
+    def from_json(cls, data: object) -> "StateRecord":
+        data = _entry(data, "the record")
+        patches = []
+        for i, p in enumerate(_list_field(data, "patches", "the record")):
+            p = _entry(p, f"patches[{i}]")
+            if not isinstance(p.get("id"), str):
+                raise Untrusted(f"patches[{i}].id = {p.get('id')!r} is not a patch id")
+            patches.append(PatchRecord.from_json(p))
+        files = tuple(FileRecord.from_json(f, f"files[{i}]")
+                      for i, f in enumerate(_list_field(data, "files", "the record")))
+        seen: set[str] = set()
+        for i, f in enumerate(files):
+            if f.path in seen:
+                raise Untrusted(f"files[{i}].path = {f.path!r} is listed twice")
+            seen.add(f.path)
         return cls(series=data.get("series", ""), release=data.get("release"), commit=data.get("commit"),
                    created=data.get("created", ""), updated=data.get("updated", ""),
-                   patches=tuple(PatchRecord.from_json(p) for p in data.get("patches", ())),
-                   files=tuple(FileRecord.from_json(f) for f in data.get("files", ())),
+                   patches=tuple(patches), files=files,
                    sm120kit_version=data.get("sm120kit_version", ""), format=data.get("format", FORMAT))
 
 
@@ -128,10 +202,20 @@ class JournalEntry:
                 "mode": None if self.mode is None else oct(self.mode)}
 
     @classmethod
-    def from_json(cls, data: dict) -> "JournalEntry":
-        mode = data.get("mode")
-        return cls(path=data["path"], from_hash=data.get("from"), to_hash=data.get("to"),
-                   mode=int(mode, 8) if isinstance(mode, str) else mode)
+    def from_json(cls, data: object, where: str = "entries[]") -> "JournalEntry":
+        data = _entry(data, where)
+        return cls(path=_path_field(data, where), from_hash=_hash_field(data, "from", where),
+                   to_hash=_hash_field(data, "to", where), mode=_mode_field(data, where))
+
+
+_TOKEN_RE = re.compile(r"^[0-9a-f]{8,32}$")
+
+
+def temp_path(path: str, token: str) -> str:
+    """The temporary file a journaled write of ``path`` goes through: beside it, named by the journal's
+    token, so a repair after a kill knows every temporary file the killed run may have left."""
+    folder, _, name = path.rpartition("/")
+    return f"{folder}/.{name}.sm120kit-{token}.tmp"
 
 
 @dataclass(frozen=True)
@@ -142,16 +226,31 @@ class Journal:
     host: str
     entries: tuple[JournalEntry, ...] = field(default=())
     state_before: str | None = None  # sha256 of state.json when the run began (None: there was none)
+    token: str = ""  # names the run's temporary files (see temp_path); "" in journals of older versions
+
+    def temp_paths(self) -> tuple[str, ...]:
+        return tuple(temp_path(e.path, self.token) for e in self.entries) if self.token else ()
 
     def to_json(self) -> dict:
         return {"operation": self.operation, "started": self.started, "pid": self.pid, "host": self.host,
-                "state_before": self.state_before, "entries": [e.to_json() for e in self.entries]}
+                "state_before": self.state_before, "token": self.token,
+                "entries": [e.to_json() for e in self.entries]}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Journal":
-        return cls(operation=data["operation"], started=data.get("started", ""), pid=data.get("pid", 0),
-                   host=data.get("host", ""), entries=tuple(JournalEntry.from_json(e) for e in data["entries"]),
-                   state_before=data.get("state_before"))
+    def from_json(cls, data: object) -> "Journal":
+        data = _entry(data, "the journal")
+        if data.get("operation") not in ("apply", "revert"):
+            raise Untrusted(f"operation = {data.get('operation')!r} is neither 'apply' nor 'revert'")
+        if "entries" not in data:
+            raise Untrusted("it has no 'entries'")
+        entries = tuple(JournalEntry.from_json(e, f"entries[{i}]")
+                        for i, e in enumerate(_list_field(data, "entries", "the journal")))
+        token = data.get("token", "")
+        if token and not (isinstance(token, str) and _TOKEN_RE.match(token)):
+            raise Untrusted(f"token = {token!r} is not a hex run token")
+        return cls(operation=data["operation"], started=str(data.get("started", "")), pid=data.get("pid", 0),
+                   host=str(data.get("host", "")), entries=entries,
+                   state_before=_hash_field(data, "state_before", "the journal"), token=token)
 
 
 class StateStore:
@@ -167,7 +266,33 @@ class StateStore:
         self.kept_dir = self.dir / "kept"
 
     # -- folder ------------------------------------------------------------------------------------------
+    def check_folder(self) -> None:
+        """Refuse a state folder that is, or holds, a symbolic link or anything sm120kit does not write
+        there: writes and clean-ups through it could leave the tree. :class:`StateDamagedError`."""
+        layout = ((self.dir, True), (self.blobs_dir, True), (self.kept_dir, True), (self.state_path, False),
+                  (self.journal_path, False), (self.lock_path, False), (self.dir / ".gitignore", False))
+        for path, folder in layout:
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise IOFailure(f"Cannot examine {path}: {exc.strerror or exc}.") from None
+            if stat.S_ISLNK(info.st_mode):
+                why = f"{path} is a symbolic link (to {os.readlink(path)})"
+            elif folder and not stat.S_ISDIR(info.st_mode):
+                why = f"{path} is not a folder"
+            elif not folder and not stat.S_ISREG(info.st_mode):
+                why = f"{path} is not a regular file"
+            else:
+                continue
+            raise StateDamagedError(
+                f"sm120kit's state folder is not trusted: {why}. Nothing was changed.",
+                hint=f"sm120kit never follows links in {self.dir}. Look at what it points to, remove it, and "
+                     "run the command again (restore the tree from its original if its record is gone).")
+
     def ensure(self) -> None:
+        self.check_folder()
         try:
             self.blobs_dir.mkdir(parents=True, exist_ok=True)
             ignore = self.dir / ".gitignore"
@@ -179,8 +304,32 @@ class StateStore:
                                  "use a virtual environment you own, or run sm120kit as the tree's owner.") \
                 from None
 
+    @contextlib.contextmanager
+    def locked(self, command: str) -> Iterator[None]:
+        """Hold the tree lock, with the folder complete (``.gitignore``, ``blobs/``) once it is held: the
+        run that held it before may have removed the whole folder (a finished revert). On the way out a
+        folder with nothing to keep (no record, no journal, no kept edits) is removed, so a refused or
+        no-op run leaves no trace."""
+        self.ensure()
+        with TreeLock(self.lock_path, command=command, prepare=self.ensure):
+            try:
+                self.ensure()
+                yield
+            finally:
+                self.discard_if_unused()
+
+    def discard_if_unused(self) -> None:
+        try:
+            if self.dir.is_symlink() or not self.dir.is_dir():
+                return
+            if not any(p.exists() for p in (self.state_path, self.journal_path, self.kept_dir)):
+                shutil.rmtree(self.dir, ignore_errors=True)
+        except OSError:
+            pass
+
     def remove(self) -> None:
         """Remove the folder (after a complete revert); copies of kept edits, if any, stay."""
+        self.check_folder()
         if self.kept_dir.exists():
             for path in self.dir.iterdir():
                 if path.name not in ("kept", ".gitignore"):
@@ -190,11 +339,18 @@ class StateStore:
 
     # -- state record ------------------------------------------------------------------------------------
     def load(self) -> StateRecord | None:
+        self.check_folder()
         if not self.state_path.exists():
             return None
         try:
             data = json.loads(self.state_path.read_text(encoding="utf-8"))
             record = StateRecord.from_json(data)
+        except Untrusted as exc:
+            raise StateDamagedError(
+                f"The state record {self.state_path} is not trusted: {exc}. Nothing was changed.",
+                hint="sm120kit only restores files inside the tree with plain permission bits. Restore the "
+                     "tree from its original (reinstall the package or 'git checkout' the files), then delete "
+                     f"{self.dir}.") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StateDamagedError(
                 f"The state record {self.state_path} cannot be read ({type(exc).__name__}: {exc}).",
@@ -226,14 +382,18 @@ class StateStore:
     def put_blob(self, data: bytes) -> str:
         digest = sha256(data)
         path = self.blob_path(digest)
-        if not path.exists():
+        if not path.is_file() or path.is_symlink():
             write_atomic(path, data, 0o644, fsync=True)
         return digest
 
     def blob(self, digest: str) -> bytes:
         path = self.blob_path(digest)
         try:
-            data = path.read_bytes()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
+                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    raise OSError("not a regular file")
+                data = handle.read()
         except OSError:
             raise StateDamagedError(
                 f"The saved original {path} is missing, so sm120kit cannot restore that file exactly.",
@@ -248,7 +408,7 @@ class StateStore:
         if not self.blobs_dir.is_dir():
             return
         for path in self.blobs_dir.iterdir():
-            if path.name not in keep:
+            if path.name not in keep and (path.is_symlink() or not path.is_dir()):
                 path.unlink(missing_ok=True)
 
     # -- journal -----------------------------------------------------------------------------------------
@@ -256,16 +416,22 @@ class StateStore:
         """Record what a run is about to write (flushed to disk before the first file is replaced)."""
         state_before = sha256(self.state_path.read_bytes()) if self.state_path.exists() else None
         journal = Journal(operation=operation, started=now(), pid=os.getpid(), host=socket.gethostname(),
-                          entries=tuple(entries), state_before=state_before)
+                          entries=tuple(entries), state_before=state_before, token=secrets.token_hex(6))
         write_atomic(self.journal_path, (json.dumps(journal.to_json(), indent=2) + "\n").encode(), 0o644,
                      fsync=True)
         return journal
 
     def load_journal(self) -> Journal | None:
+        self.check_folder()
         if not self.journal_path.exists():
             return None
         try:
             return Journal.from_json(json.loads(self.journal_path.read_text(encoding="utf-8")))
+        except Untrusted as exc:
+            raise StateDamagedError(
+                f"The write journal {self.journal_path} is not trusted: {exc}. Nothing was changed.",
+                hint="sm120kit only restores files inside the tree with plain permission bits. Restore the "
+                     f"tree from its original, then delete {self.dir}.") from None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StateDamagedError(f"The write journal {self.journal_path} cannot be read ({exc}).",
                                     hint="Restore the tree from its original, then delete "
@@ -273,6 +439,15 @@ class StateStore:
 
     def clear_journal(self) -> None:
         self.journal_path.unlink(missing_ok=True)
+
+    def clear_stray_temp_files(self) -> None:
+        """Remove temporary files a killed run left in the state folder (``.NAME.XXXX.tmp``)."""
+        for folder in (self.dir, self.blobs_dir):
+            if not folder.is_dir() or folder.is_symlink():
+                continue
+            for path in folder.iterdir():
+                if path.name.startswith(".") and path.name.endswith(".tmp") and not path.is_dir():
+                    path.unlink(missing_ok=True)
 
     # -- kept edits --------------------------------------------------------------------------------------
     def keep_copy(self, path: str, data: bytes, stamp: str) -> Path:

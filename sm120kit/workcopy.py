@@ -9,32 +9,35 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from sm120kit import releases
+from sm120kit.atomicfile import current_umask, make_temp_dir, sweep_temp_dirs
 from sm120kit.errors import IOFailure
 
 
 def work_dir(version: str, cache: Path | None = None) -> Path:
-    return (cache or releases.cache_dir()) / "work" / version
+    return (cache or releases.cache_dir()) / "work" / releases.normalize(version)
 
 
 def work_copy(version: str, *, fresh: bool = False, cache: Path | None = None, console=None) -> Path:
     """The working copy of release ``version`` (downloaded and copied if needed); the folder holding
-    ``sglang/``."""
-    releases.check_version(version)
+    ``sglang/``. Temporary copies a killed run left behind are removed first."""
+    version = releases.normalize(version)
     dest = work_dir(version, cache)
+    if dest.parent.is_dir():
+        sweep_temp_dirs(dest.parent, version)
     if (dest / "sglang" / "__init__.py").is_file() and not fresh:
         return dest
     pristine = releases.fetch_release(version, cache=cache, console=console)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=dest.parent))
+        tmp = make_temp_dir(dest.parent, version)
         try:
             shutil.copytree(pristine, tmp, dirs_exist_ok=True, symlinks=True)
+            os.chmod(tmp, 0o777 & ~current_umask())  # copytree gave it the pristine folder's mode
             if dest.exists():
-                old = dest.with_name(f".{version}-old-{os.getpid()}")
+                old = make_temp_dir(dest.parent, version)  # the old copy goes aside, then away
                 os.replace(dest, old)
                 shutil.rmtree(old, ignore_errors=True)
             os.replace(tmp, dest)

@@ -96,3 +96,27 @@ def write_series(folder: Path, patches: list[dict]) -> Path:
             reason = "test data"
             """) + variants + markers)
     return folder
+
+
+SMALL_UTILS = "".join(f"def helper_{i}():\n    return {i}\n\n\n" for i in range(40))
+
+
+def small_tree(folder: Path, version: str = "0.5.2", utils: str = SMALL_UTILS) -> Path:
+    """A minimal SGLang-shaped package (``folder/sglang`` with ``srt/utils.py``) that ``find_target`` accepts;
+    for tests that need many trees or a tree on a small file system. Returns the package folder."""
+    package = folder / "sglang"
+    (package / "srt").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "version.py").write_text(f'__version__ = "{version}"\n')
+    (package / "srt" / "__init__.py").write_text("")
+    (package / "srt" / "utils.py").write_text(utils)
+    return package
+
+
+def utils_series(folder: Path, root: Path, *, extra_diff: str = "", markers=None) -> Path:
+    """A one-patch series on ``small_tree``: edits ``sglang/srt/utils.py`` (plus ``extra_diff`` appended)."""
+    diff = make_diff(root, "sglang/srt/utils.py", lambda t: t.replace("return 3\n", "return 3  # sm120\n"))
+    patch = {"id": "edit-utils", "diffs": {"a.diff": diff + extra_diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}
+    if markers is not None:
+        patch["markers"] = markers
+    return write_series(folder, [patch])

@@ -274,13 +274,34 @@ def test_serve_dry_run_prints_the_expected_command(release_dir, tmp_path):
     proc = _sm120kit("serve", "--recipe", DENSE, "--sglang", str(root), "--model", "/models/Qwen3-8B",
                      "--dry-run", "--", "--port", "8001", "--mem-fraction-static", "0.8")
     assert proc.returncode == 0, proc.stderr
-    command = proc.stdout.strip().splitlines()[-1]
+    [command] = proc.stdout.strip().splitlines()  # stdout holds the command and nothing else
     assert command == (
         f"PYTHONPATH={root} {sys.executable} -m sglang.launch_server --model-path /models/Qwen3-8B "
         "--tp-size 1 --attention-backend flashinfer --context-length 32768 --chunked-prefill-size 4096 "
         "--cuda-graph-bs-decode 1 2 4 8 16 24 32 48 64 --port 8001 --mem-fraction-static 0.8")
-    assert "override: --mem-fraction-static 0.8 (command line) replaces --mem-fraction-static 0.85" in proc.stdout
+    assert "override: --mem-fraction-static 0.8 (command line) replaces --mem-fraction-static 0.85" in proc.stderr
+    assert "reading SGLang's argument parser" in proc.stderr
     assert "no NVIDIA GPU found" in proc.stderr  # a warning, not an error
+
+
+def test_serve_dry_run_output_can_be_evaluated_by_a_shell(release_dir, tmp_path):
+    """eval "$(sm120kit serve ... --dry-run)": stdout is one shell command, whose words are the plan's argv."""
+    script = (f'cmd="$({shlex.quote(sys.executable)} -m sm120kit serve --recipe {DENSE} --sglang '
+              f'{shlex.quote(str(release_dir("0.5.23")))} --dry-run -- --port 8123 2>/dev/null)" && '
+              'set -- $cmd && printf "%s\\n" "$@"')
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    words = proc.stdout.splitlines()
+    assert words[0].startswith("PYTHONPATH=") and words[1:4] == [sys.executable, "-m", "sglang.launch_server"]
+    assert words[-2:] == ["--port", "8123"]
+
+
+def test_serve_json_after_the_separator_is_an_sglang_flag(release_dir):
+    """'--json' after '--' is one of SGLang's flags (an unknown one), not sm120kit's --json."""
+    proc = _sm120kit("serve", "--recipe", DENSE, "--sglang", str(release_dir("0.5.23")), "--dry-run", "--",
+                     "--json")
+    assert proc.returncode == 2, proc.stderr
+    assert "--json" in proc.stderr and proc.stdout == ""
 
 
 def test_serve_json_plan_carries_the_environment_and_checks(release_dir):

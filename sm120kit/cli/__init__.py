@@ -14,7 +14,7 @@ import click
 
 from sm120kit import __version__
 from sm120kit.cli.common import AppContext
-from sm120kit.errors import Sm120kitError, UsageError
+from sm120kit.errors import Interrupted, Sm120kitError, UsageError
 from sm120kit.ui import print_json
 
 
@@ -44,10 +44,12 @@ def _register() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    verbose = "-v" in args or "--verbose" in args
-    json_mode = "--json" in args
-    _register()
+    # Only sm120kit's own options count: what follows "--" belongs to another program (serve's SGLang flags).
+    own = args[:args.index("--")] if "--" in args else args
+    verbose = "-v" in own or "--verbose" in own
+    json_mode = "--json" in own
     try:
+        _register()
         code = cli.main(args=args, prog_name="sm120kit", standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except Sm120kitError as exc:
@@ -59,8 +61,12 @@ def main(argv: list[str] | None = None) -> None:
         if not verbose and exc.exit_code not in (2,):
             click.echo("(run with -v for details)", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, Interrupted):  # stopped while writing a tree: say what state it is in
+            click.echo(click.style("interrupted: ", fg="red") + cause.render(), err=True)
+        else:
+            click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         if json_mode:  # a usage error found by click still leaves one error document on stdout
@@ -70,6 +76,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except Interrupted as exc:
+        click.echo(click.style("interrupted: ", fg="red") + exc.render(), err=True)
+        sys.exit(130)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)

@@ -19,8 +19,9 @@ class AppContext:
     verbose: bool = False
     quiet: bool = False
 
-    def console(self, json_mode: bool = False) -> Console:
-        return Console(verbose=self.verbose, quiet=self.quiet, json_mode=json_mode)
+    def console(self, json_mode: bool = False, stream: Any = None) -> Console:
+        """Human output: stdout, or stderr with ``--json`` (or when ``stream`` says so)."""
+        return Console(verbose=self.verbose, quiet=self.quiet, json_mode=json_mode, stream=stream)
 
 
 def json_option(func: Callable) -> Callable:

@@ -31,7 +31,7 @@ def _target(path: Path | None, release: str | None, *, create: bool, fresh: bool
         raise UsageError("Give either PATH or --release, not both.")
     if release is None:
         return find_target(path)
-    releases.check_version(release)
+    release = releases.check_version(release)
     if create:
         return find_target(workcopy.work_copy(release, fresh=fresh, console=console))
     folder = workcopy.work_dir(release)
@@ -205,7 +205,7 @@ def patches_cmd(app: AppContext, series_dir: Path | None, release: str | None, j
     """List the patch series: each patch's id, title, upstream reference and variants."""
     console = app.console(json_mode)
     if release is not None:
-        releases.check_version(release)
+        release = releases.check_version(release)
     series = patchset.load_series(series_dir)
     data = series.to_json()
     for patch, row in zip(series.patches, data["patches"]):

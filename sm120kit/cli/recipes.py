@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -35,7 +36,9 @@ def serve(app: AppContext, recipe_name: str, model: str | None, dry_run: bool, s
     the SGLang that will run; the GPUs found are compared with the recipe's. Extra flags replace the
     recipe's flag of the same name.
     """
-    console = app.console(json_mode)
+    # stdout carries only the result (the command, or the JSON plan), so that
+    # eval "$(sm120kit serve ... --dry-run)" works; progress, overrides and warnings go to stderr.
+    console = app.console(json_mode, stream=sys.stderr)
     recipe = recipes.find_recipe(recipe_name)
     root = find_target(sglang_path).root if sglang_path else None
     plan = recipes.plan_launch(recipe, model=model, extra=sglang_args, python=python, sglang_root=root,

@@ -53,7 +53,7 @@ def _open(path: Path | None, release: str | None, ref: str | None, repo: Path | 
     if repo is not None and ref is None:
         raise UsageError("--repo only goes with --ref.")
     if release is not None:
-        releases.check_version(release)
+        release = releases.check_version(release)
         with upstream.open_release(release, console=console) as target:
             yield target
     elif ref is not None:
