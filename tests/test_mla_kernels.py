@@ -232,3 +232,21 @@ def _launch(mla, torch, lk, lv, group, tokens, kv_dtype, decode, tiles):
             torch.empty(batch + 1, device=meta, dtype=torch.int64))
     mla._run_split_attention(q, k_buf, v_buf, o, indptr, indptr, indices, batch, tokens, 0.1, 1.0, 1.0, tail=tail,
                              tiles=tiles)
+
+
+def test_verify_checks_reach_the_patched_launchers_for_faked_sm120(patched_0523):
+    """`sm120kit verify`'s triton-tree-verify and triton-mla-decode checks on the patched release, for a
+    faked 12.0 device (this machine has no GPU): every case reaches the new launchers with arguments they
+    serve, and Triton compiles each kernel for sm_120 within the limit. The numbers themselves are compared
+    on a GPU (`sm120kit verify`) and, here, through the interpreter (test above)."""
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "verify_plumbing.py"), str(patched_0523), "12.0"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert "skipped" not in data, data.get("skipped")
+    for name in ("triton-tree-verify", "triton-mla-decode"):
+        cases = data["checks"][name]
+        assert cases and all(c["ok"] for c in cases), (name, cases)
+    new = [k for k in data["kernels"] if k["module"].endswith("sm120_mla")]
+    assert {k["name"] for k in new} == {"_prefix_kernel", "_tail_kernel", "_merge_kernel"}
+    assert max(k["shared"] for k in new) <= LIMIT

@@ -215,6 +215,9 @@ def test_sglang_checks_compile_against_real_release_for_faked_sm120(release_dir,
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     assert set(data["checks"]) == {"triton-extend", "triton-decode", "triton-prefill", "triton-fused-moe"}
+    # A release from PyPI has no sm120_mla module: those checks skip, naming the patch that adds it.
+    assert set(data["skipped"]) == {"triton-tree-verify", "triton-mla-decode"}
+    assert all("sm120-mla-attention" in reason for reason in data["skipped"].values())
     for name, cases in data["checks"].items():
         for case in cases:
             # Only an op of the stood-in sgl_kernel may refuse (0.5.2 quantizes FP8 MoE inputs with it).

@@ -1,5 +1,6 @@
 """Checks of SGLang's own kernels: the Triton extend, decode and prefill attention, the fused-MoE Triton
-kernel, and the torch_native attention backend, each against a float32 torch reference.
+kernel, the torch_native attention backend, and the split-KV tree-verify and MLA-decode kernels the
+series' sm120-mla-attention patch adds, each against a float32 torch reference.
 
 The kernels are called through SGLang's launchers (the functions SGLang's attention backends and MoE
 runner call), so the block sizes, warps and stages are the ones SGLang picks on this GPU: a kernel whose
@@ -39,11 +40,12 @@ def _attention_module(leaf: str):
     return import_sglang_module(*(f"{pkg}.{leaf}" for pkg in ATTENTION_PACKAGES))
 
 
-def ref_attention(torch, q, k, v, scale: float, causal_offset: int | None = None):
+def ref_attention(torch, q, k, v, scale: float, causal_offset: int | None = None, mask=None):
     """Float32 attention. ``q`` [Lq, Hq, D], ``k`` [Lk, Hkv, D], ``v`` [Lk, Hkv, Dv] -> [Lq, Hq, Dv].
 
     Query ``i`` sits at position ``causal_offset + i`` and sees keys ``0 .. causal_offset + i`` when
-    ``causal_offset`` is given; every key otherwise. Query heads map to KV heads in groups (GQA/MQA).
+    ``causal_offset`` is given; the keys ``mask[i]`` allows when a [Lq, Lk] boolean ``mask`` is given; every
+    key otherwise. Query heads map to KV heads in groups (GQA/MQA).
     """
     group = q.shape[1] // k.shape[1]
     kf = k.float().repeat_interleave(group, dim=1)
@@ -54,6 +56,8 @@ def ref_attention(torch, q, k, v, scale: float, causal_offset: int | None = None
         pos_q = torch.arange(lq, device=q.device)[:, None] + causal_offset
         pos_k = torch.arange(lk, device=q.device)[None, :]
         scores = scores.masked_fill((pos_k > pos_q)[None], float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask[None], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     return torch.einsum("hqk,khd->qhd", probs, vf)
 
@@ -195,6 +199,109 @@ def decode(ctx: CheckContext) -> list[CaseResult]:
             return compare(label, o, torch.cat(refs), tol=ATTN_TOL_BF16)
         results += run_case(label, case)
     return results
+
+
+# -- split-KV tree verify and MLA decode (added by the series' sm120-mla-attention patch) ---------------------
+
+SM120_MLA_MODULE = "sglang.kernels.ops.attention.sm120_mla"
+TREE_VERIFY_CASES = (  # (label, q heads, kv heads, qk dim, v dim, prefix lengths, draft tokens per request)
+    ("bf16 MLA 16/1 heads, 576/512 dims, trees of 8 and 5 drafts", 16, 1, 576, 512, (300, 1030), (8, 5)),
+    ("bf16 GQA 32/8 heads, head dim 128, trees of 8 and 5 drafts", 32, 8, 128, 128, (300, 1030), (8, 5)),
+)
+
+
+def _sm120_mla():
+    try:
+        return import_sglang_module(SM120_MLA_MODULE)
+    except Skip as exc:
+        raise Skip(f"this SGLang has no {SM120_MLA_MODULE} (the series' sm120-mla-attention patch adds it, "
+                   f"0.5.16 on): {exc}") from None
+
+
+def tree_mask(torch, n: int):
+    """A binary draft tree of ``n`` tokens (token i's parent is (i - 1) // 2): row i sees itself and its
+    ancestors only, so siblings and cousins do not see each other."""
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        j = i
+        while j >= 0:
+            mask[i, j] = True
+            j = (j - 1) // 2 if j > 0 else -1
+    return mask
+
+
+def tree_verify(ctx: CheckContext) -> list[CaseResult]:
+    fn = _sm120_mla().sm120_tree_verify_fwd
+    torch, dev = ctx.torch, ctx.device
+    results: list[CaseResult] = []
+    for label, hq, hkv, dqk, dv, prefixes, drafts in TREE_VERIFY_CASES:
+        def case(label=label, hq=hq, hkv=hkv, dqk=dqk, dv=dv, prefixes=prefixes, drafts=drafts):
+            bf16 = torch.bfloat16
+            mla = dqk > dv and hkv == 1
+            pool = sum(prefixes) + 64
+            k_buffer = torch.randn(pool, hkv, dqk, device=dev, dtype=bf16)
+            v_buffer = k_buffer[..., :dv] if mla else torch.randn(pool, hkv, dv, device=dev, dtype=bf16)
+            kv_indices, kv_indptr = _prefix_slots(torch, dev, prefixes, pool)
+            total = sum(drafts)
+            q = torch.randn(total, hq, dqk, device=dev, dtype=bf16)
+            k = torch.randn(total, hkv, dqk, device=dev, dtype=bf16)
+            v = k[..., :dv] if mla else torch.randn(total, hkv, dv, device=dev, dtype=bf16)
+            o = torch.empty(total, hq, dv, device=dev, dtype=bf16)
+            qo_indptr = torch.tensor([0, *drafts], device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+            # SGLang's layout: per request a row-major [drafts, prefix + drafts] mask, prefix columns all set.
+            rows = [torch.cat([torch.ones(n, p, dtype=torch.bool), tree_mask(torch, n)], 1)
+                    for p, n in zip(prefixes, drafts)]
+            custom_mask = torch.cat([r.flatten() for r in rows]).to(dev)
+            mask_indptr = torch.tensor([0, *(r.numel() for r in rows)], device=dev).cumsum(0)
+            scale = 1.0 / math.sqrt(dqk)
+            ran = call_with_known_params(fn, "sm120_tree_verify_fwd", dict(
+                q_extend=q, k_extend=k, v_extend=v, o_extend=o, k_buffer=k_buffer, v_buffer=v_buffer,
+                qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices, custom_mask=custom_mask,
+                is_causal=False, mask_indptr=mask_indptr, max_len_extend=max(drafts), k_scale=1.0, v_scale=1.0,
+                sm_scale=scale))
+            if not ran:
+                return CaseResult(label, False, error="sm120_tree_verify_fwd declined a call it should serve")
+            refs, q_begin, p_begin = [], 0, 0
+            for (p, n), allowed in zip(zip(prefixes, drafts), rows):
+                slots = kv_indices[p_begin:p_begin + p]
+                keys = torch.cat([k_buffer[slots], k[q_begin:q_begin + n]])
+                values = torch.cat([v_buffer[slots], v[q_begin:q_begin + n]])
+                refs.append(ref_attention(torch, q[q_begin:q_begin + n], keys, values, scale, mask=allowed.to(dev)))
+                q_begin += n
+                p_begin += p
+            return compare(label, o, torch.cat(refs), tol=ATTN_TOL_BF16)
+        results += run_case(label, case)
+    return results
+
+
+def mla_decode(ctx: CheckContext) -> list[CaseResult]:
+    fn = _sm120_mla().sm120_mla_decode_fwd
+    torch, dev = ctx.torch, ctx.device
+    label = "bf16 MLA 16/1 heads, 576/512 dims, KV splits from the SM count"
+
+    def case():
+        bf16 = torch.bfloat16
+        seq_lens = list(DECODE_SEQ_LENS)
+        pool = sum(seq_lens) + 128
+        k_buffer = torch.randn(pool, 1, 576, device=dev, dtype=bf16)
+        v_buffer = k_buffer[..., :512]
+        kv_indices, kv_indptr = _prefix_slots(torch, dev, seq_lens, pool)
+        q = torch.randn(len(seq_lens), 16, 576, device=dev, dtype=bf16)
+        o = torch.empty(len(seq_lens), 16, 512, device=dev, dtype=bf16)
+        scale = 1.0 / math.sqrt(576)
+        ran = call_with_known_params(fn, "sm120_mla_decode_fwd", dict(
+            q=q, k_buffer=k_buffer, v_buffer=v_buffer, o=o, kv_indptr=kv_indptr, kv_indices=kv_indices,
+            sm_scale=scale, k_scale=1.0, v_scale=1.0, has_mla=True))
+        if not ran:
+            return CaseResult(label, False, error="sm120_mla_decode_fwd declined a call it should serve")
+        refs, begin = [], 0
+        for b, n in enumerate(seq_lens):
+            slots = kv_indices[begin:begin + n]
+            refs.append(ref_attention(torch, q[b:b + 1], k_buffer[slots], v_buffer[slots], scale))
+            begin += n
+        return compare(label, o, torch.cat(refs), tol=ATTN_TOL_BF16)
+
+    return run_case(label, case)
 
 
 # -- fused MoE (the Triton grouped GEMM of SGLang's MoE runner) -----------------------------------------------
@@ -383,6 +490,8 @@ CHECKS = (
     Check("triton-decode", "triton", "SGLang Triton decode attention", decode),
     Check("triton-prefill", "triton", "SGLang Triton prefill attention (context_attention_fwd)", prefill),
     Check("triton-fused-moe", "triton", "SGLang fused-MoE Triton kernel (bf16, fp8 w8a8)", fused_moe),
+    Check("triton-tree-verify", "triton", "Split-KV tree verify (sm120-mla-attention): MLA and GQA", tree_verify),
+    Check("triton-mla-decode", "triton", "Split-KV MLA decode (sm120-mla-attention)", mla_decode),
     Check("torch-native", "torch_native", "SGLang torch_native attention backend (SDPA)", torch_native),
 )
 
