@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Write the diffs of the ``sm120-mla-attention`` patch from its kernel module and the backend hook.
 
-The patch adds ``patches/sglang/sm120-mla-attention/sm120_mla.py`` to SGLang as
-``sglang/kernels/ops/attention/sm120_mla.py`` and inserts a call of its ``install()`` into the Triton
+The patch adds ``patches/sglang/sm120-mla-attention/sm120_mla.py`` to SGLang beside its Triton attention
+kernels (``sglang/kernels/ops/attention/`` from 0.5.16, ``sglang/srt/layers/attention/triton_ops/``
+before) and inserts a call of its ``install()`` into the Triton
 attention backend's constructor, after the backend has bound its launchers. The module file is the
 source: edit it, then run
 
@@ -27,37 +28,47 @@ from sm120kit import releases  # noqa: E402
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-mla-attention"
 MODULE_SOURCE = PATCH_DIR / "sm120_mla.py"
-MODULE_PATH = "sglang/kernels/ops/attention/sm120_mla.py"
 BACKEND_PATH = "sglang/srt/layers/attention/triton_backend.py"
-BASES = ("0.5.16", "0.5.18")  # one variant each; patch.toml gives their release ranges
+# The Triton attention kernels' package: srt/layers/attention/triton_ops up to 0.5.15, kernels/ops/attention on.
+OLD_PACKAGE, NEW_PACKAGE = "sglang.srt.layers.attention.triton_ops", "sglang.kernels.ops.attention"
+# One variant per base release, each where the lines around the hook (or the package) change; patch.toml
+# gives their release ranges.
+BASES = {"0.5.2": OLD_PACKAGE, "0.5.4": OLD_PACKAGE, "0.5.14": OLD_PACKAGE, "0.5.15": OLD_PACKAGE,
+         "0.5.16": NEW_PACKAGE, "0.5.18": NEW_PACKAGE}
 ANCHOR = "        # Parse args\n"  # the hook goes right before the constructor's argument parsing
 HOOK = """\
         # sm120kit sm120-mla-attention: on compute capability 12.x, speculative verify with a tree
         # mask and MLA decode take split-KV kernels first (SGLANG_SM120_MLA=0 turns this off).
-        from sglang.kernels.ops.attention import sm120_mla
+        from {package} import sm120_mla
 
         sm120_mla.install(self, model_runner.device)
 
 """
 
 
-def backend_diff(original: str) -> list[str]:
+def module_path(package: str) -> str:
+    return package.replace(".", "/") + "/sm120_mla.py"
+
+
+def backend_diff(original: str, package: str) -> list[str]:
     if original.count(ANCHOR) < 1:
         raise SystemExit(f"{BACKEND_PATH}: no line {ANCHOR.strip()!r} to place the hook before")
-    patched = original.replace(ANCHOR, HOOK + ANCHOR, 1)
+    patched = original.replace(ANCHOR, HOOK.format(package=package) + ANCHOR, 1)
     return list(difflib.unified_diff(original.splitlines(keepends=True), patched.splitlines(keepends=True),
                                      f"a/{BACKEND_PATH}", f"b/{BACKEND_PATH}", n=3))
 
 
-def new_file_diff(text: str) -> list[str]:
+def new_file_diff(text: str, path: str) -> list[str]:
     lines = text.splitlines(keepends=True)
-    return [f"--- /dev/null\n", f"+++ b/{MODULE_PATH}\n", f"@@ -0,0 +1,{len(lines)} @@\n"] + ["+" + line for line in lines]
+    return ["--- /dev/null\n", f"+++ b/{path}\n", f"@@ -0,0 +1,{len(lines)} @@\n"] + ["+" + line for line in lines]
 
 
 def render(base: str) -> str:
+    package = BASES[base]
     root = releases.fetch_release(base)
     original = (root / BACKEND_PATH).read_text(encoding="utf-8")
-    return "".join(new_file_diff(MODULE_SOURCE.read_text(encoding="utf-8")) + backend_diff(original))
+    module = new_file_diff(MODULE_SOURCE.read_text(encoding="utf-8"), module_path(package))
+    return "".join(module + backend_diff(original, package))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ fp32 and fp16 only: Triton 3.9's interpreter returns garbage for bf16 even for S
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -26,7 +27,10 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mla_reference as ref  # noqa: E402
 
-from sglang.kernels.ops.attention import decode_attention, extend_attention, sm120_mla  # noqa: E402
+try:  # the kernels' package from 0.5.16 on, and before
+    from sglang.kernels.ops.attention import decode_attention, extend_attention, sm120_mla  # noqa: E402
+except ModuleNotFoundError:
+    from sglang.srt.layers.attention.triton_ops import decode_attention, extend_attention, sm120_mla  # noqa: E402
 
 SHAPES = {  # name: (kv heads, qk head dim, v head dim, query heads)
     "mla": (1, 576, 512, 16),
@@ -46,9 +50,20 @@ def paged(case, page_size, seed=0):
     return case
 
 
+VERIFY_NAMES = ("q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr",
+                "kv_indices", "custom_mask", "is_causal", "mask_indptr", "max_len_extend", "k_scale", "v_scale")
+
+
 def verify_args(c, o):
     return (c["q"], c["k_ext"], c["v_ext"], o, c["k_pool"], c["v_pool"], c["qo_indptr"], c["kv_indptr"],
             c["kv_indices"], c["custom_mask"], False, c["mask_indptr"], c["max_len"], 1.0, 1.0)
+
+
+def release_call(fn, **kwargs):
+    """Call a launcher of the release by name with the arguments it declares (their order and set changed
+    over releases: no k_scale/v_scale before 0.5.10, no has_mla before 0.5.15)."""
+    params = inspect.signature(inspect.unwrap(fn)).parameters
+    return fn(**{k: v for k, v in kwargs.items() if k in params})
 
 
 def diff(a, b) -> float:
@@ -96,19 +111,17 @@ def main(out_path: str) -> int:
                                  tree="tree", seed=5)
         o_new = torch.zeros(c["q"].shape[0], heads, lv, dtype=torch.float16)
         o_old = torch.zeros_like(o_new)
-        extend_fwd(*verify_args(c, o_new))
-        extend_attention.extend_attention_fwd(*verify_args(c, o_old))
+        release_call(extend_fwd, **dict(zip(VERIFY_NAMES, verify_args(c, o_new))))
+        release_call(extend_attention.extend_attention_fwd, **dict(zip(VERIFY_NAMES, verify_args(c, o_old))))
         records.append({"check": "verify-release", "shape": name, "dtype": "float16", "ran": True,
                         "max_abs_diff": diff(o_new, o_old)})
     # A prefill-style call (no custom mask) goes to the release's kernel untouched: bit-identical.
     c = ref.make_verify_case([64], [16], heads=8, kv_heads=2, lk=128, lv=128, dtype=torch.float16, seed=6)
     o_new = torch.zeros(16, 8, 128, dtype=torch.float16)
     o_old = torch.zeros_like(o_new)
-    no_mask = list(verify_args(c, o_new))
-    no_mask[9], no_mask[10], no_mask[11] = None, True, None
-    extend_fwd(*no_mask)
-    no_mask[3] = o_old
-    extend_attention.extend_attention_fwd(*no_mask)
+    no_mask = dict(zip(VERIFY_NAMES, verify_args(c, o_new)), custom_mask=None, is_causal=True, mask_indptr=None)
+    release_call(extend_fwd, **no_mask)
+    release_call(extend_attention.extend_attention_fwd, **dict(no_mask, o_extend=o_old))
     records.append({"check": "fallback-identical", "shape": "gqa", "dtype": "float16", "ran": False,
                     "max_abs_diff": diff(o_new, o_old), "bit_identical": bool(torch.equal(o_new, o_old))})
 
@@ -122,8 +135,9 @@ def main(out_path: str) -> int:
         lse = torch.empty(2, 16, splits, dtype=torch.float32)
         nsplit = torch.full((2,), splits, dtype=torch.int32)
         fn = decode_fwd if o is o_new else decode_attention.decode_attention_fwd
-        fn(c["q"], c["k_pool"], c["v_pool"], o, c["kv_indptr"], c["kv_indices"], logits, lse, nsplit, splits,
-           1 / 576**0.5, 1.0, 1.0, has_mla=True)
+        release_call(fn, q=c["q"], k_buffer=c["k_pool"], v_buffer=c["v_pool"], o=o, kv_indptr=c["kv_indptr"],
+                     kv_indices=c["kv_indices"], attn_logits=logits, attn_lse=lse, num_kv_splits=nsplit,
+                     max_kv_splits=splits, sm_scale=1 / 576**0.5, k_scale=1.0, v_scale=1.0, has_mla=True)
     records.append({"check": "decode-release", "shape": "mla", "dtype": "float16", "ran": True,
                     "max_abs_diff": diff(o_new, o_old)})
 
@@ -139,8 +153,7 @@ def main(out_path: str) -> int:
         "tail over 64": dict(max_len_extend=65),
         "unknown argument": dict(new_feature=torch.zeros(1)),
     }
-    names = ["q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr",
-             "kv_indices", "custom_mask", "is_causal", "mask_indptr", "max_len_extend", "k_scale", "v_scale"]
+    names = VERIFY_NAMES
     for label, change in declines.items():
         o = torch.full((4, 16, 512), 7.0, dtype=torch.float16)
         kwargs = dict(zip(names, verify_args(c, o)))

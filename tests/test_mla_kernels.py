@@ -32,9 +32,18 @@ pytestmark = pytest.mark.slow
 
 SERIES_DIR = REPO_ROOT / "patches" / "sglang"
 PATCH_DIR = SERIES_DIR / "sm120-mla-attention"
-MODULE = "sglang/kernels/ops/attention/sm120_mla.py"
 BACKEND = "sglang/srt/layers/attention/triton_backend.py"
-RELEASES = ("0.5.16", "0.5.17", "0.5.18", "0.5.23")
+# One release per variant (and 0.5.17, 0.5.23 inside the two newest ranges).
+RELEASES = ("0.5.2", "0.5.4", "0.5.10", "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.23")
+
+
+def module_of(version: str) -> str:
+    """Where the patch puts the module: beside the release's Triton attention kernels."""
+    from packaging.version import Version
+
+    if Version(version) >= Version("0.5.16"):
+        return "sglang/kernels/ops/attention/sm120_mla.py"
+    return "sglang/srt/layers/attention/triton_ops/sm120_mla.py"
 
 
 def _load(path: Path, name: str):
@@ -49,14 +58,18 @@ def mla():
     return _load(PATCH_DIR / "sm120_mla.py", "sm120_mla_source")
 
 
-@pytest.fixture(scope="module")
-def patched_0523(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mla") / "0.5.23"
+def _patched(tmp_path_factory, version: str) -> Path:
     import shutil
 
-    shutil.copytree(releases.fetch_release("0.5.23"), root)
+    root = tmp_path_factory.mktemp("mla") / version
+    shutil.copytree(releases.fetch_release(version), root)
     apply_series(find_target(root / "sglang"), load_series(SERIES_DIR))
     return root
+
+
+@pytest.fixture(scope="module")
+def patched_0523(tmp_path_factory):
+    return _patched(tmp_path_factory, "0.5.23")
 
 
 def test_diffs_are_the_generator_output():
@@ -74,7 +87,7 @@ def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, version):
     result = apply_series(find_target(root / "sglang"), load_series(SERIES_DIR))
     plan = {p.patch_id: p for p in result.plan.patches}
     assert plan["sm120-mla-attention"].status == "applies"
-    assert (root / MODULE).read_bytes() == (PATCH_DIR / "sm120_mla.py").read_bytes()
+    assert (root / module_of(version)).read_bytes() == (PATCH_DIR / "sm120_mla.py").read_bytes()
     backend = (root / BACKEND).read_text()
     assert backend.count("sm120_mla.install(self, model_runner.device)") == 1
     # The hook sits in TritonAttnBackend.__init__, after the launchers are bound and before the
@@ -84,22 +97,14 @@ def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, version):
     assert backend.index("self.extend_attention_fwd = ", init) < hook < backend.index("# Parse args", init)
     revert_series(find_target(root / "sglang"))
     assert (root / BACKEND).read_bytes() == before
-    assert not (root / MODULE).exists()
+    assert not (root / module_of(version)).exists()
 
 
-def test_not_applicable_before_the_kernels_moved(tmp_path):
-    import shutil
-
-    root = tmp_path / "0.5.15"
-    shutil.copytree(releases.fetch_release("0.5.15"), root)
-    result = apply_series(find_target(root / "sglang"), load_series(SERIES_DIR), dry_run=True)
-    plan = {p.patch_id: p for p in result.plan.patches}
-    assert plan["sm120-mla-attention"].status == "not-applicable"
-
-
-def test_kernels_match_the_reference_and_the_release(patched_0523, tmp_path):
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])  # the oldest argument order and the newest
+def test_kernels_match_the_reference_and_the_release(tmp_path_factory, tmp_path, version):
+    patched = _patched(tmp_path_factory, version)
     out = tmp_path / "numerics.json"
-    env = dict(os.environ, PYTHONPATH=str(patched_0523), TRITON_INTERPRET="1")
+    env = dict(os.environ, PYTHONPATH=str(patched), TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "mla_interpret_check.py"), str(out)],
                           capture_output=True, text=True, env=env, timeout=1500, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -54,7 +54,7 @@ EXPECTED_STATUS = {
     "sm120-moe-configs": (("", "applied"),),
     "sm120-double-sparsity-attention": ((">=0.5.11", "not-applicable"), ("", "applied")),
     "sm120-inkling-moe-stages": (("<0.5.16", "not-applicable"), ("", "applied")),
-    "sm120-mla-attention": (("<0.5.16", "not-applicable"), ("", "applied")),
+    "sm120-mla-attention": (("", "applied"),),
 }
 
 # (is_blackwell, is_blackwell_supported, is_sm120_supported, is_sm120, is_sm121) after patching.

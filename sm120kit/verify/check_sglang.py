@@ -203,7 +203,7 @@ def decode(ctx: CheckContext) -> list[CaseResult]:
 
 # -- split-KV tree verify and MLA decode (added by the series' sm120-mla-attention patch) ---------------------
 
-SM120_MLA_MODULE = "sglang.kernels.ops.attention.sm120_mla"
+SM120_MLA_MODULES = tuple(f"{pkg}.sm120_mla" for pkg in ATTENTION_PACKAGES)
 TREE_VERIFY_CASES = (  # (label, q heads, kv heads, qk dim, v dim, prefix lengths, draft tokens per request)
     ("bf16 MLA 16/1 heads, 576/512 dims, trees of 8 and 5 drafts", 16, 1, 576, 512, (300, 1030), (8, 5)),
     ("bf16 GQA 32/8 heads, head dim 128, trees of 8 and 5 drafts", 32, 8, 128, 128, (300, 1030), (8, 5)),
@@ -212,10 +212,10 @@ TREE_VERIFY_CASES = (  # (label, q heads, kv heads, qk dim, v dim, prefix length
 
 def _sm120_mla():
     try:
-        return import_sglang_module(SM120_MLA_MODULE)
+        return import_sglang_module(*SM120_MLA_MODULES)
     except Skip as exc:
-        raise Skip(f"this SGLang has no {SM120_MLA_MODULE} (the series' sm120-mla-attention patch adds it, "
-                   f"0.5.16 on): {exc}") from None
+        raise Skip(f"this SGLang has no sm120_mla module beside its Triton attention kernels (the series' "
+                   f"sm120-mla-attention patch adds it): {exc}") from None
 
 
 def tree_mask(torch, n: int):

@@ -62,10 +62,12 @@ LAUNCHERS: dict[str, LauncherSpec] = {
     ),
     # Added by the series' sm120-mla-attention patch (absent from unpatched releases).
     "tree-verify": LauncherSpec(
-        "tree-verify", "sm120_tree_verify_fwd", ("sglang.kernels.ops.attention.sm120_mla",),
+        "tree-verify", "sm120_tree_verify_fwd",
+        ("sglang.kernels.ops.attention.sm120_mla", "sglang.srt.layers.attention.triton_ops.sm120_mla"),
     ),
     "mla-decode": LauncherSpec(
-        "mla-decode", "sm120_mla_decode_fwd", ("sglang.kernels.ops.attention.sm120_mla",),
+        "mla-decode", "sm120_mla_decode_fwd",
+        ("sglang.kernels.ops.attention.sm120_mla", "sglang.srt.layers.attention.triton_ops.sm120_mla"),
     ),
 }
 

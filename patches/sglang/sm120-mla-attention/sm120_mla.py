@@ -24,6 +24,7 @@ Every configuration picked here compiles for sm_120a and sm_121a within 101376 b
 memory (``sm120kit audit`` checks it).
 """
 
+import inspect
 import os
 from typing import Dict, NamedTuple, Optional, Tuple
 
@@ -82,11 +83,27 @@ def enabled(device=None) -> bool:
     return cap[0] == 12
 
 
+def _positional_names(fn) -> Tuple[str, ...]:
+    """The names of ``fn``'s positional parameters, in order (through torch.compiler.disable's wrapper).
+
+    The release's launchers take their arguments in orders that changed over releases (``k_scale`` and
+    ``v_scale`` came before ``sm_scale`` from 0.5.10 on), so calls are forwarded by name."""
+    params = inspect.signature(fn).parameters.values()
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _by_name(names: Tuple[str, ...], args: tuple, kwargs: dict) -> dict:
+    named = dict(zip(names, args))
+    named.update(kwargs)
+    return named
+
+
 def verify_first(extend_attention_fwd):
     """``extend_attention_fwd`` that first offers the call to :func:`sm120_tree_verify_fwd`."""
+    names = _positional_names(extend_attention_fwd)
 
     def extend_attention_fwd_sm120(*args, **kwargs):
-        if sm120_tree_verify_fwd(*args, **kwargs):
+        if len(args) <= len(names) and sm120_tree_verify_fwd(**_by_name(names, args, kwargs)):
             return None
         return extend_attention_fwd(*args, **kwargs)
 
@@ -96,9 +113,10 @@ def verify_first(extend_attention_fwd):
 
 def decode_first(decode_attention_fwd):
     """``decode_attention_fwd`` that first offers the call to :func:`sm120_mla_decode_fwd`."""
+    names = _positional_names(decode_attention_fwd)
 
     def decode_attention_fwd_sm120(*args, **kwargs):
-        if sm120_mla_decode_fwd(*args, **kwargs):
+        if len(args) <= len(names) and sm120_mla_decode_fwd(**_by_name(names, args, kwargs)):
             return None
         return decode_attention_fwd(*args, **kwargs)
 
