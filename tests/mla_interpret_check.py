@@ -140,6 +140,13 @@ def main(out_path: str) -> int:
                      max_kv_splits=splits, sm_scale=1 / 576**0.5, k_scale=1.0, v_scale=1.0, has_mla=True)
     records.append({"check": "decode-release", "shape": "mla", "dtype": "float16", "ran": True,
                     "max_abs_diff": diff(o_new, o_old)})
+    # SGLang's backend sets enable_lean for MLA batches of 8+ under CUDA graphs on every GPU; its CUDA
+    # kernel ignores it (ROCm only), so the split-KV decode must serve such calls too.
+    o_lean = torch.zeros_like(o_new)
+    ran = sm120_mla.sm120_mla_decode_fwd(c["q"], c["k_pool"], c["v_pool"], o_lean, c["kv_indptr"], c["kv_indices"],
+                                         enable_lean=True, lean_Mp=torch.empty(1), lean_locks=torch.empty(1))
+    records.append({"check": "decode-release", "shape": "mla", "dtype": "float16", "ran": ran, "case": "enable_lean",
+                    "max_abs_diff": diff(o_lean, o_old)})
 
     # 3. calls the launchers must decline: False, and the output left exactly as it was.
     c = ref.make_verify_case([40], [4], heads=16, dtype=torch.float16, seed=8)

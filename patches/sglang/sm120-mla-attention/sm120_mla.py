@@ -824,9 +824,10 @@ def sm120_mla_decode_fwd(
         or (xai_temperature_len is not None and xai_temperature_len > 0)
         or score_mod is not None
         or aux_tensors is not None
-        or enable_lean
     ):
         return False
+    # enable_lean and the lean_* buffers select a ROCm-only kernel; SGLang's CUDA path ignores them (its
+    # capture policy sets enable_lean for MLA batches of 8 and more on every GPU), and so does this one.
     if not _shapes_ok(q, k_buffer, v_buffer, o):
         return False
     lk, lv = q.shape[-1], v_buffer.shape[-1]
