@@ -9,7 +9,13 @@ Everything lives in one hidden folder inside the package, ``sglang/.sm120kit/``:
 - ``journal.json``: written (and flushed to disk) before the first file is replaced and removed after the
   state record is saved. Found on a later run, it means a run was killed mid-write; every file it lists
   is wholly old or wholly new (writes are atomic renames), and :func:`sm120kit.apply.repair` puts the
-  listed files back to their ``from`` content.
+  listed files back to their ``from`` content. Its ``token`` names the run's temporary files
+  (:func:`temp_path`), which the repair removes.
+
+Nothing read back from this folder is trusted: entries whose path would leave the tree, whose mode is not
+plain permission bits, or whose hash is malformed are :class:`Untrusted` (reported as state-damaged), and
+the folder itself, or anything in it, being a symbolic link stops every command
+(:meth:`StateStore.check_folder`).
 - ``lock``: held (``flock``) while a run writes; it names the holder.
 - ``kept/<time>/sglang/...``: copies of files edited after apply that a forced revert replaced.
 - ``.gitignore`` (``*``): keeps the folder out of ``git status`` in a clone.
