@@ -17,6 +17,7 @@ Output: one ``@probe done <case id>`` line per case on stdout (the parent's prog
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import json
@@ -52,11 +53,12 @@ class _ServingDefaults:
     """Answers the server-argument reads of SGLang's MoE config module with SGLang's defaults.
 
     With no server running, ``get_global_server_args()`` / ``get_exec()`` have nothing published; the
-    config module reads only ``enable_deterministic_inference`` (default False). Any other read fails
-    loudly instead of inventing a value.
+    config module reads only ``enable_deterministic_inference`` (default False), and the double-sparsity
+    module reads ``triton_attention_reduce_in_fp32`` (default False) when it is imported. Any other read
+    fails loudly instead of inventing a value.
     """
 
-    VALUES = {"enable_deterministic_inference": False}
+    VALUES = {"enable_deterministic_inference": False, "triton_attention_reduce_in_fp32": False}
 
     def __init__(self, path: str = "server_args") -> None:
         self._path = path
@@ -95,7 +97,8 @@ class Probe:
         loaded = []
         for name in names:
             try:
-                loaded.append(importlib.import_module(name))
+                with self._server_defaults(kind == "ds-extend"):
+                    loaded.append(importlib.import_module(name))
             except BaseException as exc:  # noqa: BLE001 - report any import failure per launcher
                 self.failures[kind] = ImportFailed(name, exc)
                 raise self.failures[kind] from exc
@@ -107,6 +110,27 @@ class Probe:
             self._prepare_moe(*loaded)
         self.modules[kind] = loaded if kind == "moe" else loaded[0]
         return self.modules[kind]
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _server_defaults(active: bool):
+        """While a module that reads server arguments at import is imported (the double-sparsity
+        kernels, from 0.5.3 on), answer ``get_global_server_args()`` with SGLang's defaults."""
+        if not active:
+            yield
+            return
+        try:
+            server_args = importlib.import_module("sglang.srt.server_args")
+        except ImportError:
+            server_args = None
+        previous = getattr(server_args, "get_global_server_args", None)
+        if previous is not None:
+            server_args.get_global_server_args = _ServingDefaults()
+        try:
+            yield
+        finally:
+            if previous is not None:
+                server_args.get_global_server_args = previous
 
     def _prepare_moe(self, kernels, config) -> None:
         for reader in ("get_global_server_args", "get_exec"):
@@ -256,6 +280,56 @@ class Probe:
         if not _call(module.sm120_mla_decode_fwd, args):
             raise CaseSkipped("sm120_mla_decode_fwd declines this shape")
         return None
+
+    def _ds_extend(self, p: dict) -> str | None:
+        """The double-sparsity backend's extend_attention_fwd (a request-to-token table, no KV scales)."""
+        import torch
+
+        module = self.module("ds-extend")
+        dtype = getattr(torch, p["dtype"])
+        h, hkv, dq, dv = p["num_heads"], p["num_kv_heads"], p["qk_head_dim"], p["v_head_dim"]
+        tokens, slots = BATCH * TOKENS_PER_SEQUENCE, BATCH * (PREFIX_PER_SEQUENCE + TOKENS_PER_SEQUENCE)
+        meta = dict(device="meta")
+        mla = dq != dv and hkv == 1
+        k_extend = torch.empty(tokens, hkv, dq, dtype=dtype, **meta)
+        k_buffer = torch.empty(slots, hkv, dq, dtype=dtype, **meta)
+        i32 = lambda *shape: torch.empty(*shape, dtype=torch.int32, **meta)  # noqa: E731
+        _call(module.extend_attention_fwd, {
+            "q_extend": torch.empty(tokens, h, dq, dtype=dtype, **meta),
+            "k_extend": k_extend,
+            "v_extend": k_extend[..., :dv] if mla else torch.empty(tokens, hkv, dv, dtype=dtype, **meta),
+            "o_extend": torch.empty(tokens, h, dv, dtype=dtype, **meta),
+            "k_buffer": k_buffer,
+            "v_buffer": k_buffer[..., :dv] if mla else torch.empty(slots, hkv, dv, dtype=dtype, **meta),
+            "req_to_tokens": i32(BATCH, PREFIX_PER_SEQUENCE + TOKENS_PER_SEQUENCE),
+            "b_req_idx": i32(BATCH), "b_seq_len": i32(BATCH), "b_seq_len_extend": i32(BATCH),
+            "b_start_loc_extend": i32(BATCH), "max_len_extend": TOKENS_PER_SEQUENCE,
+        })
+        return None
+
+    def _inkling_moe(self, p: dict) -> str | None:
+        """Inkling's grouped_gemm_triton for the gate/up and the down projection, with the block M its
+        MoE forward picks for the routed token count."""
+        import torch
+
+        module = self.module("inkling-moe")
+        dtype = getattr(torch, p["dtype"])
+        E, topk, H, inter, M = p["num_experts"], p["top_k"], p["hidden_size"], p["intermediate_size"], p["tokens"]
+        routed = M * topk
+        if hasattr(module, "select_grouped_gemm_block_m"):
+            block_m = module.select_grouped_gemm_block_m(routed)
+        else:
+            block_m = module.BLOCK_SIZE_M
+        meta = dict(device="meta")
+        i32 = lambda *shape: torch.empty(*shape, dtype=torch.int32, **meta)  # noqa: E731
+        schedule = i32(-(-routed // block_m) + E)
+        for a, b in ((torch.empty(routed, H, dtype=dtype, **meta), torch.empty(E, 2 * inter, H, dtype=dtype, **meta)),
+                     (torch.empty(routed, inter, dtype=dtype, **meta), torch.empty(E, H, inter, dtype=dtype, **meta))):
+            _call(module.grouped_gemm_triton, {
+                "a": a, "b": b, "num_experts": E, "num_tokens_per_expert": i32(E), "expert_token_offs": i32(E + 1),
+                "expert_block_offs": i32(E + 1), "expert_block_schedule": schedule, "block_size_m": block_m,
+            })
+        return f"block M {block_m} for {routed} routed tokens"
 
     def _prefill(self, p: dict) -> str | None:
         import torch

@@ -295,7 +295,8 @@ def _split(cases: list[ProbeCase], parts: int) -> list[list[ProbeCase]]:
     for case in cases:
         key = case.id.split("/bs=")[0] if case.launcher in ("decode", "mla-decode") else case.id
         groups.setdefault(key, []).append(case)
-    weight = {"moe": 2.0, "extend": 1.5, "prefill": 1.0, "decode": 1.0, "tree-verify": 2.0, "mla-decode": 1.0}
+    weight = {"moe": 2.0, "extend": 1.5, "prefill": 1.0, "decode": 1.0, "tree-verify": 2.0, "mla-decode": 1.0,
+              "ds-extend": 1.5, "inkling-moe": 1.5}
     chunks: list[list[ProbeCase]] = [[] for _ in range(max(1, min(parts, len(groups))))]
     loads = [0.0] * len(chunks)
     for group in sorted(groups.values(), key=lambda g: -weight.get(g[0].launcher, 1.0)):
