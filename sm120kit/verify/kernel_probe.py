@@ -358,7 +358,9 @@ class Probe:
         import triton.language as tl
 
         kernels, config_module = self.module("moe")
-        fp8 = p["quantization"] == "fp8_block"
+        quant = p["quantization"]
+        fp8 = quant in ("fp8_block", "fp8", "fp8_channel")
+        per_channel = quant == "fp8_channel"
         block_shape = p["block_shape"]
         E, topk, H, inter, M = p["num_experts"], p["top_k"], p["hidden_size"], p["intermediate_size"], p["tokens"]
         meta = dict(device="meta")
@@ -369,11 +371,17 @@ class Probe:
         chooser = getattr(config_module, MOE_CONFIG_FUNCTION)
         choose_sig = inspect.signature(chooser).parameters
         kwargs = {"block_shape": block_shape} if "block_shape" in choose_sig else {}
-        if "return_down_config" in choose_sig:
-            config, (down_config, _) = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M,
-                                               return_down_config=True, **kwargs)
-        else:
-            config, down_config = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M, **kwargs), None
+        if per_channel:
+            if "per_channel_quant" not in choose_sig:
+                raise CaseSkipped("this release's MoE config choice has no per-channel FP8 configs")
+            kwargs["per_channel_quant"] = True
+        with _device_named(p.get("device_name"), config_module):
+            if "return_down_config" in choose_sig:
+                config, (down_config, _) = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M,
+                                                   return_down_config=True, **kwargs)
+            else:
+                config = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M, **kwargs)
+                down_config = None
         notes = []
         config = dict(config)
         if config.pop("USE_TMA", False):
@@ -400,11 +408,26 @@ class Probe:
         def scales(w):
             if not fp8:
                 return None
+            if quant == "fp8":
+                return torch.empty(E, dtype=torch.float32, **meta)
+            if per_channel:
+                return torch.empty(E, w.shape[1], 1, dtype=torch.float32, **meta)
             bn, bk = block_shape
             return torch.empty(E, -(-w.shape[1] // bn), -(-w.shape[2] // bk), dtype=torch.float32, **meta)
 
+        if quant in ("fp8", "fp8_channel") and hasattr(kernels, "scaled_fp8_quant"):
+            # SGLang quantizes activations per tensor (or per token) with an sgl_kernel CUDA op (no CPU
+            # build): this stand-in returns tensors of that op's shapes and dtypes and runs nothing.
+            def tensor_quant(A, A_scale=None, *args, use_per_token_if_dynamic=False, **kw):
+                rows = A.shape[0] if use_per_token_if_dynamic else 1
+                scale = A_scale if A_scale is not None else torch.empty(rows, 1, dtype=torch.float32,
+                                                                          device=A.device)
+                return torch.empty_like(A, dtype=torch.float8_e4m3fn), scale
+
+            kernels.scaled_fp8_quant = tensor_quant
+
         common = {"compute_type": tl.bfloat16, "use_fp8_w8a8": fp8, "use_int8_w8a8": False,
-                  "use_int8_w8a16": False, "use_int4_w4a16": False, "per_channel_quant": False,
+                  "use_int8_w8a16": False, "use_int4_w4a16": False, "per_channel_quant": per_channel,
                   "block_shape": block_shape, "B_zp": None, "A_scale": None}
         up_routing = routing(config["BLOCK_SIZE_M"])
         _call(invoke, dict(common, A=hidden, B=w1,
@@ -424,6 +447,31 @@ class Probe:
                            num_tokens_post_padded=down_routing[2], mul_routed_weight=True, top_k=1,
                            config=down))
         return "; ".join(notes) or None
+
+
+@contextlib.contextmanager
+def _device_named(name: str | None, config_module):
+    """The faked GPU answers ``name`` to ``torch.cuda.get_device_name()`` while SGLang picks a MoE config
+    (its config files are named after the device); SGLang's cache of read config files is emptied before
+    and after, so every name reads its own files."""
+    import torch
+
+    def clear() -> None:
+        reader = getattr(config_module, "get_moe_configs", None)
+        if hasattr(reader, "cache_clear"):
+            reader.cache_clear()
+
+    clear()
+    if name is None:
+        yield
+        return
+    previous = torch.cuda.get_device_name
+    torch.cuda.get_device_name = lambda device=None: name
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_name = previous
+        clear()
 
 
 def _dtypes(p: dict, sig) -> tuple:

@@ -28,7 +28,8 @@ GROUPED_MOE_DTYPES = ("bfloat16", "float32")
 BATCHED_LAUNCHERS = ("decode", "mla-decode")  # cases per entry of decode_batch_sizes
 DTYPES = ("bfloat16", "float16", "float32")
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3")
-QUANTIZATIONS = ("bf16", "fp8_block")
+QUANTIZATIONS = ("bf16", "fp8_block", "fp8", "fp8_channel")  # fp8: per tensor; fp8_channel: per channel
+DEFAULT_QUANTIZATIONS = ("bf16", "fp8_block")
 FP8_BLOCK = (128, 128)
 
 
@@ -60,7 +61,7 @@ class MoeModel:
     hidden_size: int
     intermediate_size: int
     bias: bool = False
-    quantizations: tuple[str, ...] = QUANTIZATIONS
+    quantizations: tuple[str, ...] = DEFAULT_QUANTIZATIONS
     tokens: tuple[int, ...] = (16, 4096)
     source: str = ""
 
@@ -111,7 +112,10 @@ class ProbeCase:
     def id(self) -> str:
         p = self.params
         if self.launcher == "moe":
-            return f"moe/{self.model}/{p['quantization']}/M={p['tokens']}"
+            text = f"moe/{self.model}/{p['quantization']}/M={p['tokens']}"
+            if p.get("device_name"):
+                text += f"/device={p['device_name'].replace(' ', '_')}"
+            return text
         if self.launcher in GROUPED_MOE_LAUNCHERS:
             return f"{self.launcher}/{self.model}/{p['dtype']}/M={p['tokens']}"
         text = f"{self.launcher}/{self.model}/{p['dtype']}"
@@ -126,8 +130,11 @@ class ProbeCase:
         """A short human description of the shape."""
         p = self.params
         if self.launcher == "moe":
-            return (f"E={p['num_experts']} top{p['top_k']} H={p['hidden_size']} I={p['intermediate_size']} "
+            text = (f"E={p['num_experts']} top{p['top_k']} H={p['hidden_size']} I={p['intermediate_size']} "
                     f"M={p['tokens']} {p['quantization']}")
+            if p.get("device_name"):
+                text += f" as {p['device_name'].removeprefix('NVIDIA ')}"
+            return text
         if self.launcher in GROUPED_MOE_LAUNCHERS:
             return (f"E={p['num_experts']} top{p['top_k']} H={p['hidden_size']} I={p['intermediate_size']} "
                     f"M={p['tokens']} {_short(p['dtype'])}")
@@ -224,7 +231,7 @@ def _moe(entry: _Entry, source: str) -> MoeModel:
         hidden_size=entry.get("hidden_size", int),
         intermediate_size=entry.get("intermediate_size", int),
         bias=entry.get("bias", bool, False),
-        quantizations=entry.get("quantizations", tuple, QUANTIZATIONS, choices=QUANTIZATIONS),
+        quantizations=entry.get("quantizations", tuple, DEFAULT_QUANTIZATIONS, choices=QUANTIZATIONS),
         tokens=entry.get("tokens", tuple, (16, 4096)),
         source=source,
     )
