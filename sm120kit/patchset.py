@@ -122,6 +122,7 @@ class Patch:
     variants: tuple[Variant, ...]
     markers: tuple[Marker, ...]
     folder: Path
+    audit: tuple[str, ...] = ()  # "launcher/entry" cases of the shared-memory audit that prove the patch
 
     def variants_newest_first(self) -> tuple[Variant, ...]:
         return tuple(sorted(self.variants, key=lambda v: Version(v.base), reverse=True))
@@ -136,7 +137,8 @@ class Patch:
     def to_json(self) -> dict:
         return {"id": self.id, "title": self.title, "description": self.description, "problem": self.problem,
                 "upstream": self.upstream.to_json(), "variants": [v.to_json() for v in self.variants],
-                "markers": [m.to_json() for m in self.markers], "folder": str(self.folder)}
+                "markers": [m.to_json() for m in self.markers], "audit": list(self.audit),
+                "folder": str(self.folder)}
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,9 @@ def load_series(path: Path | None = None) -> Series:
 
 
 _PATCH_KEYS = {"id": str, "title": str, "description": str, "problem": str, "upstream": dict,
-               "variants": list, "markers": list}
+               "variants": list, "markers": list, "audit": list}
+_REQUIRED_PATCH_KEYS = ("id", "title", "description", "problem", "upstream", "variants", "markers")
+_AUDIT_RE = re.compile(r"^([a-z0-9-]+)/([A-Za-z0-9][A-Za-z0-9._-]*)$")
 _UPSTREAM_KEYS = {"reference": str, "forwarded": bool, "reason": str}
 _VARIANT_KEYS = {"diff": str, "releases": str, "base": str}
 _MARKER_KEYS = {"file": (str, list), "pattern": str}
@@ -222,7 +226,7 @@ def load_patch(folder: Path) -> Patch:
     """Read one patch folder (``patch.toml`` and its diffs)."""
     doc = _read_toml(folder / PATCH_FILE)
     data = doc.data
-    tomldoc.check_keys(doc, data, (), _PATCH_KEYS, tuple(_PATCH_KEYS), "patch.toml")
+    tomldoc.check_keys(doc, data, (), _PATCH_KEYS, _REQUIRED_PATCH_KEYS, "patch.toml")
     if data["id"] != folder.name:
         raise doc.fail(("id",), f"id '{data['id']}' differs from its folder name '{folder.name}'.",
                        hint="The id, the folder and the entry in series.toml must be the same.")
@@ -252,9 +256,36 @@ def load_patch(folder: Path) -> Patch:
         raise doc.fail(("markers",), "a patch needs at least one [[markers]] entry (a pattern that shows an "
                                      "upstream tree already has the fix).")
     markers = tuple(_marker(doc, i, m) for i, m in enumerate(data["markers"]))
+    audit = _audit_entries(doc, data["audit"]) if "audit" in data else ()
     return Patch(id=data["id"], title=data["title"].strip(), description=data["description"].strip(),
                  problem=data["problem"].strip(), upstream=upstream, variants=variants, markers=markers,
-                 folder=folder)
+                 folder=folder, audit=audit)
+
+
+def _audit_entries(doc: tomldoc.Doc, raw: list) -> tuple[str, ...]:
+    """``audit = ["extend/deepseek-v3-mla", ...]``: the launcher and the shape-matrix entry of each audit
+    case that proves the patch's kernel changes (docs/series-format.md)."""
+    from sm120kit.verify.launchers import LAUNCHERS  # reads no SGLang and no torch
+
+    if not raw:
+        raise doc.fail(("audit",), "'audit' is empty; name the audit entries that prove the patch "
+                                   "(\"launcher/entry\") or leave the key out.")
+    seen: list[str] = []
+    for index, item in enumerate(raw):
+        match = _AUDIT_RE.match(item) if isinstance(item, str) else None
+        if match is None:
+            raise doc.fail(("audit",), f"entry {index + 1} of 'audit' ({item!r}) is not \"launcher/entry\" "
+                                       "(a launcher of the shared-memory audit and an entry of its shape matrix, "
+                                       "e.g. \"extend/deepseek-v3-mla\").")
+        if match.group(1) not in LAUNCHERS:
+            raise doc.fail(("audit",), f"entry {index + 1} of 'audit' ({item!r}) names the launcher "
+                                       f"'{match.group(1)}', which the audit does not run."
+                                       f"{did_you_mean(match.group(1), list(LAUNCHERS))}",
+                           hint=f"Launchers: {', '.join(LAUNCHERS)}.")
+        if item in seen:
+            raise doc.fail(("audit",), f"'audit' lists {item!r} twice.")
+        seen.append(item)
+    return tuple(seen)
 
 
 def _table(doc: tomldoc.Doc, value: Any, path: tuple, what: str) -> dict:

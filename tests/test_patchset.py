@@ -164,3 +164,31 @@ def test_missing_and_empty_series(tmp_path):
     assert load_series(tmp_path).patches == ()
     (tmp_path / "series.toml").write_text("")
     assert load_series(tmp_path).patches == ()
+
+
+# -- audit: the shared-memory audit cases that prove a patch's kernels ---------------------------------------
+
+def test_audit_entries_are_read_and_optional(series_copy):
+    toml = series_copy / "demo-extend-attention-note" / "patch.toml"
+    _edit(toml, "\n[upstream]", '\naudit = ["extend/deepseek-v3-mla", "prefill/vision-hd256"]\n\n[upstream]')
+    series = load_series(series_copy)
+    assert series.get("demo-extend-attention-note").audit == ("extend/deepseek-v3-mla", "prefill/vision-hd256")
+    assert series.get("demo-new-module").audit == ()
+    assert series.get("demo-extend-attention-note").to_json()["audit"] == ["extend/deepseek-v3-mla",
+                                                                            "prefill/vision-hd256"]
+
+
+@pytest.mark.parametrize("value,expect", [
+    ('"extend/x"', "'audit' in patch.toml must be a array"),
+    ("[]", "'audit' is empty"),
+    ('["deepseek-v3-mla"]', "is not \"launcher/entry\""),
+    ('["extnd/deepseek-v3-mla"]', "names the launcher 'extnd'"),
+    ('["extend/a", "extend/a"]', "lists 'extend/a' twice"),
+    ("[3]", "entry 1 of 'audit' (3)"),
+])
+def test_bad_audit_entries_name_the_line(series_copy, value, expect):
+    toml = series_copy / "demo-extend-attention-note" / "patch.toml"
+    _edit(toml, "\n[upstream]", f"\naudit = {value}\n\n[upstream]")
+    message = _error(series_copy)
+    assert f"{toml}:{_line_of(toml, 'audit =')}:" in message, message
+    assert expect in message, message

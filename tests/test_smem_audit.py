@@ -83,7 +83,10 @@ def test_packaged_matrix_covers_the_required_shapes():
     assert {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b"} <= set(moe)
     assert {"bf16", "fp8_block"} <= {q for m in matrix.moe for q in m.quantizations}
     cases = shapes.expand(matrix)
-    assert {c.launcher for c in cases} == {"extend", "decode", "prefill", "moe", "tree-verify", "mla-decode"}
+    assert {c.launcher for c in cases} == {"extend", "decode", "prefill", "moe", "tree-verify", "mla-decode",
+                                           "ds-extend", "inkling-moe"}
+    prefill_dtypes = {(c.params["qk_head_dim"], c.params["dtype"]) for c in cases if c.launcher == "prefill"}
+    assert {(128, "float32"), (256, "float32"), (256, "float16"), (128, "float16")} <= prefill_dtypes
     assert len({c.id for c in cases}) == len(cases)
 
 
@@ -289,3 +292,54 @@ def test_patched_tree_reports_nothing_over(installed_tree, tmp_path, capsys, ver
     result = smem_audit.audit_tree(tree.parent, archs=("12.0", "12.1"), matrix=_matrix(tmp_path, text),
                                    cache=AuditCache(tmp_path / "cache"), jobs=2)
     assert result.ok, [(c.case.id, [k.shared for k in c.kernels], c.error) for c in result.cases]
+
+
+def test_tuned_moe_files_of_every_12x_name_are_found(release_dir):
+    """0.5.23 ships fused-MoE configs for the RTX PRO 6000 Server and Max-Q editions (12.0) and GB10 (12.1):
+    each configuration of each such file becomes a case under that device name."""
+    root = release_dir("0.5.23")
+    moe = launchers.resolve(root, "moe")
+    on_120 = smem_audit.tuned_moe_cases(root, moe, "12.0")
+    on_121 = smem_audit.tuned_moe_cases(root, moe, "12.1")
+    names = {c.params["device_name"] for c in on_120}
+    assert names == {"NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+                     "NVIDIA RTX PRO 6000 Blackwell Server Edition"}
+    assert {c.params["device_name"] for c in on_121} == {"NVIDIA GB10"}
+    assert {(c.model, c.params["quantization"]) for c in on_120} == {
+        ("tuned-E129-N352", "fp8"), ("tuned-E161-N384", "fp8"), ("tuned-E161-N192", "fp8_channel"),
+        ("tuned-E161-N192", "bf16"), ("tuned-E256-N512", "bf16")}
+    server = sorted(c.params["tokens"] for c in on_120 if c.model == "tuned-E256-N512")
+    folder = moe.files[1].parent / "configs" / "triton_3_6_0"
+    file = folder / "E=256,N=512,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition.json"
+    assert server == sorted(int(k) for k in json.loads(file.read_text()))
+    assert len({c.id for c in on_120}) == len(on_120)
+
+
+def test_tuned_moe_files_load_under_their_device_name(release_dir, tmp_path):
+    """Compiled for sm_120 under each device name (faked device): the config SGLang reads is the file's
+    entry, up and down (the Server Edition ships a _down file). The upstream files are trimmed to their
+    first entry to bound the compile time here; the configurations are upstream's."""
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(release_dir("0.5.23"), site)
+    moe = launchers.resolve(site, "moe")
+    picked = {}
+    for path in (moe.files[1].parent / "configs").rglob("*Blackwell_[MS]*.json"):
+        table = json.loads(path.read_text())
+        first = min(table, key=int)
+        path.write_text(json.dumps({first: table[first]}))
+        picked[path.name] = table[first]
+    result = smem_audit.audit_tree(site, archs=("12.0",), matrix=_matrix(tmp_path, SMALL_MOE),
+                                   launchers=["prefill"], cache=AuditCache(tmp_path / "cache"), jobs=2,
+                                   tuned_moe_configs=True)
+    tuned = [c for c in result.cases if c.case.model.startswith("tuned-")]
+    assert len(tuned) == 5 and result.ok, [(c.case.id, c.status, c.error) for c in result.cases]
+    server = next(c for c in tuned if c.case.model == "tuned-E256-N512")
+    up_file = "E=256,N=512,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition.json"
+    down_file = up_file.replace(".json", "_down.json")
+    up, down = server.kernels
+    for kernel, name in ((up, up_file), (down, down_file)):
+        wanted = picked[name]
+        assert (kernel.block["BLOCK_SIZE_N"], kernel.block["BLOCK_SIZE_K"]) == (
+            wanted["BLOCK_SIZE_N"], wanted["BLOCK_SIZE_K"]), (name, kernel, wanted)

@@ -11,6 +11,7 @@ from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app
 from sm120kit.errors import CheckFailed, MissingDependency
 from sm120kit.ui import Console
+from sm120kit.verify.launchers import LAUNCHERS
 
 
 @cli.command("audit")
@@ -22,7 +23,10 @@ from sm120kit.ui import Console
               help="A TOML file of more [[attention]] / [[moe]] shapes (see sm120kit/verify/audit_matrix.toml).")
 @click.option("--only", "only", multiple=True, metavar="NAME", help="Audit only these matrix entries.")
 @click.option("--launcher", "launchers", multiple=True,
-              type=click.Choice(["extend", "decode", "prefill", "moe", "tree-verify", "mla-decode"]), help="Audit only these launchers.")
+              type=click.Choice(list(LAUNCHERS)), help="Audit only these launchers.")
+@click.option("--tuned-moe-configs/--no-tuned-moe-configs", default=None,
+              help="Also load every fused-MoE config file the tree ships for a 12.x GPU name, under that name "
+                   "(default: on unless --only or --launcher narrows the run to other launchers).")
 @click.option("--compare-unpatched", is_flag=True,
               help="Also audit the pristine PyPI release of PATH's version and show what changed.")
 @click.option("--findings-only", is_flag=True, help="List only kernels over the limit and failed launchers.")
@@ -34,8 +38,8 @@ from sm120kit.ui import Console
 @pass_app
 def audit(app: AppContext, path: str | None, release: str | None, archs: tuple[str, ...],
           matrix_files: tuple[str, ...], only: tuple[str, ...], launchers: tuple[str, ...],
-          compare_unpatched: bool, findings_only: bool, no_cache: bool, jobs: int | None, backends: bool,
-          json_mode: bool) -> int:
+          tuned_moe_configs: bool | None, compare_unpatched: bool, findings_only: bool, no_cache: bool,
+          jobs: int | None, backends: bool, json_mode: bool) -> int:
     """Compile, for sm_120/sm_121, every Triton kernel SGLang's attention and fused-MoE launchers would
     launch for the shape matrix, and fail (exit 13) on any kernel over 101376 bytes of shared memory or any
     launcher that fails to compile. PATH is an SGLang git clone or installed package. No GPU is needed:
@@ -50,7 +54,9 @@ def audit(app: AppContext, path: str | None, release: str | None, archs: tuple[s
     result = smem_audit.audit(
         path, release=release, compare_unpatched=compare_unpatched, console=console,
         archs=archs or smem_audit.DEFAULT_ARCHS, matrix=matrix, launchers=launchers or None,
-        cache=AuditCache(enabled=not no_cache), jobs=jobs)
+        cache=AuditCache(enabled=not no_cache), jobs=jobs,
+        tuned_moe_configs=(not only and (not launchers or "moe" in launchers)) if tuned_moe_configs is None
+        else tuned_moe_configs)
     emit(json_mode, result.to_json(), lambda: _print(console, result, findings_only))
     if not result.ok and json_mode:
         return CheckFailed.exit_code  # the JSON above says why; keep stdout one document

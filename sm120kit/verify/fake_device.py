@@ -96,6 +96,19 @@ PRESETS: dict[str, FakeDevice] = {
 }
 
 
+# The names torch reports (``torch.cuda.get_device_name()``) for GPUs of compute capability 12.x that
+# SGLang's tuned fused-MoE config files (``device_name=...``, spaces as underscores) or the series' own
+# files are named after; the audit runs SGLang's config choice under each name its tree ships files for.
+# Read from the config file names of SGLang 0.5.2-0.5.23 and NVIDIA's product names for these cards.
+SM12X_DEVICE_NAMES: dict[str, str] = {
+    "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "12.0",
+    "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": "12.0",
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition": "12.0",
+    "NVIDIA GeForce RTX 5090": "12.0",
+    "NVIDIA GB10": "12.1",
+}
+
+
 def preset(key: str) -> FakeDevice:
     """``preset("12.0")``; a KeyError naming the known keys otherwise."""
     try:

@@ -17,6 +17,7 @@ Output: one ``@probe done <case id>`` line per case on stdout (the parent's prog
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import json
@@ -52,11 +53,12 @@ class _ServingDefaults:
     """Answers the server-argument reads of SGLang's MoE config module with SGLang's defaults.
 
     With no server running, ``get_global_server_args()`` / ``get_exec()`` have nothing published; the
-    config module reads only ``enable_deterministic_inference`` (default False). Any other read fails
-    loudly instead of inventing a value.
+    config module reads only ``enable_deterministic_inference`` (default False), and the double-sparsity
+    module reads ``triton_attention_reduce_in_fp32`` (default False) when it is imported. Any other read
+    fails loudly instead of inventing a value.
     """
 
-    VALUES = {"enable_deterministic_inference": False}
+    VALUES = {"enable_deterministic_inference": False, "triton_attention_reduce_in_fp32": False}
 
     def __init__(self, path: str = "server_args") -> None:
         self._path = path
@@ -95,7 +97,8 @@ class Probe:
         loaded = []
         for name in names:
             try:
-                loaded.append(importlib.import_module(name))
+                with self._server_defaults(kind == "ds-extend"):
+                    loaded.append(importlib.import_module(name))
             except BaseException as exc:  # noqa: BLE001 - report any import failure per launcher
                 self.failures[kind] = ImportFailed(name, exc)
                 raise self.failures[kind] from exc
@@ -107,6 +110,27 @@ class Probe:
             self._prepare_moe(*loaded)
         self.modules[kind] = loaded if kind == "moe" else loaded[0]
         return self.modules[kind]
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _server_defaults(active: bool):
+        """While a module that reads server arguments at import is imported (the double-sparsity
+        kernels, from 0.5.3 on), answer ``get_global_server_args()`` with SGLang's defaults."""
+        if not active:
+            yield
+            return
+        try:
+            server_args = importlib.import_module("sglang.srt.server_args")
+        except ImportError:
+            server_args = None
+        previous = getattr(server_args, "get_global_server_args", None)
+        if previous is not None:
+            server_args.get_global_server_args = _ServingDefaults()
+        try:
+            yield
+        finally:
+            if previous is not None:
+                server_args.get_global_server_args = previous
 
     def _prepare_moe(self, kernels, config) -> None:
         for reader in ("get_global_server_args", "get_exec"):
@@ -257,6 +281,56 @@ class Probe:
             raise CaseSkipped("sm120_mla_decode_fwd declines this shape")
         return None
 
+    def _ds_extend(self, p: dict) -> str | None:
+        """The double-sparsity backend's extend_attention_fwd (a request-to-token table, no KV scales)."""
+        import torch
+
+        module = self.module("ds-extend")
+        dtype = getattr(torch, p["dtype"])
+        h, hkv, dq, dv = p["num_heads"], p["num_kv_heads"], p["qk_head_dim"], p["v_head_dim"]
+        tokens, slots = BATCH * TOKENS_PER_SEQUENCE, BATCH * (PREFIX_PER_SEQUENCE + TOKENS_PER_SEQUENCE)
+        meta = dict(device="meta")
+        mla = dq != dv and hkv == 1
+        k_extend = torch.empty(tokens, hkv, dq, dtype=dtype, **meta)
+        k_buffer = torch.empty(slots, hkv, dq, dtype=dtype, **meta)
+        i32 = lambda *shape: torch.empty(*shape, dtype=torch.int32, **meta)  # noqa: E731
+        _call(module.extend_attention_fwd, {
+            "q_extend": torch.empty(tokens, h, dq, dtype=dtype, **meta),
+            "k_extend": k_extend,
+            "v_extend": k_extend[..., :dv] if mla else torch.empty(tokens, hkv, dv, dtype=dtype, **meta),
+            "o_extend": torch.empty(tokens, h, dv, dtype=dtype, **meta),
+            "k_buffer": k_buffer,
+            "v_buffer": k_buffer[..., :dv] if mla else torch.empty(slots, hkv, dv, dtype=dtype, **meta),
+            "req_to_tokens": i32(BATCH, PREFIX_PER_SEQUENCE + TOKENS_PER_SEQUENCE),
+            "b_req_idx": i32(BATCH), "b_seq_len": i32(BATCH), "b_seq_len_extend": i32(BATCH),
+            "b_start_loc_extend": i32(BATCH), "max_len_extend": TOKENS_PER_SEQUENCE,
+        })
+        return None
+
+    def _inkling_moe(self, p: dict) -> str | None:
+        """Inkling's grouped_gemm_triton for the gate/up and the down projection, with the block M its
+        MoE forward picks for the routed token count."""
+        import torch
+
+        module = self.module("inkling-moe")
+        dtype = getattr(torch, p["dtype"])
+        E, topk, H, inter, M = p["num_experts"], p["top_k"], p["hidden_size"], p["intermediate_size"], p["tokens"]
+        routed = M * topk
+        if hasattr(module, "select_grouped_gemm_block_m"):
+            block_m = module.select_grouped_gemm_block_m(routed)
+        else:
+            block_m = module.BLOCK_SIZE_M
+        meta = dict(device="meta")
+        i32 = lambda *shape: torch.empty(*shape, dtype=torch.int32, **meta)  # noqa: E731
+        schedule = i32(-(-routed // block_m) + E)
+        for a, b in ((torch.empty(routed, H, dtype=dtype, **meta), torch.empty(E, 2 * inter, H, dtype=dtype, **meta)),
+                     (torch.empty(routed, inter, dtype=dtype, **meta), torch.empty(E, H, inter, dtype=dtype, **meta))):
+            _call(module.grouped_gemm_triton, {
+                "a": a, "b": b, "num_experts": E, "num_tokens_per_expert": i32(E), "expert_token_offs": i32(E + 1),
+                "expert_block_offs": i32(E + 1), "expert_block_schedule": schedule, "block_size_m": block_m,
+            })
+        return f"block M {block_m} for {routed} routed tokens"
+
     def _prefill(self, p: dict) -> str | None:
         import torch
 
@@ -284,7 +358,9 @@ class Probe:
         import triton.language as tl
 
         kernels, config_module = self.module("moe")
-        fp8 = p["quantization"] == "fp8_block"
+        quant = p["quantization"]
+        fp8 = quant in ("fp8_block", "fp8", "fp8_channel")
+        per_channel = quant == "fp8_channel"
         block_shape = p["block_shape"]
         E, topk, H, inter, M = p["num_experts"], p["top_k"], p["hidden_size"], p["intermediate_size"], p["tokens"]
         meta = dict(device="meta")
@@ -295,11 +371,17 @@ class Probe:
         chooser = getattr(config_module, MOE_CONFIG_FUNCTION)
         choose_sig = inspect.signature(chooser).parameters
         kwargs = {"block_shape": block_shape} if "block_shape" in choose_sig else {}
-        if "return_down_config" in choose_sig:
-            config, (down_config, _) = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M,
-                                               return_down_config=True, **kwargs)
-        else:
-            config, down_config = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M, **kwargs), None
+        if per_channel:
+            if "per_channel_quant" not in choose_sig:
+                raise CaseSkipped("this release's MoE config choice has no per-channel FP8 configs")
+            kwargs["per_channel_quant"] = True
+        with _device_named(p.get("device_name"), config_module):
+            if "return_down_config" in choose_sig:
+                config, (down_config, _) = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M,
+                                                   return_down_config=True, **kwargs)
+            else:
+                config = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M, **kwargs)
+                down_config = None
         notes = []
         config = dict(config)
         if config.pop("USE_TMA", False):
@@ -326,11 +408,26 @@ class Probe:
         def scales(w):
             if not fp8:
                 return None
+            if quant == "fp8":
+                return torch.empty(E, dtype=torch.float32, **meta)
+            if per_channel:
+                return torch.empty(E, w.shape[1], 1, dtype=torch.float32, **meta)
             bn, bk = block_shape
             return torch.empty(E, -(-w.shape[1] // bn), -(-w.shape[2] // bk), dtype=torch.float32, **meta)
 
+        if quant in ("fp8", "fp8_channel") and hasattr(kernels, "scaled_fp8_quant"):
+            # SGLang quantizes activations per tensor (or per token) with an sgl_kernel CUDA op (no CPU
+            # build): this stand-in returns tensors of that op's shapes and dtypes and runs nothing.
+            def tensor_quant(A, A_scale=None, *args, use_per_token_if_dynamic=False, **kw):
+                rows = A.shape[0] if use_per_token_if_dynamic else 1
+                scale = A_scale if A_scale is not None else torch.empty(rows, 1, dtype=torch.float32,
+                                                                          device=A.device)
+                return torch.empty_like(A, dtype=torch.float8_e4m3fn), scale
+
+            kernels.scaled_fp8_quant = tensor_quant
+
         common = {"compute_type": tl.bfloat16, "use_fp8_w8a8": fp8, "use_int8_w8a8": False,
-                  "use_int8_w8a16": False, "use_int4_w4a16": False, "per_channel_quant": False,
+                  "use_int8_w8a16": False, "use_int4_w4a16": False, "per_channel_quant": per_channel,
                   "block_shape": block_shape, "B_zp": None, "A_scale": None}
         up_routing = routing(config["BLOCK_SIZE_M"])
         _call(invoke, dict(common, A=hidden, B=w1,
@@ -350,6 +447,31 @@ class Probe:
                            num_tokens_post_padded=down_routing[2], mul_routed_weight=True, top_k=1,
                            config=down))
         return "; ".join(notes) or None
+
+
+@contextlib.contextmanager
+def _device_named(name: str | None, config_module):
+    """The faked GPU answers ``name`` to ``torch.cuda.get_device_name()`` while SGLang picks a MoE config
+    (its config files are named after the device); SGLang's cache of read config files is emptied before
+    and after, so every name reads its own files."""
+    import torch
+
+    def clear() -> None:
+        reader = getattr(config_module, "get_moe_configs", None)
+        if hasattr(reader, "cache_clear"):
+            reader.cache_clear()
+
+    clear()
+    if name is None:
+        yield
+        return
+    previous = torch.cuda.get_device_name
+    torch.cuda.get_device_name = lambda device=None: name
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_name = previous
+        clear()
 
 
 def _dtypes(p: dict, sig) -> tuple:

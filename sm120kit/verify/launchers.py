@@ -18,7 +18,7 @@ from sm120kit.errors import NotSglangTree
 
 @dataclass(frozen=True)
 class LauncherSpec:
-    kind: str  # "extend" | "decode" | "prefill" | "moe" | "tree-verify" | "mla-decode"
+    kind: str  # "extend" | "decode" | "prefill" | "moe" | "ds-extend" | "inkling-moe" | "tree-verify" | "mla-decode"
     function: str  # the launcher SGLang's backends call
     modules: tuple[str, ...]  # candidate modules defining `function`, newest layout first
     helper_modules: tuple[tuple[str, ...], ...] = ()  # more source the kernels depend on (each: candidates)
@@ -59,6 +59,21 @@ LAUNCHERS: dict[str, LauncherSpec] = {
              "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config"),
             CAPABILITY_HELPERS,
         ),
+    ),
+    # The double-sparsity backend's own copy of the extend launcher (--enable-double-sparsity; the file
+    # is gone from 0.5.11).
+    "ds-extend": LauncherSpec(
+        "ds-extend", "extend_attention_fwd",
+        ("sglang.srt.layers.attention.triton_ops.double_sparsity_attention",),
+        helper_modules=(CAPABILITY_HELPERS,),
+        policy_global="CUDA_CAPABILITY",
+    ),
+    # Inkling's MoE grouped GEMM (0.5.16 on; moved to kernels/ops/moe/ in 0.5.17).
+    "inkling-moe": LauncherSpec(
+        "inkling-moe", "grouped_gemm_triton",
+        ("sglang.kernels.ops.moe.inkling_moe",
+         "sglang.srt.layers.moe.moe_runner.triton_utils.inkling_moe"),
+        helper_modules=(CAPABILITY_HELPERS,),
     ),
     # Added by the series' sm120-mla-attention patch (absent from unpatched releases).
     "tree-verify": LauncherSpec(

@@ -22,11 +22,14 @@ else:  # pragma: no cover - Python 3.10
 
 DEFAULT_MATRIX = Path(__file__).with_name("audit_matrix.toml")
 
-ATTENTION_LAUNCHERS = ("extend", "decode", "prefill", "tree-verify", "mla-decode")
+ATTENTION_LAUNCHERS = ("extend", "decode", "prefill", "ds-extend", "tree-verify", "mla-decode")
+GROUPED_MOE_LAUNCHERS = ("inkling-moe",)
+GROUPED_MOE_DTYPES = ("bfloat16", "float32")
 BATCHED_LAUNCHERS = ("decode", "mla-decode")  # cases per entry of decode_batch_sizes
 DTYPES = ("bfloat16", "float16", "float32")
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3")
-QUANTIZATIONS = ("bf16", "fp8_block")
+QUANTIZATIONS = ("bf16", "fp8_block", "fp8", "fp8_channel")  # fp8: per tensor; fp8_channel: per channel
+DEFAULT_QUANTIZATIONS = ("bf16", "fp8_block")
 FP8_BLOCK = (128, 128)
 
 
@@ -58,7 +61,23 @@ class MoeModel:
     hidden_size: int
     intermediate_size: int
     bias: bool = False
-    quantizations: tuple[str, ...] = QUANTIZATIONS
+    quantizations: tuple[str, ...] = DEFAULT_QUANTIZATIONS
+    tokens: tuple[int, ...] = (16, 4096)
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class GroupedMoeModel:
+    """A MoE whose experts run through a grouped GEMM launcher of its own (Inkling's), not fused MoE."""
+
+    name: str
+    description: str
+    num_experts: int
+    top_k: int
+    hidden_size: int
+    intermediate_size: int
+    launchers: tuple[str, ...] = GROUPED_MOE_LAUNCHERS
+    dtypes: tuple[str, ...] = ("bfloat16",)
     tokens: tuple[int, ...] = (16, 4096)
     source: str = ""
 
@@ -68,9 +87,17 @@ class Matrix:
     attention: tuple[AttentionModel, ...]
     moe: tuple[MoeModel, ...]
     files: tuple[str, ...]
+    grouped_moe: tuple[GroupedMoeModel, ...] = ()
 
     def names(self) -> list[str]:
-        return [m.name for m in self.attention] + [m.name for m in self.moe]
+        return [m.name for m in self.attention] + [m.name for m in self.moe] + [m.name for m in self.grouped_moe]
+
+    def launchers_of(self, name: str) -> tuple[str, ...]:
+        """The launchers the entry ``name`` runs (empty for an unknown name)."""
+        for model in self.attention + self.grouped_moe:
+            if model.name == name:
+                return model.launchers
+        return ("moe",) if any(m.name == name for m in self.moe) else ()
 
 
 @dataclass(frozen=True)
@@ -85,7 +112,12 @@ class ProbeCase:
     def id(self) -> str:
         p = self.params
         if self.launcher == "moe":
-            return f"moe/{self.model}/{p['quantization']}/M={p['tokens']}"
+            text = f"moe/{self.model}/{p['quantization']}/M={p['tokens']}"
+            if p.get("device_name"):
+                text += f"/device={p['device_name'].replace(' ', '_')}"
+            return text
+        if self.launcher in GROUPED_MOE_LAUNCHERS:
+            return f"{self.launcher}/{self.model}/{p['dtype']}/M={p['tokens']}"
         text = f"{self.launcher}/{self.model}/{p['dtype']}"
         if p.get("kv_cache_dtype", "auto") != "auto":
             text += f"/kv={p['kv_cache_dtype']}"
@@ -98,8 +130,14 @@ class ProbeCase:
         """A short human description of the shape."""
         p = self.params
         if self.launcher == "moe":
-            return (f"E={p['num_experts']} top{p['top_k']} H={p['hidden_size']} I={p['intermediate_size']} "
+            text = (f"E={p['num_experts']} top{p['top_k']} H={p['hidden_size']} I={p['intermediate_size']} "
                     f"M={p['tokens']} {p['quantization']}")
+            if p.get("device_name"):
+                text += f" as {p['device_name'].removeprefix('NVIDIA ')}"
+            return text
+        if self.launcher in GROUPED_MOE_LAUNCHERS:
+            return (f"E={p['num_experts']} top{p['top_k']} H={p['hidden_size']} I={p['intermediate_size']} "
+                    f"M={p['tokens']} {_short(p['dtype'])}")
         dims = str(p["qk_head_dim"]) if p["qk_head_dim"] == p["v_head_dim"] else f"{p['qk_head_dim']}/{p['v_head_dim']}"
         text = f"hd {dims} h {p['num_heads']}/{p['num_kv_heads']} {_short(p['dtype'])}"
         if p.get("kv_cache_dtype", "auto") != "auto":
@@ -193,7 +231,28 @@ def _moe(entry: _Entry, source: str) -> MoeModel:
         hidden_size=entry.get("hidden_size", int),
         intermediate_size=entry.get("intermediate_size", int),
         bias=entry.get("bias", bool, False),
-        quantizations=entry.get("quantizations", tuple, QUANTIZATIONS, choices=QUANTIZATIONS),
+        quantizations=entry.get("quantizations", tuple, DEFAULT_QUANTIZATIONS, choices=QUANTIZATIONS),
+        tokens=entry.get("tokens", tuple, (16, 4096)),
+        source=source,
+    )
+    entry.check_unknown()
+    if model.top_k > model.num_experts:
+        raise entry.fail(f"top_k ({model.top_k}) is larger than num_experts ({model.num_experts}).")
+    if any(not isinstance(t, int) or t <= 0 for t in model.tokens):
+        raise entry.fail("'tokens' must hold positive integers.")
+    return model
+
+
+def _grouped_moe(entry: _Entry, source: str) -> GroupedMoeModel:
+    model = GroupedMoeModel(
+        name=entry.get("name", str),
+        description=entry.get("description", str, ""),
+        num_experts=entry.get("num_experts", int),
+        top_k=entry.get("top_k", int),
+        hidden_size=entry.get("hidden_size", int),
+        intermediate_size=entry.get("intermediate_size", int),
+        launchers=entry.get("launchers", tuple, GROUPED_MOE_LAUNCHERS, choices=GROUPED_MOE_LAUNCHERS),
+        dtypes=entry.get("dtypes", tuple, ("bfloat16",), choices=GROUPED_MOE_DTYPES),
         tokens=entry.get("tokens", tuple, (16, 4096)),
         source=source,
     )
@@ -219,18 +278,24 @@ def load_matrix(extra: Iterable[str | Path] = (), *, include_default: bool = Tru
     paths = ([DEFAULT_MATRIX] if include_default else []) + [Path(p) for p in extra]
     attention: dict[str, AttentionModel] = {}
     moe: dict[str, MoeModel] = {}
+    grouped: dict[str, GroupedMoeModel] = {}
     for path in paths:
         data = _read(path)
-        unknown = sorted(set(data) - {"attention", "moe"})
+        unknown = sorted(set(data) - {"attention", "moe", "grouped_moe"})
         if unknown:
-            raise UsageError(f"{path}: unknown table(s) {', '.join(unknown)}; expected [[attention]] and [[moe]].")
+            raise UsageError(f"{path}: unknown table(s) {', '.join(unknown)}; expected [[attention]], [[moe]] "
+                             "and [[grouped_moe]].")
+        for index, table in enumerate(data.get("grouped_moe", [])):
+            model = _grouped_moe(_Entry(table, f"{path} [[grouped_moe]] #{index + 1}"), str(path))
+            grouped[model.name] = model
         for index, table in enumerate(data.get("attention", [])):
             model = _attention(_Entry(table, f"{path} [[attention]] #{index + 1}"), str(path))
             attention[model.name] = model
         for index, table in enumerate(data.get("moe", [])):
             model = _moe(_Entry(table, f"{path} [[moe]] #{index + 1}"), str(path))
             moe[model.name] = model
-    return Matrix(tuple(attention.values()), tuple(moe.values()), tuple(str(p) for p in paths))
+    return Matrix(tuple(attention.values()), tuple(moe.values()), tuple(str(p) for p in paths),
+                  tuple(grouped.values()))
 
 
 def select(matrix: Matrix, names: Iterable[str]) -> Matrix:
@@ -243,7 +308,8 @@ def select(matrix: Matrix, names: Iterable[str]) -> Matrix:
         raise UsageError(f"No matrix entry named {', '.join(unknown)}.",
                          hint=f"Known entries: {', '.join(matrix.names())}.")
     return Matrix(tuple(m for m in matrix.attention if m.name in wanted),
-                  tuple(m for m in matrix.moe if m.name in wanted), matrix.files)
+                  tuple(m for m in matrix.moe if m.name in wanted), matrix.files,
+                  tuple(m for m in matrix.grouped_moe if m.name in wanted))
 
 
 # -- expansion -------------------------------------------------------------------------------------------
@@ -259,7 +325,7 @@ def expand(matrix: Matrix, *, launchers: Iterable[str] | None = None) -> list[Pr
             if allowed is not None and launcher not in allowed:
                 continue
             for dtype in model.dtypes:
-                kv_dtypes = model.kv_cache_dtypes if launcher != "prefill" else ("auto",)
+                kv_dtypes = model.kv_cache_dtypes if launcher not in ("prefill", "ds-extend") else ("auto",)
                 for kv in kv_dtypes:
                     batches = model.decode_batch_sizes if launcher in BATCHED_LAUNCHERS else (None,)
                     for batch in batches:
@@ -276,5 +342,16 @@ def expand(matrix: Matrix, *, launchers: Iterable[str] | None = None) -> list[Pr
                         "intermediate_size": moe.intermediate_size, "bias": moe.bias,
                         "quantization": quant, "tokens": tokens,
                         "block_shape": list(FP8_BLOCK) if quant == "fp8_block" else None,
+                    }))
+    for model in matrix.grouped_moe:
+        for launcher in model.launchers:
+            if allowed is not None and launcher not in allowed:
+                continue
+            for dtype in model.dtypes:
+                for tokens in model.tokens:
+                    cases.append(ProbeCase(launcher, model.name, {
+                        "num_experts": model.num_experts, "top_k": model.top_k,
+                        "hidden_size": model.hidden_size, "intermediate_size": model.intermediate_size,
+                        "dtype": dtype, "tokens": tokens,
                     }))
     return cases

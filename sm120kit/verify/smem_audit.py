@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import threading
 import time
@@ -211,7 +212,16 @@ def _library_versions() -> dict[str, str]:
     return found
 
 
-def _moe_config_files(root: Path, resolved: launcher_table.ResolvedLauncher, arch: str) -> list[Path]:
+def _named_for(name: str):
+    """A test of a config file name: is it SGLang's file for the GPU named ``name``?"""
+    import re
+
+    pattern = re.compile(r"device_name=" + re.escape(name.replace(" ", "_")) + r"(,|_down\.json$|\.json$)")
+    return lambda file_name: bool(pattern.search(file_name))
+
+
+def _moe_config_files(root: Path, resolved: launcher_table.ResolvedLauncher, arch: str,
+                      device_name: str | None = None) -> list[Path]:
     """SGLang's tuned MoE configs for the faked device's name (they decide the block sizes)."""
     from sm120kit.verify.fake_device import PRESETS
 
@@ -220,8 +230,49 @@ def _moe_config_files(root: Path, resolved: launcher_table.ResolvedLauncher, arc
     folder = resolved.files[1].parent / "configs"
     if not folder.is_dir():
         return []
-    tag = "device_name=" + PRESETS[arch].name.replace(" ", "_")
-    return [p for p in folder.rglob("*.json") if tag in p.name]
+    named = _named_for(device_name or PRESETS[arch].name)
+    return sorted(p for p in folder.rglob("*.json") if named(p.name))
+
+
+_CONFIG_NAME = re.compile(r"^E=(\d+),N=(\d+),device_name=(.+?)(?:,dtype=(\w+))?(?:,block_shape=\[(\d+), ?(\d+)\])?"
+                          r"(,per_channel_quant=True)?(_down)?\.json$")
+TUNED_HIDDEN_SIZE = 4096  # K of the up projection for tuned-file cases: the file names carry no hidden size
+
+
+def tuned_moe_cases(root: Path, resolved: launcher_table.ResolvedLauncher, arch: str) -> list[ProbeCase]:
+    """One fused-MoE case per batch size of every config file the tree ships for a 12.x device name of
+    capability ``arch`` (:data:`~sm120kit.verify.fake_device.SM12X_DEVICE_NAMES`): SGLang's config choice
+    under that device name then loads exactly each configuration of the file (and its ``_down`` file).
+    Files of quantizations this probe does not launch (int8, int4) are left out."""
+    from sm120kit.verify.fake_device import SM12X_DEVICE_NAMES
+
+    names = {n.replace(" ", "_"): n for n, capability in SM12X_DEVICE_NAMES.items() if capability == arch}
+    if len(resolved.files) < 2 or not (resolved.files[1].parent / "configs").is_dir():
+        return []
+    found: dict[str, ProbeCase] = {}
+    for path in sorted((resolved.files[1].parent / "configs").rglob("*.json")):
+        match = _CONFIG_NAME.match(path.name)
+        if not match or match.group(3) not in names or match.group(8):
+            continue
+        experts, n, dtype, bn, bk, per_channel = (int(match.group(1)), int(match.group(2)), match.group(4),
+                                                  match.group(5), match.group(6), bool(match.group(7)))
+        if dtype is None:
+            quant = "bf16"
+        elif dtype == "fp8_w8a8":
+            quant = "fp8_block" if bn else "fp8_channel" if per_channel else "fp8"
+        else:
+            continue
+        try:
+            tokens = sorted({int(k) for k in json.loads(path.read_text(encoding="utf-8"))})
+        except (ValueError, OSError):
+            continue  # SGLang would fail on it too; not a shared-memory question
+        for m in tokens:
+            case = ProbeCase("moe", f"tuned-E{experts}-N{n}", {
+                "num_experts": experts, "top_k": min(8, experts), "hidden_size": TUNED_HIDDEN_SIZE,
+                "intermediate_size": n, "bias": False, "quantization": quant, "tokens": m,
+                "block_shape": [int(bn), int(bk)] if bn else None, "device_name": names[match.group(3)]})
+            found.setdefault(case.id, case)
+    return list(found.values())
 
 
 class _Progress:
@@ -295,7 +346,8 @@ def _split(cases: list[ProbeCase], parts: int) -> list[list[ProbeCase]]:
     for case in cases:
         key = case.id.split("/bs=")[0] if case.launcher in ("decode", "mla-decode") else case.id
         groups.setdefault(key, []).append(case)
-    weight = {"moe": 2.0, "extend": 1.5, "prefill": 1.0, "decode": 1.0, "tree-verify": 2.0, "mla-decode": 1.0}
+    weight = {"moe": 2.0, "extend": 1.5, "prefill": 1.0, "decode": 1.0, "tree-verify": 2.0, "mla-decode": 1.0,
+              "ds-extend": 1.5, "inkling-moe": 1.5}
     chunks: list[list[ProbeCase]] = [[] for _ in range(max(1, min(parts, len(groups))))]
     loads = [0.0] * len(chunks)
     for group in sorted(groups.values(), key=lambda g: -weight.get(g[0].launcher, 1.0)):
@@ -316,11 +368,13 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Matr
                launchers: Iterable[str] | None = None, policy: Mapping[str, Mapping[str, Any]] | None = None,
                cache: AuditCache | None = None, jobs: int | None = None, console=None,
                label: str | None = None, version: str | None = None,
-               repo_root: Path | None = None) -> SmemAuditResult:
+               repo_root: Path | None = None, tuned_moe_configs: bool = False) -> SmemAuditResult:
     """Audit the SGLang tree whose ``sglang/`` package lies in ``root``.
 
     ``policy`` sets module globals of a launcher's module after import, e.g.
     ``{"extend": {"CUDA_CAPABILITY": (8, 9)}}``: what a patch to its block-size policy would do.
+    ``tuned_moe_configs`` adds :func:`tuned_moe_cases`: every configuration of the fused-MoE config files
+    the tree ships for 12.x device names.
     """
     started = time.perf_counter()
     root = Path(root).resolve()
@@ -329,7 +383,7 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Matr
         raise UsageError("No architecture to audit.", hint="Pass --arch 12.0 (or leave it out for 12.0 and 12.1).")
     matrix = matrix or load_matrix()
     cases = expand(matrix, launchers=launchers)
-    if not cases:
+    if not cases and not tuned_moe_configs:
         raise UsageError("The shape matrix selects no launcher call.",
                          hint="Check --only / --launcher against the matrix entries.")
     policy = {k: dict(v) for k, v in (policy or {}).items()}
@@ -338,15 +392,22 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Matr
     libs = _library_versions()
     fingerprint = _probe_fingerprint()
     resolved = launcher_table.resolve_all(root)
+    cases_by_arch = {arch: cases + (tuned_moe_cases(root, resolved["moe"], arch) if tuned_moe_configs else [])
+                     for arch in archs}
+    if not any(cases_by_arch.values()):
+        raise UsageError("The shape matrix selects no launcher call, and the tree ships no fused-MoE config "
+                         "files for a 12.x GPU name.", hint="Check --only / --launcher against the matrix entries.")
 
     keys: dict[tuple[str, str], str] = {}
-    source_digests: dict[tuple[str, str], str] = {}
+    source_digests: dict[tuple, str] = {}
     for arch in archs:
-        for case in cases:
+        for case in cases_by_arch[arch]:
             res = resolved[case.launcher]
-            sd_key = (arch, case.launcher)
+            device_name = case.params.get("device_name") if case.launcher == "moe" else None
+            sd_key = (arch, case.launcher, device_name)
             if sd_key not in source_digests:
-                files = list(res.files) + (_moe_config_files(root, res, arch) if case.launcher == "moe" else [])
+                files = list(res.files) + (_moe_config_files(root, res, arch, device_name)
+                                           if case.launcher == "moe" else [])
                 source_digests[sd_key] = files_digest(files) if files else "absent"
             keys[(arch, case.id)] = digest("smem-audit-1", __version__, fingerprint, libs, arch, case.key_text(),
                                            source_digests[sd_key], policy.get(case.launcher, {}))
@@ -354,7 +415,7 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Matr
     reports: dict[tuple[str, str], CaseReport] = {}
     todo: dict[str, list[ProbeCase]] = {}
     for arch in archs:
-        for case in cases:
+        for case in cases_by_arch[arch]:
             hit = cache.get(keys[(arch, case.id)])
             if hit is not None:
                 reports[(arch, case.id)] = _case_report(arch, case, hit, cached=True)
@@ -393,14 +454,14 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Matr
 
     # A release may not import with the packages installed here (each pins its own transformers):
     # retry the import failures once with the release's own pins on the path.
-    retry = {a: [c for c in cases if reports[(a, c.id)].status == "import-error"] for a in archs}
+    retry = {a: [c for c in cases_by_arch[a] if reports[(a, c.id)].status == "import-error"] for a in archs}
     retry = {a: v for a, v in retry.items() if v}
     if retry:
         overlay_path = _overlay_for(root, repo_root, console)
         if overlay_path is not None:
             run_all(retry, overlay_path)
 
-    ordered = tuple(reports[(a, c.id)] for a in archs for c in cases)
+    ordered = tuple(reports[(a, c.id)] for a in archs for c in cases_by_arch[a])
     compiled = sum(not r.cached for r in ordered)
     if reader is None and any(k.registers is not None for r in ordered for k in r.kernels):
         from sm120kit.verify.cubin import find_cuobjdump
