@@ -180,7 +180,8 @@ def test_waiter_sees_the_finished_revert(tmp_path):
         second = subprocess.Popen([sys.executable, "-m", "sm120kit", "apply", str(package), "--series",
                                    str(series)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
-        time.sleep(3)  # both are waiting on the lock now
+        for proc in (waiter, second):  # both are waiting on the lock now (however loaded the machine)
+            _wait_until_open(proc, store.lock_path)
         # What a finishing revert does while it holds the lock: originals back, then the folder goes.
         _restore_by_hand(package)
         time.sleep(1)  # the waiters poll the missing lock file meanwhile
@@ -195,6 +196,27 @@ def test_waiter_sees_the_finished_revert(tmp_path):
         assert (state_dir / ".gitignore").read_text() == "*\n" and (state_dir / "state.json").is_file()
         assert run_cli("revert", str(package)).returncode == 0
     assert tree_hashes(package.parent) == pristine
+
+
+def _wait_until_open(proc: subprocess.Popen, path: Path, timeout: float = 120.0) -> None:
+    """Return once ``proc`` holds ``path`` open (it opens the lock file, then blocks in flock)."""
+    target = os.path.realpath(path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            fds = os.listdir(f"/proc/{proc.pid}/fd")
+        except FileNotFoundError:
+            fds = []
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{proc.pid}/fd/{fd}") == target:
+                    time.sleep(0.2)
+                    return
+            except OSError:
+                continue
+        time.sleep(0.05)
+    raise AssertionError(f"pid {proc.pid} never opened {path}")
 
 
 def _restore_by_hand(package: Path) -> None:
