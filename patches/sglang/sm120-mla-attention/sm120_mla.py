@@ -505,6 +505,13 @@ def num_splits_for(programs_per_split: int, sm_count: int, waves: int = 2) -> in
     return max(1, min(MAX_SPLITS, splits))
 
 
+def _shared_args(q, k, v, o_part, l_part, n_kv, group, n_head_blocks, splits) -> tuple:
+    """The strides and counts the prefix and tail kernels take in the same order."""
+    return (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o_part.stride(0),
+            o_part.stride(1), o_part.stride(2), l_part.stride(0), l_part.stride(1), n_kv, group, n_head_blocks,
+            splits)
+
+
 def _v_shares_k(k_buffer: torch.Tensor, v_buffer: torch.Tensor, block_d: int, lv: int) -> bool:
     return (
         v_buffer.data_ptr() == k_buffer.data_ptr()
@@ -543,6 +550,7 @@ def _run_split_attention(
     n_head_blocks = -(-group // cfg.block_h)
     n_tok_blocks = -(-max_tokens // cfg.block_t)
     rows_blocks = n_head_blocks * n_tok_blocks
+    dims = dict(Lk=lk, Lv=lv, BLOCK_D=block_d, BLOCK_DPE=block_dpe, BLOCK_DV=block_dv)
     is_decode = q_indptr is None
     # Decode fills four waves, verify two: the fastest measured (docs/benchmarks.md, split sweep).
     splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q), 4 if is_decode else 2)
@@ -564,26 +572,8 @@ def _run_split_attention(
         l_part,
         qk_scale,
         float(v_scale),
-        q.stride(0),
-        q.stride(1),
-        k_buffer.stride(0),
-        k_buffer.stride(1),
-        v_buffer.stride(0),
-        v_buffer.stride(1),
-        o_part.stride(0),
-        o_part.stride(1),
-        o_part.stride(2),
-        l_part.stride(0),
-        l_part.stride(1),
-        n_kv,
-        group,
-        n_head_blocks,
-        splits,
-        Lk=lk,
-        Lv=lv,
-        BLOCK_D=block_d,
-        BLOCK_DPE=block_dpe,
-        BLOCK_DV=block_dv,
+        *_shared_args(q, k_buffer, v_buffer, o_part, l_part, n_kv, group, n_head_blocks, splits),
+        **dims,
         BLOCK_T=cfg.block_t,
         BLOCK_H=cfg.block_h,
         BLOCK_N=cfg.block_n,
@@ -609,26 +599,8 @@ def _run_split_attention(
             o_part,
             l_part,
             float(sm_scale) * 1.4426950408889634,
-            q.stride(0),
-            q.stride(1),
-            k_ext.stride(0),
-            k_ext.stride(1),
-            v_ext.stride(0),
-            v_ext.stride(1),
-            o_part.stride(0),
-            o_part.stride(1),
-            o_part.stride(2),
-            l_part.stride(0),
-            l_part.stride(1),
-            n_kv,
-            group,
-            n_head_blocks,
-            splits,
-            Lk=lk,
-            Lv=lv,
-            BLOCK_D=block_d,
-            BLOCK_DPE=block_dpe,
-            BLOCK_DV=block_dv,
+            *_shared_args(q, k_ext, v_ext, o_part, l_part, n_kv, group, n_head_blocks, splits),
+            **dims,
             BLOCK_T=tail_t,
             BLOCK_H=cfg.block_h,
             BLOCK_N=tail_n,
