@@ -41,7 +41,7 @@ def _launchers_of_file(path: str) -> set[str]:
     return found
 
 
-_TILE_WORDS = re.compile(r"BLOCK|num_stages|num_warps|CUDA_CAPABILITY|triton|GROUP_SIZE")
+_TILE_WORDS = re.compile(r"BLOCK|num_stages|num_warps|CUDA_CAPABILITY|\btriton\.|GROUP_SIZE")  # not "triton_ops" in an import
 
 
 def _changed_lines(variant) -> dict[str, str]:
