@@ -138,7 +138,7 @@ class ApplyResult:
 @dataclass(frozen=True)
 class RevertedFile:
     path: str
-    action: str  # "restored" | "removed" | "unchanged" (already original) | "edited" (refused)
+    action: str  # "restored" | "removed" | "unchanged" (already original) | "edited" | "deleted" (refused)
     kept_copy: Path | None = None
 
     def to_json(self) -> dict:
@@ -173,6 +173,7 @@ class RevertResult:
 class FileState:
     path: str
     condition: str  # "patched" | "original" | "edited" | "missing"
+    patches: tuple[str, ...] = ()  # the recorded patches that changed it
 
     def to_json(self) -> dict:
         return {"path": self.path, "condition": self.condition}
@@ -195,11 +196,20 @@ class StatusResult:
         return EXIT_STATE if self.problems else EXIT_OK
 
     def rows(self) -> list[dict]:
+        deleted: dict[str, list[str]] = {}
+        for f in self.files:
+            if f.condition == "missing":
+                for patch_id in f.patches:
+                    deleted.setdefault(patch_id, []).append(f.path)
         rows = []
         for p in self.plan.patches:
             data = p.to_json()
             data["status"] = {"applies": "not-applied", "already-applied": "applied"}.get(p.status, p.status)
             data["recorded"] = p.patch_id in self.recorded
+            if data["recorded"] and p.patch_id in deleted:
+                data["status"] = "file-missing"
+                data["reason"] = (f"{', '.join(deleted[p.patch_id])} (patched by sm120kit) was deleted after apply; "
+                                  "'sm120kit revert --force' puts the original back")
             rows.append(data)
         return rows
 
@@ -676,6 +686,7 @@ def _revert_plan(target: Target, store: StateStore, record: StateRecord | None, 
                    store.state_path, store)
     files: list[RevertedFile] = []
     edited: list[str] = []
+    deleted: list[str] = []  # edited too, but there is nothing to keep a copy of
     for fr in record.files:
         current = _hash_of(store.root / fr.path)
         if current == fr.before:
@@ -683,21 +694,30 @@ def _revert_plan(target: Target, store: StateStore, record: StateRecord | None, 
         elif current == fr.after:
             files.append(RevertedFile(fr.path, "removed" if fr.before is None else "restored"))
         else:
-            edited.append(fr.path)
+            (edited if current is not None else deleted).append(fr.path)
             if force:
+                kept_copy = store.kept_dir / "<time>" / fr.path if current is not None else None
                 files.append(RevertedFile(fr.path, "removed" if fr.before is None else "restored",
-                                          kept_copy=store.kept_dir / "<time>" / fr.path))
+                                          kept_copy=kept_copy))
             else:
-                files.append(RevertedFile(fr.path, "edited"))
-    if edited and not force:
+                files.append(RevertedFile(fr.path, "edited" if current is not None else "deleted"))
+    if (edited or deleted) and not force:
+        what = []
+        if edited:
+            what.append(f"{len(edited)} file(s) changed after sm120kit patched them: {', '.join(edited)}")
+        if deleted:
+            what.append(f"{len(deleted)} file(s) deleted after sm120kit patched them: {', '.join(deleted)}")
         return RevertResult(
             target=target, dry_run=dry_run, patches=record.patch_ids, files=tuple(files),
             warnings=tuple(warnings), repaired=repaired, exit_code=EXIT_STATE,
-            message=(f"{len(edited)} file(s) changed after sm120kit patched them: {', '.join(edited)}. "
-                     "Nothing was reverted. Pass --force to revert anyway; the edited versions are then kept "
-                     f"as copies under {store.kept_dir}."))
+            message=("; ".join(what) + ". Nothing was reverted. Pass --force to revert anyway: every file gets "
+                     "its original bytes back" + (f", and the edited versions are kept as copies under "
+                                                  f"{store.kept_dir}." if edited else ".")))
     if edited:
         warnings = list(warnings) + [f"edited after apply (a copy is kept): {', '.join(edited)}"]
+    if deleted:
+        warnings = list(warnings) + [f"deleted after apply (no copy to keep; the original is put back): "
+                                     f"{', '.join(deleted)}"]
     return RevertResult(target=target, dry_run=dry_run, patches=record.patch_ids, files=tuple(files),
                         warnings=tuple(warnings), repaired=repaired, exit_code=EXIT_OK)
 
@@ -740,11 +760,15 @@ def series_status(target: Target, series: Series) -> StatusResult:
                 condition = "missing"
             else:
                 condition = "edited"
-            files.append(FileState(fr.path, condition))
-        edited = [f.path for f in files if f.condition in ("edited", "missing")]
+            files.append(FileState(fr.path, condition, fr.patches))
+        edited = [f.path for f in files if f.condition == "edited"]
+        deleted = [f.path for f in files if f.condition == "missing"]
         if edited and journal is None:
             problems.append(f"the state record no longer matches {', '.join(edited)} (changed after apply); "
                             "'sm120kit revert --force' restores the originals and keeps a copy of the edits")
+        if deleted and journal is None:
+            problems.append(f"{', '.join(deleted)} (patched by sm120kit) no longer exist(s): deleted after apply; "
+                            "'sm120kit revert --force' puts the originals back (there is no edit to keep)")
     plan = plan_series(root, series, version=release, exact=exact, recorded=record.patch_ids if record else ())
     return StatusResult(target=target, release=release, exact_release=exact, series=series.path, plan=plan,
                         recorded=record.patch_ids if record else (), files=tuple(files),

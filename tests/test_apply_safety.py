@@ -21,7 +21,8 @@ from sm120kit.plan import plan_series
 from sm120kit.state import STATE_DIR, StateStore, sha256
 from sm120kit.target import find_target
 
-from apply_support import DEMO_FILES, DEMO_SERIES, make_diff, run_cli, tree_hashes, write_series
+from apply_support import (DEMO_FILES, DEMO_SERIES, make_diff, run_cli, small_tree, tree_hashes,
+                           utils_series, write_series)
 from conftest import CORE_RELEASES
 
 
@@ -165,6 +166,39 @@ def test_edit_after_apply_is_refused_then_kept_on_force(series, installed_tree):
     assert {k: v for k, v in after.items() if STATE_DIR not in k} == pristine
     assert all(f"{STATE_DIR}/kept/" in k or k.endswith(f"{STATE_DIR}/.gitignore")
                for k in after.keys() - pristine.keys())
+
+
+def test_patched_file_deleted_after_apply_is_named_not_kept(tmp_path):
+    """status names the deleted file (not 'not-applicable'); revert --force claims no copy it did not make."""
+    package = small_tree(tmp_path / "site")
+    root = package.parent
+    pristine = tree_hashes(root)
+    series = utils_series(tmp_path / "series", root)
+    assert run_cli("apply", str(package), "--series", str(series)).returncode == 0
+    utils = package / "srt/utils.py"
+    utils.unlink()
+
+    status = run_cli("status", str(package), "--series", str(series), "--json")
+    assert status.returncode == 6
+    data = json.loads(status.stdout)
+    [row] = data["patches"]
+    assert row["status"] == "file-missing" and "sglang/srt/utils.py" in row["reason"], row
+    assert "deleted after apply" in row["reason"]
+    assert data["files"] == [{"path": "sglang/srt/utils.py", "condition": "missing"}]
+    assert any("sglang/srt/utils.py" in p and "deleted" in p for p in data["problems"]), data["problems"]
+    assert not any("keeps a copy" in p for p in data["problems"]), data["problems"]
+
+    refused = run_cli("revert", str(package))
+    assert refused.returncode == 6 and "deleted after sm120kit patched them: sglang/srt/utils.py" in refused.stderr
+    assert not utils.exists()
+
+    forced = run_cli("revert", str(package), "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    data = json.loads(forced.stdout)
+    assert data["kept_copies"] == [] and data["files"][0]["kept_copy"] is None
+    assert not any("a copy is kept" in w for w in data["warnings"]), data["warnings"]
+    assert any("deleted after apply" in w and "sglang/srt/utils.py" in w for w in data["warnings"])
+    assert tree_hashes(root) == pristine  # the original is back; no kept/ folder, no state folder
 
 
 def test_damaged_state_record_is_reported_not_trusted(series, installed_tree):

@@ -165,7 +165,8 @@ def revert_cmd(app: AppContext, path: Path | None, release: str | None, dry_run:
 def status_cmd(app: AppContext, path: Path | None, release: str | None, series_dir: Path | None,
                json_mode: bool) -> None:
     """Show each patch's state on the tree (applied, not-applied, present-upstream, not-applicable,
-    conflict) and any problem: an interrupted run, files edited after apply, a damaged record."""
+    conflict, file-missing) and any problem: an interrupted run, files edited or deleted after apply, a
+    damaged record."""
     console = app.console(json_mode)
     series = patchset.load_series(series_dir)
     target = _target(path, release, create=False)
