@@ -89,15 +89,17 @@ def test_matrix_table_json_and_markdown(release_dir):
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("SGLang "))
-    assert header.split() == ["SGLang", "capability", "extend-attention", "prefill-attention", "moe-configs",
-                              "backend-gating", "double-sparsity-attention", "inkling-moe-stages"]
+    columns = [p.id.removeprefix("sm120-") for p in load_series(SERIES).patches]
+    assert columns[:8] == ["capability", "extend-attention", "prefill-attention", "moe-configs", "backend-gating",
+                           "double-sparsity-attention", "inkling-moe-stages", "mla-attention"]
+    assert header.split() == ["SGLang", *columns]
     row = next(line for line in lines if line.startswith("0.5.23 "))
     assert row.split()[1:3] == ["upstream", "upstream"] and row.split()[-1] == "0.5.18"
 
     proc = run_cli("matrix", "--releases", ",".join(CHECKED), "--format", "markdown")
     assert proc.returncode == 0
     assert "| SGLang | capability | extend-attention |" in proc.stdout
-    assert "| 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | - |" in proc.stdout
+    assert "| 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | - | 0.5.2 |" in proc.stdout
 
 
 def test_moved_file_found_on_a_release_and_refreshed(tmp_path, release_dir, installed_tree):

@@ -44,7 +44,10 @@ def test_edit_metadata_changes_two_places_and_keeps_every_other_line(tmp_path):
     shutil.copytree(SERIES / "sm120-backend-gating", folder)
     text = (folder / "patch.toml").read_text()
     shutil.copy(folder / "0.5.21.diff", folder / "0.5.24.diff")
-    new = edit_metadata(text, 8, ">=0.5.21,<0.5.24", "0.5.24.diff", ">=0.5.24", "0.5.24", 9)
+    names = [v.name for v in load_patch(folder).variants]
+    newest = names.index("0.5.21.diff")
+    assert newest == len(names) - 1
+    new = edit_metadata(text, newest, ">=0.5.21,<0.5.24", "0.5.24.diff", ">=0.5.24", "0.5.24", len(names))
     old_lines, new_lines = text.splitlines(), new.splitlines()
     removed = [line for line in old_lines if line not in new_lines]
     added = [line for line in new_lines if line not in old_lines]
