@@ -31,8 +31,8 @@ from sm120kit.state import (FileRecord, Journal, JournalEntry, PatchRecord, Stat
 from sm120kit.target import Target, find_target
 
 __all__ = ["ApplyResult", "FileChange", "HunkResult", "PatchPlan", "RevertResult", "SeriesPlan",
-           "StatusResult", "apply_series", "plan_series", "release_of", "repair", "revert_series",
-           "series_status"]
+           "StatusResult", "apply_series", "plan_series", "release_and_source", "release_of", "repair",
+           "revert_series", "series_status"]
 
 EXIT_OK = 0
 EXIT_CONFLICT = ConflictError.exit_code  # 4
@@ -57,30 +57,39 @@ def release_of(target: Target) -> tuple[str | None, bool]:
     """The target's SGLang release and whether the tree is exactly that release.
 
     An installed package is its release. A git clone is exactly a release when HEAD carries the tag
-    ``v<release>``. Any other commit is "near" a release: its version file's, or else the nearest release
-    tag before it (``git describe``); the variant for that release is tried first, then the others,
-    newest first. With neither, the release is unknown (``None``) and every variant is tried.
+    ``v<release>``. Any other commit is "near" a release: the one its files state (``version.py``,
+    ``_version.py``, a static ``pyproject.toml`` version), or else the nearest release tag before it
+    (``git describe``); the variant for that release is tried first, then the others, newest first. With
+    neither, the release is unknown (``None``) and every variant is tried.
     """
+    version, exact, _ = release_and_source(target)
+    return version, exact
+
+
+def release_and_source(target: Target) -> tuple[str | None, bool, str]:
+    """:func:`release_of` and where the release was read, in words (printed beside the label)."""
     version = target.version
+    stated = f"stated by {target.version_source}" if target.version_source else "stated by the tree"
     if target.commit is None or target.repo_root is None:
-        return version, version is not None
+        return version, version is not None, stated if version else "unknown: the tree states none"
     try:
         import git
 
         repo = git.Repo(target.repo_root)
         at_head = [t.strip() for t in repo.git.tag("--points-at", "HEAD").splitlines() if t.strip()]
     except Exception:  # noqa: BLE001 - tags unreadable: a commit between releases
-        return version, False
+        return version, False, stated if version else "unknown: the tree states none, its tags are unreadable"
     tagged = [r for r in (_as_release(t) for t in at_head) if r]
     if version is not None:
-        return version, version in tagged
+        return version, version in tagged, stated
     if tagged:
-        return tagged[0], True
+        return tagged[0], True, f"from the tag at HEAD ({at_head[0] if len(at_head) == 1 else 'v' + tagged[0]})"
     try:
         nearest = repo.git.describe("--tags", "--abbrev=0", "--match", "v[0-9]*", "HEAD").strip()
     except Exception:  # noqa: BLE001 - no release tag before HEAD
-        return None, False
-    return _as_release(nearest), False
+        return None, False, "unknown: the tree states none and no release tag is in HEAD's history"
+    return _as_release(nearest), False, (f"from the nearest release tag in HEAD's history, {nearest} (git "
+                                         "describe): the tree states none")
 
 
 # -- results ---------------------------------------------------------------------------------------------
@@ -103,6 +112,7 @@ class ApplyResult:
     series: Path
     plan: SeriesPlan
     dry_run: bool
+    release_source: str = ""  # where ``release`` was read, in words
     written: tuple[FileChange, ...] = ()
     repaired: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -120,6 +130,7 @@ class ApplyResult:
             "target": self.target.to_json(),
             "release": self.release,
             "exact_release": self.exact_release,
+            "release_source": self.release_source,
             "series": str(self.series),
             "dry_run": self.dry_run,
             "fuzz": self.plan.fuzz,
@@ -190,6 +201,7 @@ class StatusResult:
     files: tuple[FileState, ...]
     problems: tuple[str, ...] = ()
     state_file: Path | None = None
+    release_source: str = ""  # where ``release`` was read, in words
 
     @property
     def exit_code(self) -> int:
@@ -208,14 +220,15 @@ class StatusResult:
             data["recorded"] = p.patch_id in self.recorded
             if data["recorded"] and p.patch_id in deleted:
                 data["status"] = "file-missing"
-                data["reason"] = (f"{', '.join(deleted[p.patch_id])} (patched by sm120kit) was deleted after apply; "
-                                  "'sm120kit revert --force' puts the original back")
+                data["reason"] = (f"{', '.join(deleted[p.patch_id])} (patched by sm120kit) was deleted after "
+                                  "apply; 'sm120kit revert --force' puts the original back")
             rows.append(data)
         return rows
 
     def to_json(self) -> dict:
         return {"command": "status", "target": self.target.to_json(), "release": self.release,
-                "exact_release": self.exact_release, "series": str(self.series), "patches": self.rows(),
+                "exact_release": self.exact_release, "release_source": self.release_source,
+                "series": str(self.series), "patches": self.rows(),
                 "recorded": list(self.recorded), "files": [f.to_json() for f in self.files],
                 "problems": list(self.problems),
                 "state_file": str(self.state_file) if self.state_file else None, "exit_code": self.exit_code,
@@ -531,9 +544,16 @@ def apply_series(target: Target, series: Series, *, dry_run: bool = False, fuzz:
     """Apply ``series`` to ``target``. Nothing is written unless every patch applies, is already applied,
     is present upstream or (unless ``strict``) is not applicable; a conflict is reported in the result
     (``exit_code`` 4) with the hunk, the expected lines and the closest match."""
+    release, exact, source = release_and_source(target)
+    result = _apply_series(target, series, release, exact, dry_run=dry_run, fuzz=fuzz, allow_dirty=allow_dirty,
+                           strict=strict, console=console)
+    return dataclasses.replace(result, release_source=source)
+
+
+def _apply_series(target: Target, series: Series, release: str | None, exact: bool, *, dry_run: bool,
+                  fuzz: int, allow_dirty: bool, strict: bool, console) -> ApplyResult:
     root = target.root
     store = StateStore(root)
-    release, exact = release_of(target)
     warnings: list[str] = []
 
     if dry_run:
@@ -729,7 +749,7 @@ def series_status(target: Target, series: Series) -> StatusResult:
     record, files edited after apply) are listed and make ``exit_code`` 6."""
     root = target.root
     store = StateStore(root)
-    release, exact = release_of(target)
+    release, exact, source = release_and_source(target)
     problems: list[str] = []
     journal = None
     try:
@@ -772,4 +792,5 @@ def series_status(target: Target, series: Series) -> StatusResult:
     plan = plan_series(root, series, version=release, exact=exact, recorded=record.patch_ids if record else ())
     return StatusResult(target=target, release=release, exact_release=exact, series=series.path, plan=plan,
                         recorded=record.patch_ids if record else (), files=tuple(files),
-                        problems=tuple(problems), state_file=store.state_path if record else None)
+                        problems=tuple(problems), state_file=store.state_path if record else None,
+                        release_source=source)

@@ -29,6 +29,7 @@ class Target:
     repo_root: Path | None = None  # git working tree root, for a clone
     commit: str | None = None
     dirty_files: tuple[str, ...] = field(default=())  # paths relative to package_dir.parent
+    version_source: str | None = None  # the file that states ``version``, relative to the clone or site folder
 
     @property
     def root(self) -> Path:
@@ -47,6 +48,7 @@ class Target:
             "kind": self.kind,
             "package_dir": str(self.package_dir),
             "version": self.version,
+            "version_source": self.version_source,
             "repo_root": str(self.repo_root) if self.repo_root else None,
             "commit": self.commit,
             "dirty_files": list(self.dirty_files),
@@ -58,18 +60,49 @@ def _looks_like_package(path: Path) -> bool:
 
 
 def read_version(package_dir: Path) -> str | None:
-    """From ``sglang/version.py`` or ``sglang/_version.py``, else from a ``sglang-*.dist-info`` beside it."""
+    """The release the tree states (see :func:`read_stated_version`), or ``None``."""
+    return read_stated_version(package_dir)[0]
+
+
+def _pyproject_version(path: Path) -> str | None:
+    """A static ``[project] version`` (SGLang's ``python/pyproject.toml`` up to 0.5.9; later ones are
+    dynamic, from git tags)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    project = data.get("project")
+    if not isinstance(project, dict) or project.get("name") != "sglang":
+        return None
+    version = project.get("version")
+    return version if isinstance(version, str) and version.strip() else None
+
+
+def read_stated_version(package_dir: Path) -> tuple[str | None, str | None]:
+    """(release, the file that states it): ``sglang/version.py`` or ``sglang/_version.py`` (a literal
+    ``__version__``), else a static version in the ``pyproject.toml`` beside the package (a clone's
+    ``python/`` folder), else a ``sglang-*.dist-info`` beside it. ``(None, None)`` when none states one."""
     for name in ("version.py", "_version.py"):
         version_file = package_dir / name
         if version_file.is_file():
             match = _VERSION_RE.search(version_file.read_text(encoding="utf-8", errors="replace"))
             if match:
-                return match.group(1)
+                return match.group(1), f"{package_dir.name}/{name}"
+    pyproject = package_dir.parent / "pyproject.toml"
+    if pyproject.is_file():
+        version = _pyproject_version(pyproject)
+        if version:
+            return version, "pyproject.toml"
     for meta in sorted(package_dir.parent.glob("sglang-*.dist-info/METADATA")):
         headers = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
         if headers.get("Version"):
-            return headers["Version"]
-    return None
+            return headers["Version"], f"{meta.parent.name}/METADATA"
+    return None, None
 
 
 def _importable_package() -> Path | None:
@@ -143,5 +176,8 @@ def find_target(path: str | Path | None = None) -> Target:
     repo_root, commit, dirty = _git_state(package)
     if kind == "installed" and repo_root is not None and package.parent.name == "python":
         kind = "git-clone"
-    return Target(kind=kind, package_dir=package, version=read_version(package),
+    version, source = read_stated_version(package)
+    if source is not None and repo_root is not None:
+        source = (package.parent / source).resolve().relative_to(repo_root).as_posix()
+    return Target(kind=kind, package_dir=package, version=version, version_source=source,
                   repo_root=repo_root, commit=commit, dirty_files=dirty)

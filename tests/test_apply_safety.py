@@ -13,7 +13,7 @@ from pathlib import Path
 import git
 import pytest
 
-from sm120kit.apply import apply_series, release_of, revert_series, series_status
+from sm120kit.apply import apply_series, release_and_source, release_of, revert_series, series_status
 from sm120kit.errors import IOFailure, StateDamagedError
 from sm120kit.lock import TreeLock
 from sm120kit.patchset import load_series
@@ -282,6 +282,54 @@ def test_commit_between_releases_tries_variants_newest_first(series, git_clone_t
     # The same, with no version at all.
     plan = plan_series(target.root, series, version=None)
     assert next(p for p in plan.patches if p.patch_id == "demo-extend-attention-note").variant.name == "0.5.23.diff"
+
+
+def _small_clone(folder: Path) -> git.Repo:
+    """A git clone layout (``python/sglang``) of ``small_tree`` whose package states no version (as SGLang's
+    main from 0.5.10 on: ``version.py`` computes it, ``_version.py`` is written at build time), with the
+    release tag v0.5.2 on its first commit and one commit after it."""
+    package = small_tree(folder / "python")
+    (package / "version.py").write_text("try:\n    from sglang._version import __version__\nexcept ImportError:\n"
+                                        "    __version__ = \"0.0.0.dev0\"\n")
+    repo = git.Repo.init(folder)
+    repo.git.config("user.email", "t@example.com")
+    repo.git.config("user.name", "t")
+    repo.git.add("-A")
+    repo.git.commit("-q", "-m", "release")
+    repo.git.tag("v0.5.2")
+    (folder / "python" / "pyproject.toml").write_text(
+        '[project]\nname = "sglang"\ndynamic = ["version"]\n')
+    repo.git.add("-A")
+    repo.git.commit("-q", "-m", "later")
+    return repo
+
+
+def test_release_label_prefers_the_version_the_tree_states_and_names_its_source(tmp_path):
+    """A clone whose history has no newer release tag is labelled from the tree's own version files first
+    (here a static pyproject.toml version), and the label says where it came from."""
+    clone = tmp_path / "clone"
+    repo = _small_clone(clone)
+    # No version in the tree: the nearest tag, said to be that.
+    release, exact, source = release_and_source(find_target(clone))
+    assert (release, exact) == ("0.5.2", False)
+    assert "v0.5.2" in source and "git describe" in source and "states none" in source
+    # The tree states its release in python/pyproject.toml (SGLang up to 0.5.9): that wins over the tag.
+    (clone / "python" / "pyproject.toml").write_text('[project]\nname = "sglang"\nversion = "0.5.9"\n')
+    repo.git.commit("-q", "-am", "0.5.9 in pyproject")
+    target = find_target(clone)
+    assert target.version == "0.5.9" and target.version_source == "python/pyproject.toml"
+    assert release_and_source(target) == ("0.5.9", False, "stated by python/pyproject.toml")
+    assert release_of(target) == ("0.5.9", False)
+    series = utils_series(tmp_path / "series", clone / "python")
+    proc = run_cli("status", str(clone), "--series", str(series))
+    assert proc.returncode == 0, proc.stderr
+    assert "0.5.9 @ " in proc.stdout and "release stated by python/pyproject.toml" in proc.stdout, proc.stdout
+    data = json.loads(run_cli("apply", str(clone), "--series", str(series), "--dry-run", "--json").stdout)
+    assert data["release"] == "0.5.9" and data["release_source"] == "stated by python/pyproject.toml"
+    assert data["target"]["version_source"] == "python/pyproject.toml"
+    # A _version.py (written by an editable install) is read before pyproject.toml.
+    (clone / "python" / "sglang" / "_version.py").write_text("__version__ = version = '0.5.10.dev3'\n")
+    assert release_and_source(find_target(clone))[::2] == ("0.5.10.dev3", "stated by python/sglang/_version.py")
 
 
 def test_plan_on_a_git_worktree_python_folder(series, git_clone_tree, tmp_path):

@@ -41,11 +41,11 @@ def _target(path: Path | None, release: str | None, *, create: bool, fresh: bool
     return find_target(folder)
 
 
-def _describe_target(target: Target, release: str | None, exact: bool) -> str:
+def _describe_target(target: Target, release: str | None, exact: bool, source: str = "") -> str:
     what = release or "unknown release"
     if target.commit:
         what += f" @ {target.commit[:12]}" + ("" if exact else " (between releases)")
-    return f"{target.package_dir} ({what}, {target.kind})"
+    return f"{target.package_dir} ({what}, {target.kind})" + (f"; release {source}" if source else "")
 
 
 def _status_rows(patches: list[dict]) -> list[list[str]]:
@@ -98,7 +98,8 @@ def apply_cmd(app: AppContext, path: Path | None, release: str | None, series_di
     def human() -> None:
         for warning in result.warnings:
             console.warn(warning)
-        console.info(f"target: {_describe_target(target, result.release, result.exact_release)}")
+        console.info("target: " + _describe_target(target, result.release, result.exact_release,
+                                                    result.release_source))
         console.info(f"series: {series.path} ({len(series.patches)} patches)")
         data = result.to_json()
         if data["patches"]:
@@ -173,7 +174,8 @@ def status_cmd(app: AppContext, path: Path | None, release: str | None, series_d
     result = engine.series_status(target, series)
 
     def human() -> None:
-        console.info(f"target: {_describe_target(target, result.release, result.exact_release)}")
+        console.info("target: " + _describe_target(target, result.release, result.exact_release,
+                                                    result.release_source))
         console.info(f"series: {series.path} ({len(series.patches)} patches)")
         rows = result.rows()
         if rows:
