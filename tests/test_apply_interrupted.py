@@ -199,24 +199,28 @@ def test_waiter_sees_the_finished_revert(tmp_path):
 
 
 def _wait_until_open(proc: subprocess.Popen, path: Path, timeout: float = 120.0) -> None:
-    """Return once ``proc`` holds ``path`` open (it opens the lock file, then blocks in flock)."""
+    """Return once ``proc`` is in its lock-wait loop: it holds ``path`` open, or it sleeps between two
+    attempts (a waiter opens the lock file, fails ``flock(LOCK_NB)``, closes it and sleeps 50 ms, so the file
+    is open for microseconds only; nothing else of a run sleeps before it takes the lock)."""
     target = os.path.realpath(path)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         try:
+            with open(f"/proc/{proc.pid}/wchan") as wchan:
+                if "nanosleep" in wchan.read():
+                    return
             fds = os.listdir(f"/proc/{proc.pid}/fd")
         except FileNotFoundError:
             fds = []
         for fd in fds:
             try:
                 if os.readlink(f"/proc/{proc.pid}/fd/{fd}") == target:
-                    time.sleep(0.2)
                     return
             except OSError:
                 continue
-        time.sleep(0.05)
-    raise AssertionError(f"pid {proc.pid} never opened {path}")
+        time.sleep(0.005)
+    raise AssertionError(f"pid {proc.pid} never waited on {path}")
 
 
 def _restore_by_hand(package: Path) -> None:
