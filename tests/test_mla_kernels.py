@@ -195,7 +195,7 @@ def test_tiles_are_few_and_known(mla):
         assert t.block_t * t.block_h in (16, 32)  # mma.sync takes 16 rows; 32 keep 512 fp32 values in registers
         assert t.block_n == (32 if lk > 128 else 64)
         assert t.block_h <= (16 if lv > 256 else 32)
-        assert (t.num_warps, t.num_stages) == (4, 2)
+        assert (t.num_warps, t.num_stages) == (4, 3)
     # Every token count maps onto the few sets the legality test compiles.
     assert len({t for (_, _, t) in tiles}) <= 24
 
@@ -214,7 +214,7 @@ def test_every_reachable_tile_compiles_within_the_limit(mla, arch):
                 _launch(mla, torch, lk, lv, group, tokens, kv_dtype, decode, tiles)
                 compiled += [(lk, lv, tiles, str(kv_dtype), decode, r.name, r.shared) for r in recorder.take()]
     names = {c[5] for c in compiled}
-    assert names == {"_prefix_kernel", "_tail_kernel", "_merge_kernel"}, names
+    assert names == {"_prefix_kernel", "_prefix_pair_kernel", "_tail_kernel", "_merge_kernel"}, names
     over = [c for c in compiled if c[-1] > LIMIT]
     assert not over, over
 
@@ -254,5 +254,5 @@ def test_verify_checks_reach_the_patched_launchers_for_faked_sm120(patched_0523)
         cases = data["checks"][name]
         assert cases and all(c["ok"] for c in cases), (name, cases)
     new = [k for k in data["kernels"] if k["module"].endswith("sm120_mla")]
-    assert {k["name"] for k in new} == {"_prefix_kernel", "_tail_kernel", "_merge_kernel"}
+    assert {k["name"] for k in new} == {"_prefix_kernel", "_prefix_pair_kernel", "_tail_kernel", "_merge_kernel"}
     assert max(k["shared"] for k in new) <= LIMIT

@@ -11,7 +11,10 @@ context. The kernels here split the prefix across many programs instead:
 * ``_prefix_kernel``: one program per (row block, KV split, request x KV head). A row block holds
   ``BLOCK_T`` query tokens x ``BLOCK_H`` heads of one KV head, so each KV tile is read once for every
   head and every draft token of the block. The prefix needs no mask (the tree mask only covers the
-  draft tail when ``skip_prefix_custom_mask`` holds, as in SGLang's target verify).
+  draft tail when ``skip_prefix_custom_mask`` holds, as in SGLang's target verify). KV rows are read
+  as [tokens, dims] tiles that both dots take from shared memory, so Triton copies them ahead of use.
+* ``_prefix_pair_kernel``: the same pass for MLA verify, its 32 rows as two 16-row groups over one KV
+  tile (see its docstring for why).
 * ``_tail_kernel``: the draft tokens against each other, with SGLang's ``custom_mask`` layout.
 * ``_merge_kernel``: the log-sum-exp merge of the partial results, written in the output dtype.
 
@@ -170,14 +173,14 @@ def pick_tiles(lk: int, lv: int, group: int, tokens: int) -> TileConfig:
     A program holds 16 rows (one query token per request: decode) or 32 rows (draft tokens x heads of
     one KV head), the fewest mma.sync takes and the most whose fp32 accumulator of 512 value dims
     stays in registers. ``block_h`` heads of the group share each KV tile (at most 16 for MLA's wide
-    values); the KV tile is 32 tokens for head dims over 128, else 64. Two stages, four warps: the
+    values); the KV tile is 32 tokens for head dims over 128, else 64. Three stages, four warps: the
     fastest set measured on the H200 in SM120 mode (docs/benchmarks.md), and every set this function
     returns compiles for sm_120 within the limit (tests/test_mla_kernels.py, sm120kit audit).
     """
     rows = 16 if tokens == 1 else 32
     block_h = min(_pow2_at_least(group), 16 if lv > 256 else rows)
     block_t = max(1, rows // block_h)
-    return TileConfig(block_t, block_h, 32 if lk > 128 else 64, 4, 2)
+    return TileConfig(block_t, block_h, 32 if lk > 128 else 64, 4, 3)
 
 
 @triton.jit
@@ -281,26 +284,28 @@ def _prefix_kernel(
         cols = n0 + offs_n
         col_ok = cols < end
         loc = tl.load(kv_indices + kv_start + cols, mask=col_ok, other=0).to(tl.int64)
-        k = tl.load(
-            K_Buf + loc[None, :] * stride_kt + kvh * stride_kh + offs_d[:, None],
-            mask=col_ok[None, :] & (offs_d[:, None] < Lk),
+        # KV rows as [BLOCK_N, D]: both dots take the tile from shared memory (QK through a transposed
+        # view), so Triton copies it asynchronously ahead of use instead of loading it into registers.
+        kt = tl.load(
+            K_Buf + loc[:, None] * stride_kt + kvh * stride_kh + offs_d[None, :],
+            mask=col_ok[:, None] & (offs_d[None, :] < Lk),
             other=0.0,
-        ).to(q.dtype)
-        qk = tl.dot(q, k)
+        )
+        qk = tl.dot(q, tl.trans(kt).to(q.dtype))
         if BLOCK_DPE > 0:
             kpe = tl.load(
-                K_Buf + loc[None, :] * stride_kt + kvh * stride_kh + offs_dpe[:, None],
-                mask=col_ok[None, :],
+                K_Buf + loc[:, None] * stride_kt + kvh * stride_kh + offs_dpe[None, :],
+                mask=col_ok[:, None],
                 other=0.0,
-            ).to(q.dtype)
-            qk += tl.dot(qpe, kpe)
+            )
+            qk += tl.dot(qpe, tl.trans(kpe).to(q.dtype))
         qk = tl.where(col_ok[None, :], qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(qk - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         if V_FROM_K:
-            v = tl.trans(k)
+            v = kt.to(q.dtype)
         else:
             v = tl.load(
                 V_Buf + loc[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
@@ -321,6 +326,134 @@ def _prefix_kernel(
         mask=row_ok[:, None] & (offs_dv[None, :] < Lv),
     )
     tl.store(L_part + offs_l, m_i + tl.log2(l_i), mask=row_ok)
+
+
+@triton.jit
+def _row_block(tb, hb, g, q_start, n_tok, kv_group, kvh, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+               BLOCK_M: tl.constexpr):
+    """Token, head and validity of the rows of row group ``g`` (BLOCK_M rows) of a program's row block."""
+    offs_m = g * BLOCK_M + tl.arange(0, BLOCK_M)
+    t_loc = tb * BLOCK_T + offs_m // BLOCK_H
+    h_grp = hb * BLOCK_H + offs_m % BLOCK_H
+    row_ok = (t_loc < n_tok) & (h_grp < kv_group)
+    return q_start + t_loc, kvh * kv_group + h_grp, row_ok
+
+
+@triton.jit
+def _prefix_pair_kernel(
+    Q,
+    K_Buf,
+    q_indptr,
+    kv_indptr,
+    kv_indices,
+    O_part,
+    L_part,
+    qk_scale,
+    v_scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_ot,
+    stride_oh,
+    stride_os,
+    stride_lt,
+    stride_lh,
+    n_kv_heads,
+    kv_group,
+    n_head_blocks,
+    num_splits,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DPE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MIN_SPLIT: tl.constexpr,
+):
+    """The verify prefix pass for MLA-shaped KV (values are the first BLOCK_D dims of each key row, plus
+    a rope part of BLOCK_DPE dims): the program's BLOCK_T x BLOCK_H rows as two groups of 16, each its
+    own pair of dots over the same KV tile in shared memory.
+
+    One 32-row dot would be laid out by Triton with its four warps along the rows (each holding 16 rows
+    x 512 fp32 values, twice over); two 16-row dots put the warps along the value dims, as in decode, so
+    the accumulators fit in registers and the tile is copied asynchronously ahead of use."""
+    BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H // 2
+    pid_r = tl.program_id(0)
+    split = tl.program_id(1)
+    pid_bk = tl.program_id(2)
+    b = pid_bk // n_kv_heads
+    kvh = pid_bk % n_kv_heads
+    hb = pid_r % n_head_blocks
+    tb = pid_r // n_head_blocks
+
+    q_start = tl.load(q_indptr + b)
+    n_tok = tl.load(q_indptr + b + 1) - q_start
+    if tb * BLOCK_T >= n_tok:
+        return
+    kv_start = tl.load(kv_indptr + b)
+    kv_len = tl.load(kv_indptr + b + 1) - kv_start
+    t0, h0, ok0 = _row_block(tb, hb, 0, q_start, n_tok, kv_group, kvh, BLOCK_T, BLOCK_H, BLOCK_M)
+    t1, h1, ok1 = _row_block(tb, hb, 1, q_start, n_tok, kv_group, kvh, BLOCK_T, BLOCK_H, BLOCK_M)
+
+    chunk = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
+    chunk = tl.maximum(chunk, MIN_SPLIT)
+    start = split * chunk
+    end = tl.minimum(kv_len, start + chunk)
+    if start >= end:
+        tl.store(L_part + t0 * stride_lt + h0 * stride_lh + split, float("-inf"), mask=ok0)
+        tl.store(L_part + t1 * stride_lt + h1 * stride_lh + split, float("-inf"), mask=ok1)
+        return
+
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dpe = BLOCK_D + tl.arange(0, BLOCK_DPE)
+    q_rows0 = Q + t0[:, None] * stride_qt + h0[:, None] * stride_qh
+    q_rows1 = Q + t1[:, None] * stride_qt + h1[:, None] * stride_qh
+    q0 = tl.load(q_rows0 + offs_d[None, :], mask=ok0[:, None], other=0.0)
+    q1 = tl.load(q_rows1 + offs_d[None, :], mask=ok1[:, None], other=0.0)
+    qpe0 = tl.load(q_rows0 + offs_dpe[None, :], mask=ok0[:, None], other=0.0)
+    qpe1 = tl.load(q_rows1 + offs_dpe[None, :], mask=ok1[:, None], other=0.0)
+
+    m0 = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    m1 = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l0 = tl.zeros([BLOCK_M], dtype=tl.float32)
+    l1 = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc0 = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc1 = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    for n0 in range(start, end, BLOCK_N):
+        cols = n0 + offs_n
+        col_ok = cols < end
+        loc = tl.load(kv_indices + kv_start + cols, mask=col_ok, other=0).to(tl.int64)
+        kv_rows = K_Buf + loc[:, None] * stride_kt + kvh * stride_kh
+        kv = tl.load(kv_rows + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+        kpe = tl.load(kv_rows + offs_dpe[None, :], mask=col_ok[:, None], other=0.0)
+        k_t = tl.trans(kv).to(q0.dtype)
+        kpe_t = tl.trans(kpe).to(q0.dtype)
+        qk0 = tl.dot(q0, k_t) + tl.dot(qpe0, kpe_t)
+        qk1 = tl.dot(q1, k_t) + tl.dot(qpe1, kpe_t)
+        qk0 = tl.where(col_ok[None, :], qk0 * qk_scale, float("-inf"))
+        qk1 = tl.where(col_ok[None, :], qk1 * qk_scale, float("-inf"))
+        m0_new = tl.maximum(m0, tl.max(qk0, 1))
+        m1_new = tl.maximum(m1, tl.max(qk1, 1))
+        alpha0 = tl.exp2(m0 - m0_new)
+        alpha1 = tl.exp2(m1 - m1_new)
+        p0 = tl.exp2(qk0 - m0_new[:, None])
+        p1 = tl.exp2(qk1 - m1_new[:, None])
+        l0 = l0 * alpha0 + tl.sum(p0, 1)
+        l1 = l1 * alpha1 + tl.sum(p1, 1)
+        v = kv.to(q0.dtype)
+        acc0 = acc0 * alpha0[:, None] + tl.dot(p0.to(q0.dtype), v)
+        acc1 = acc1 * alpha1[:, None] + tl.dot(p1.to(q0.dtype), v)
+        m0 = m0_new
+        m1 = m1_new
+
+    o_cols = split * stride_os + offs_d[None, :]
+    tl.store(O_part + t0[:, None] * stride_ot + h0[:, None] * stride_oh + o_cols, acc0 * (v_scale / l0[:, None]),
+             mask=ok0[:, None])
+    tl.store(O_part + t1[:, None] * stride_ot + h1[:, None] * stride_oh + o_cols, acc1 * (v_scale / l1[:, None]),
+             mask=ok1[:, None])
+    tl.store(L_part + t0 * stride_lt + h0 * stride_lh + split, m0 + tl.log2(l0), mask=ok0)
+    tl.store(L_part + t1 * stride_lt + h1 * stride_lh + split, m1 + tl.log2(l1), mask=ok1)
 
 
 @triton.jit
@@ -552,8 +685,8 @@ def _run_split_attention(
     rows_blocks = n_head_blocks * n_tok_blocks
     dims = dict(Lk=lk, Lv=lv, BLOCK_D=block_d, BLOCK_DPE=block_dpe, BLOCK_DV=block_dv)
     is_decode = q_indptr is None
-    # Decode fills four waves, verify two: the fastest measured (docs/benchmarks.md, split sweep).
-    splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q), 4 if is_decode else 2)
+    # Decode fills eight waves, verify two: the fastest measured (docs/benchmarks.md, split sweep).
+    splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q), 8 if is_decode else 2)
     n_slots = splits + (1 if tail is not None else 0)
     total_tokens = q.shape[0]
     o_part = torch.empty((total_tokens, heads, n_slots, lv), dtype=torch.float32, device=q.device)
@@ -561,28 +694,62 @@ def _run_split_attention(
     qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
     if v_from_k is None:
         v_from_k = _v_shares_k(k_buffer, v_buffer, block_d, lv)
-    _prefix_kernel[(rows_blocks, splits, batch * n_kv)](
-        q,
-        k_buffer,
-        v_buffer,
-        q_indptr if not is_decode else kv_indptr,
-        kv_indptr,
-        kv_indices,
-        o_part,
-        l_part,
-        qk_scale,
-        float(v_scale),
-        *_shared_args(q, k_buffer, v_buffer, o_part, l_part, n_kv, group, n_head_blocks, splits),
-        **dims,
-        BLOCK_T=cfg.block_t,
-        BLOCK_H=cfg.block_h,
-        BLOCK_N=cfg.block_n,
-        MIN_SPLIT=MIN_CHUNK,
-        IS_DECODE=is_decode,
-        V_FROM_K=v_from_k,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-    )
+    if not is_decode and v_from_k and block_dpe > 0 and cfg.block_t * cfg.block_h == 32:
+        _prefix_pair_kernel[(rows_blocks, splits, batch * n_kv)](
+            q,
+            k_buffer,
+            q_indptr,
+            kv_indptr,
+            kv_indices,
+            o_part,
+            l_part,
+            qk_scale,
+            float(v_scale),
+            q.stride(0),
+            q.stride(1),
+            k_buffer.stride(0),
+            k_buffer.stride(1),
+            o_part.stride(0),
+            o_part.stride(1),
+            o_part.stride(2),
+            l_part.stride(0),
+            l_part.stride(1),
+            n_kv,
+            group,
+            n_head_blocks,
+            splits,
+            BLOCK_D=block_d,
+            BLOCK_DPE=block_dpe,
+            BLOCK_T=cfg.block_t,
+            BLOCK_H=cfg.block_h,
+            BLOCK_N=cfg.block_n,
+            MIN_SPLIT=MIN_CHUNK,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+    else:
+        _prefix_kernel[(rows_blocks, splits, batch * n_kv)](
+            q,
+            k_buffer,
+            v_buffer,
+            q_indptr if not is_decode else kv_indptr,
+            kv_indptr,
+            kv_indices,
+            o_part,
+            l_part,
+            qk_scale,
+            float(v_scale),
+            *_shared_args(q, k_buffer, v_buffer, o_part, l_part, n_kv, group, n_head_blocks, splits),
+            **dims,
+            BLOCK_T=cfg.block_t,
+            BLOCK_H=cfg.block_h,
+            BLOCK_N=cfg.block_n,
+            MIN_SPLIT=MIN_CHUNK,
+            IS_DECODE=is_decode,
+            V_FROM_K=v_from_k,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
     if tail is not None:
         k_ext, v_ext, custom_mask, mask_indptr = tail
         tail_n = max(16, _pow2_at_least(max_tokens))
