@@ -45,6 +45,16 @@ dtypes = ["bfloat16"]
 launchers = ["prefill"]
 """
 
+LIGHTNING = """
+[[attention]]
+name = "lightning-hd128"
+qk_head_dim = 128
+num_heads = 16
+num_kv_heads = 16
+dtypes = ["float32", "bfloat16"]
+launchers = ["lightning"]
+"""
+
 SMALL_MOE = """
 [[moe]]
 name = "small-moe"
@@ -84,7 +94,7 @@ def test_packaged_matrix_covers_the_required_shapes():
     assert {"bf16", "fp8_block"} <= {q for m in matrix.moe for q in m.quantizations}
     cases = shapes.expand(matrix)
     assert {c.launcher for c in cases} == {"extend", "decode", "prefill", "moe", "tree-verify", "mla-decode",
-                                           "ds-extend", "inkling-moe"}
+                                           "ds-extend", "inkling-moe", "lightning"}
     prefill_dtypes = {(c.params["qk_head_dim"], c.params["dtype"]) for c in cases if c.launcher == "prefill"}
     assert {(128, "float32"), (256, "float32"), (256, "float16"), (128, "float16")} <= prefill_dtypes
     assert len({c.id for c in cases}) == len(cases)
@@ -215,6 +225,28 @@ def test_unpatched_0523_context_attention_over_and_fixed_policy_fits(release_dir
     assert after.ok
     (kernel,) = after.cases[0].kernels
     assert kernel.block["BLOCK_M"] == 64 and kernel.shared < LIMIT
+
+
+def test_unpatched_0523_lightning_attention_fp32_over_the_limit(release_dir, tmp_path):
+    """lightning_attention (linear_backend "minimax"; Bailing linear models cast q/k/v to fp32) at head dim
+    128: _fwd_kv_parallel needs 131584 B on sm_120, over the limit; its three siblings fit. With bf16
+    inputs the launcher does not compile for any target (fp32 decay times bf16 keys meets bf16 values in
+    one tl.dot), so no caller passes bf16."""
+    packaged = shapes.select(shapes.load_matrix(), ["bailing-linear"])
+    assert [c.id for c in shapes.expand(packaged)] == ["lightning/bailing-linear/float32"]
+    result = smem_audit.audit_tree(release_dir("0.5.23"), archs=("12.0",), matrix=_matrix(tmp_path, LIGHTNING),
+                                   cache=AuditCache(tmp_path / "cache"), jobs=1)
+    by_dtype = {c.case.params["dtype"]: c for c in result.cases}
+    fp32 = by_dtype["float32"]
+    assert fp32.status == "over-limit"
+    shared = {k.name: k.shared for k in fp32.kernels}
+    assert set(shared) == {"_fwd_diag_kernel", "_fwd_kv_parallel", "_fwd_kv_reduce", "_fwd_none_diag_kernel"}
+    assert shared["_fwd_kv_parallel"] == 131584 > LIMIT
+    assert [(c.case.id, k.name) for c, k in result.over_limit] == [("lightning/lightning-hd128/float32",
+                                                                     "_fwd_kv_parallel")]
+    assert all(k.limit == LIMIT and k.shared <= LIMIT for k in fp32.kernels if k.name != "_fwd_kv_parallel")
+    bf16 = by_dtype["bfloat16"]
+    assert bf16.status == "compile-error" and "must be same dtype" in bf16.error
 
 
 def test_fused_moe_bf16_and_fp8_block_compile(release_dir, tmp_path):

@@ -36,6 +36,7 @@ BATCH = 2  # extend / prefill sequences
 MAX_KV_SPLITS = 8  # SGLang's default --triton-attention-num-kv-splits
 DECODE_CONTEXT = 1024  # decode: cached tokens per sequence
 TREE_DRAFTS = (8, 64)  # tree verify: draft tokens per request (a typical tree, the longest tail served)
+LIGHTNING_TOKENS = 1000  # lightning attention: prefill tokens of one sequence (a partial last 256-token block)
 
 
 class CaseSkipped(Exception):
@@ -330,6 +331,26 @@ class Probe:
                 "expert_block_offs": i32(E + 1), "expert_block_schedule": schedule, "block_size_m": block_m,
             })
         return f"block M {block_m} for {routed} routed tokens"
+
+    def _lightning(self, p: dict) -> str | None:
+        """lightning_attention as the lightning backend calls it for one prefill sequence: q, k, v as
+        [1, heads, tokens, head dim], per-head decay rates and the fp32 KV history of that sequence."""
+        import torch
+
+        module = self.module("lightning")
+        dtype = getattr(torch, p["dtype"])
+        h, d, e = p["num_heads"], p["qk_head_dim"], p["v_head_dim"]
+        meta = dict(device="meta")
+        n = LIGHTNING_TOKENS
+        _call(module.lightning_attention, {
+            "q": torch.empty(1, h, n, d, dtype=dtype, **meta),
+            "k": torch.empty(1, h, n, d, dtype=dtype, **meta),
+            "v": torch.empty(1, h, n, e, dtype=dtype, **meta),
+            "ed": torch.empty(h, dtype=torch.float32, **meta),
+            "block_size": 256,
+            "kv_history": torch.empty(1, h, d, e, dtype=torch.float32, **meta),
+        })
+        return None
 
     def _prefill(self, p: dict) -> str | None:
         import torch

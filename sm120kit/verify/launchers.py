@@ -19,6 +19,7 @@ from sm120kit.errors import NotSglangTree
 @dataclass(frozen=True)
 class LauncherSpec:
     kind: str  # "extend" | "decode" | "prefill" | "moe" | "ds-extend" | "inkling-moe" | "tree-verify" | "mla-decode"
+    #          | "lightning"
     function: str  # the launcher SGLang's backends call
     modules: tuple[str, ...]  # candidate modules defining `function`, newest layout first
     helper_modules: tuple[tuple[str, ...], ...] = ()  # more source the kernels depend on (each: candidates)
@@ -74,6 +75,14 @@ LAUNCHERS: dict[str, LauncherSpec] = {
         ("sglang.kernels.ops.moe.inkling_moe",
          "sglang.srt.layers.moe.moe_runner.triton_utils.inkling_moe"),
         helper_modules=(CAPABILITY_HELPERS,),
+    ),
+    # Lightning attention's prefill (linear attention: _fwd_diag_kernel, _fwd_kv_parallel, _fwd_kv_reduce,
+    # _fwd_none_diag_kernel), run by the lightning backend when a model's config sets linear_backend
+    # "minimax" (Bailing linear / MiniCPM hybrid models); under srt/layers/attention/linear/ up to 0.5.15.
+    "lightning": LauncherSpec(
+        "lightning", "lightning_attention",
+        ("sglang.kernels.ops.attention.linear.lightning_attn",
+         "sglang.srt.layers.attention.linear.lightning_attn"),
     ),
     # Added by the series' sm120-mla-attention patch (absent from unpatched releases).
     "tree-verify": LauncherSpec(

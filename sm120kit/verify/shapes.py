@@ -22,7 +22,7 @@ else:  # pragma: no cover - Python 3.10
 
 DEFAULT_MATRIX = Path(__file__).with_name("audit_matrix.toml")
 
-ATTENTION_LAUNCHERS = ("extend", "decode", "prefill", "ds-extend", "tree-verify", "mla-decode")
+ATTENTION_LAUNCHERS = ("extend", "decode", "prefill", "ds-extend", "tree-verify", "mla-decode", "lightning")
 GROUPED_MOE_LAUNCHERS = ("inkling-moe",)
 GROUPED_MOE_DTYPES = ("bfloat16", "float32")
 BATCHED_LAUNCHERS = ("decode", "mla-decode")  # cases per entry of decode_batch_sizes
@@ -325,7 +325,8 @@ def expand(matrix: Matrix, *, launchers: Iterable[str] | None = None) -> list[Pr
             if allowed is not None and launcher not in allowed:
                 continue
             for dtype in model.dtypes:
-                kv_dtypes = model.kv_cache_dtypes if launcher not in ("prefill", "ds-extend") else ("auto",)
+                kv_dtypes = (model.kv_cache_dtypes if launcher not in ("prefill", "ds-extend", "lightning")
+                             else ("auto",))
                 for kv in kv_dtypes:
                     batches = model.decode_batch_sizes if launcher in BATCHED_LAUNCHERS else (None,)
                     for batch in batches:
