@@ -40,6 +40,7 @@ def _register() -> None:
     from sm120kit.cli import audit  # noqa: F401
     from sm120kit.cli import explain  # noqa: F401
     from sm120kit.cli import upstream  # noqa: F401
+    from sm120kit.cli import tune  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> None:
