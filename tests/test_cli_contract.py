@@ -73,7 +73,7 @@ def _readme_exit_codes() -> dict[int, str]:
 
 def test_every_command_takes_json():
     commands = _commands()
-    assert {"apply", "status", "audit", "verify", "build-kernel", "serve"} <= set(commands)
+    assert {"apply", "status", "audit", "verify", "build-kernel", "serve", "tune-moe"} <= set(commands)
     assert set(NO_JSON) <= set(commands), "NO_JSON names commands that do not exist"
     lacking = [name for name, command in commands.items() if name not in NO_JSON and not any(
         isinstance(p, click.Option) and "--json" in p.opts and p.is_flag for p in command.params)]
@@ -164,6 +164,10 @@ BAD_INPUT = {
     "fetch-release-no-version": (["fetch-release", "--json"], "usage"),
     "serve-no-recipe": (["serve", "--json"], "usage"),
     "audit-bad-launcher": (["audit", "--launcher", "bogus", "--json"], "usage"),
+    "tune-moe-plain-folder": (["tune-moe", "{plain}", "-E", "8", "--intermediate-size", "14336", "--topk", "2",
+                               "--hidden-size", "4096", "--dry-run", "--json"], "not-sglang-tree"),
+    "tune-moe-bad-block-shape": (["tune-moe", "{plain}", "-E", "8", "--intermediate-size", "14336", "--topk", "2",
+                                  "--block-shape", "128", "--dry-run", "--json"], "usage"),
 }
 
 
