@@ -90,19 +90,21 @@ def test_matrix_table_json_and_markdown(release_dir):
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("SGLang "))
     columns = [p.id.removeprefix("sm120-") for p in load_series(SERIES).patches]
-    assert columns[:8] == ["capability", "extend-attention", "prefill-attention", "moe-configs", "backend-gating",
-                           "double-sparsity-attention", "inkling-moe-stages", "mla-attention"]
+    assert columns[:9] == ["capability", "extend-attention", "prefill-attention", "moe-configs", "backend-gating",
+                           "double-sparsity-attention", "inkling-moe-stages", "mla-attention", "decode-kv-splits"]
     assert header.split() == ["SGLang", *columns]
     row = next(line for line in lines if line.startswith("0.5.23 "))
     cells = dict(zip(columns, row.split()[1:]))
     assert [cells["capability"], cells["extend-attention"]] == ["upstream", "upstream"]
     # "+": the variant applies at an offset (0.5.23 moved lines of the Triton backend since 0.5.18).
     assert cells["inkling-moe-stages"] == "0.5.18" and cells["mla-attention"].rstrip("+") == "0.5.18"
+    # "+" on 0.5.2 too: sm120-mla-attention's hook, applied first, moves the constructor's lines.
+    assert cells["decode-kv-splits"].rstrip("+") == "0.5.15"
 
     proc = run_cli("matrix", "--releases", ",".join(CHECKED), "--format", "markdown")
     assert proc.returncode == 0
     assert "| SGLang | capability | extend-attention |" in proc.stdout
-    assert "| 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | - | 0.5.2 |" in proc.stdout
+    assert "| 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | - | 0.5.2 | 0.5.2+ |" in proc.stdout
 
 
 def test_moved_file_found_on_a_release_and_refreshed(tmp_path, release_dir, installed_tree):

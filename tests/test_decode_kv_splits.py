@@ -1,0 +1,173 @@
+"""Patch sm120-decode-kv-splits on real SGLang releases from PyPI.
+
+The whole bundled series is applied to a copy of each release of the series matrix; the patched
+``triton_backend.py`` then holds the split-cap functions, which are taken from that file (not from this
+repository) and run under a faked device: 12.0 and 12.1 get the cap sized from the SM count and the
+context length, 9.0, 10.0 and an AMD GPU that reports major 12 keep the configured one. No GPU is used.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Optional
+
+import pytest
+import torch
+from packaging.version import Version
+
+from sm120kit import releases
+from sm120kit.apply import apply_series
+from sm120kit.patchset import load_series
+from sm120kit.target import find_target
+from sm120kit.verify.fake_device import PRESETS, faked_cuda
+
+from conftest import REPO_ROOT, SERIES_RELEASES
+
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+import gen_decode_splits_patch as gen  # noqa: E402
+
+PATCH_ID = "sm120-decode-kv-splits"
+BACKEND = "sglang/srt/layers/attention/triton_backend.py"
+
+
+def test_diffs_are_the_generator_output():
+    assert gen.main(["--check"]) == 0
+
+
+@pytest.fixture(scope="module")
+def patched_backends(tmp_path_factory):
+    """``patched_backends(version)`` -> the text of triton_backend.py after the whole series."""
+    series = load_series()
+    base = tmp_path_factory.mktemp("decode-splits")
+    done: dict[str, str] = {}
+
+    def get(version: str) -> str:
+        if version not in done:
+            dest = base / version
+            try:
+                shutil.copytree(releases.fetch_release(version), dest, copy_function=os.link)
+            except OSError:
+                shutil.rmtree(dest, ignore_errors=True)
+                shutil.copytree(releases.fetch_release(version), dest)
+            result = apply_series(find_target(dest / "sglang"), series)
+            assert result.exit_code == 0, result.message
+            assert result.statuses[PATCH_ID] == "applied", result.statuses
+            plan = {p.patch_id: p for p in result.plan.patches}[PATCH_ID]
+            assert plan.variant is not None and Version(version) in plan.variant.releases
+            assert all(h.fuzz == 0 for h in plan.hunks)
+            done[version] = (dest / BACKEND).read_text(encoding="utf-8")
+        return done[version]
+
+    return get
+
+
+def _helpers(text: str) -> dict:
+    """The patch's constants and functions, executed from the patched file's own source."""
+    tree = ast.parse(text)
+    keep = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id.startswith("_SM120_DECODE") for t in node.targets
+        ):
+            keep.append(node)
+        elif isinstance(node, ast.FunctionDef) and node.name.startswith("_sm120_decode"):
+            keep.append(node)
+    namespace: dict = {"torch": torch, "Optional": Optional}
+    if any(isinstance(n, ast.FunctionDef) and n.name == "_mla_decode_kv_splits_cap" for n in tree.body):
+        namespace["_mla_decode_kv_splits_cap"] = object()  # the release's own MLA cap exists
+    exec(compile(ast.Module(body=keep, type_ignores=[]), BACKEND, "exec"), namespace)
+    return namespace
+
+
+def _backend(heads=64, kv_heads=8, v_dim=128, ctx=131072, sms=188, base=8, static=False, swa_v=None,
+             decode_name="decode_attention_fwd"):
+    fn = lambda *a, **k: None  # noqa: E731
+    fn.__name__ = decode_name
+    backend = SimpleNamespace(max_kv_splits=base, static_kv_splits=static, device_core_count=sms,
+                              max_context_len=ctx, num_head=heads, num_kv_head=kv_heads, v_head_dim=v_dim,
+                              decode_attention_fwd=fn)
+    if swa_v is not None:
+        backend.swa_v_head_dim = swa_v
+    return backend
+
+
+# (heads, kv heads, v head dim, context, SMs) -> cap; 188 SMs: RTX PRO 6000, 48: GB10.
+CAPS = {
+    (64, 8, 128, 131072, 188): 128,  # waves allow 256; 8 MiB per token allows 128
+    (32, 4, 128, 131072, 188): 256,
+    (8, 1, 128, 131072, 188): 256,
+    (32, 32, 128, 131072, 188): 64,  # MHA: 32 programs per split, 8 waves of 188 SMs
+    (64, 8, 128, 8192, 188): 32,  # 8k context: at least 256 tokens per split
+    (64, 8, 128, 4096, 188): 16,
+    (32, 4, 128, 131072, 48): 128,  # GB10
+    (16, 1, 512, 131072, 188): 128,  # MLA shape: 8 MiB per token
+    (4, 4, 128, 1024, 188): 8,  # never below the configured cap
+}
+
+
+@pytest.mark.parametrize("version", SERIES_RELEASES)
+def test_split_arithmetic_on_the_patched_release(patched_backends, version):
+    text = patched_backends(version)
+    ns = _helpers(text)
+    cap = ns["_sm120_decode_kv_splits_cap"]
+    for (heads, kv, dv, ctx, sms), want in CAPS.items():
+        got = cap(8, sms, ctx, heads, kv, dv)
+        assert got == want, ((heads, kv, dv, ctx, sms), got)
+        assert got & (got - 1) == 0 and got <= ns["_SM120_DECODE_MAX_SPLITS"]
+        # the bound the patch states: attn_logits + attn_lse, fp32, per decode token
+        assert got == 8 or 4 * heads * got * (dv + 1) <= ns["_SM120_DECODE_BYTES_PER_TOKEN"]
+    assert cap(32, 188, 131072, 64, 8, 128) == 128 and cap(512, 188, 131072, 64, 8, 128) == 512
+    assert cap(8, 0, 131072, 64, 8, 128) == 8  # no SM count: as configured
+    # a separate SWA buffer counts against the same budget
+    assert cap(8, 188, 131072, 32, 4, 128, 256) == 128  # 256 without it
+    # the hook runs after the release's own cap and before deterministic mode's split tile size
+    hook = text.index("self.max_kv_splits = _sm120_decode_max_kv_splits(self, model_runner)")
+    assert text.index("triton_attention_num_kv_splits") < hook
+    if "self.split_tile_size = " in text:
+        assert hook < text.index("if self.split_tile_size is not None:")
+
+
+@pytest.mark.parametrize("version", SERIES_RELEASES)
+def test_only_12x_changes(patched_backends, version):
+    ns = _helpers(patched_backends(version))
+    limit = ns["_sm120_decode_max_kv_splits"]
+    runner, mla_runner = SimpleNamespace(gpu_id=0), SimpleNamespace(gpu_id=0, use_mla_backend=True)
+    has_mla_cap = "_mla_decode_kv_splits_cap" in ns
+    for key in ("12.0", "12.1"):
+        sms = PRESETS[key].multi_processor_count
+        with faked_cuda(PRESETS[key]):
+            assert limit(_backend(sms=sms), runner) == (128 if sms == 188 else 64)
+            assert limit(_backend(sms=sms, heads=32, kv_heads=4), runner) == (256 if sms == 188 else 128)
+            assert limit(_backend(sms=sms, static=True), runner) == 8
+            # MLA: left to sm120-mla-attention's kernel, or to the release's own cap (0.5.12 on)
+            mla = dict(heads=16, kv_heads=1, v_dim=512, sms=sms)
+            assert limit(_backend(**mla, decode_name="decode_attention_fwd_sm120"), mla_runner) == 8
+            assert limit(_backend(**mla), mla_runner) == (8 if has_mla_cap else 128)
+    for key in ("9.0", "10.0", "8.9", "hip-12"):
+        with faked_cuda(PRESETS[key]):
+            for b in (_backend(sms=PRESETS[key].multi_processor_count), _backend(heads=32, kv_heads=4)):
+                assert limit(b, runner) == 8, key
+            assert limit(_backend(heads=16, kv_heads=1, v_dim=512), mla_runner) == 8
+
+
+
+def test_mla_kernel_wrapper_is_recognised():
+    """The name the cap looks for is the one sm120-mla-attention's installed decode launcher carries
+    (through torch.compiler.disable); the module is the one that patch installs."""
+    import importlib.util
+
+    source = REPO_ROOT / "patches" / "sglang" / "sm120-mla-attention" / "sm120_mla.py"
+    spec = importlib.util.spec_from_file_location("sm120_mla_under_test", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def decode_attention_fwd(q, k_buffer, v_buffer, o):
+        return None
+
+    wrapped = module.decode_first(torch.compiler.disable(decode_attention_fwd))
+    assert wrapped.__name__ == "decode_attention_fwd_sm120"
