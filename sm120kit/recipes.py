@@ -81,9 +81,13 @@ class Setting:
 class Note:
     why: str
     sources: tuple[str, ...]
+    slow: str | None = None  # why the setting stays although `sm120kit explain` reports it slow on 12.x
 
     def to_json(self) -> dict:
-        return {"why": self.why, "sources": list(self.sources)}
+        data = {"why": self.why, "sources": list(self.sources)}
+        if self.slow is not None:
+            data["slow"] = self.slow
+        return data
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,7 @@ _TOP = {"name": (str,), "title": (str,), "description": (str,), "sglang": (list,
         "gpus": (dict,), "flags": (dict,), "env": (dict,), "notes": (dict,)}
 _MODEL = {"path": (str,), "architecture": (str,), "quantization": (str,)}
 _GPUS = {"count": (int,), "names": (list,), "capability": (str,), "memory_gib": (int,)}
-_NOTE = {"why": (str,), "sources": (list,)}
+_NOTE = {"why": (str,), "sources": (list,), "slow": (str,)}
 _FLAG_VALUE = (str, int, float, bool, list)
 
 
@@ -234,7 +238,10 @@ def load_recipe(path: str | Path) -> Recipe:
         for src in sources:
             if not isinstance(src, str) or not src.startswith("https://"):
                 raise doc.fail(where + ("sources",), f"source {src!r} of notes.{key} is not an https:// URL.")
-        notes[key] = Note(raw["why"].strip(), tuple(sources))
+        slow = raw.get("slow")
+        if slow is not None and not slow.strip():
+            raise doc.fail(where + ("slow",), f"notes.{key}.slow is empty: say why the slow setting stays.")
+        notes[key] = Note(raw["why"].strip(), tuple(sources), slow.strip() if slow is not None else None)
     for setting in flags + env:
         if setting.name not in notes:
             kind = "flag" if setting in flags else "environment variable"
@@ -351,6 +358,14 @@ for a in parser._actions:
         "replacement": getattr(a, "new_flag", None),
     })
 result["options"] = options
+result["argv_given"] = []
+def plain(v):
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    inner = getattr(v, "value", None)
+    return inner if isinstance(inner, (str, int)) else str(v)
 for argv in argvs:
     try:
         parser.parse_args(argv)
@@ -359,6 +374,18 @@ for argv in argvs:
         result["argv_errors"].append(str(exc))
     except BaseException as exc:
         result["argv_errors"].append("%s: %s" % (type(exc).__name__, exc))
+    # what the line sets explicitly: the same parser with every default suppressed
+    saved = [(a, a.default, a.required) for a in parser._actions]
+    try:
+        for a in parser._actions:
+            a.default, a.required = argparse.SUPPRESS, False
+        ns, _ = parser.parse_known_args(argv)
+        result["argv_given"].append({k: plain(v) for k, v in vars(ns).items() if k != "model_path"})
+    except BaseException:
+        result["argv_given"].append(None)
+    finally:
+        for a, default, required in saved:
+            a.default, a.required = default, required
 dump()
 '''
 
@@ -392,6 +419,7 @@ class ServerArgsSpec:
     python: str
     options: tuple[ServerOption, ...]
     argv_errors: tuple[str | None, ...] = ()
+    argv_given: tuple[dict | None, ...] = ()  # per argv: {destination: value} it sets explicitly
 
     @property
     def label(self) -> str:
@@ -459,7 +487,8 @@ def read_server_args(python: str | None = None, sglang_root: Path | None = None,
         for o in data["options"]
     )
     return ServerArgsSpec(version=data.get("version"), package_dir=Path(data["package_dir"]),
-                          python=data["python"], options=options, argv_errors=tuple(data["argv_errors"]))
+                          python=data["python"], options=options, argv_errors=tuple(data["argv_errors"]),
+                          argv_given=tuple(data.get("argv_given", ())))
 
 
 class _null:
@@ -837,6 +866,50 @@ def launch(plan: LaunchPlan) -> None:  # pragma: no cover - replaces the process
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvpe(plan.argv[0], list(plan.argv), plan.full_env())
+
+
+def slow_settings_of(recipe: Recipe, spec: ServerArgsSpec, given: dict | None) -> list:
+    """The settings of ``recipe`` that run on its GPUs but slowly (or have no SM120 code) in ``spec``'s
+    release, per :mod:`sm120kit.verify.slow_settings`. ``given`` is what the release's parser read from the
+    recipe's command line (``ServerArgsSpec.argv_given``); the backends are the ones the recipe names (SGLang's
+    own choices need the model's config: ``sm120kit explain``)."""
+    from sm120kit.verify import slow_settings
+    from sm120kit.verify.fake_device import PRESETS
+
+    cap = f"{recipe.gpus.capability[0]}.{recipe.gpus.capability[1]}"
+    device = PRESETS.get(cap)
+    given = dict(given or {})
+    ctx = slow_settings.Context(
+        release=spec.version, capability=cap, package_dir=spec.package_dir, given=given,
+        values=slow_settings.backend_values(given), env={s.name: s.value for s in recipe.env},
+        attention=slow_settings.attention_kind_from_text(recipe.model_info.get("architecture", "")),
+        sm_count=device.multi_processor_count if device else None)
+    return list(slow_settings.find(ctx))
+
+
+def check_slow(recipe: Recipe, spec: ServerArgsSpec, given: dict | None) -> list[str]:
+    """A RecipeError for a slow setting without a note saying why it is there (a ``slow`` entry in the note of
+    one of the settings involved) and for a hand-chosen backend with no SM120 code; the kept ones as warnings."""
+    from sm120kit.verify import slow_settings
+
+    kept: list[str] = []
+    for finding in slow_settings_of(recipe, spec, given):
+        line = next((s.line for s in (*recipe.flags, *recipe.env) if s.name in finding.recipe_keys
+                     or "--" + s.name == finding.setting or s.name == finding.setting), None)
+        excuse = next((recipe.notes[k].slow for k in finding.recipe_keys
+                       if k in recipe.notes and recipe.notes[k].slow), None)
+        if finding.severity == slow_settings.SLOW and excuse:
+            kept.append(f"{recipe.where(line)}: {finding} runs slowly on 12.x in {spec.label}, kept: {excuse}")
+            continue
+        if finding.severity == slow_settings.SLOW:
+            key = finding.recipe_keys[0] if finding.recipe_keys else finding.setting
+            raise RecipeError(
+                f"{recipe.where(line)}: {finding} runs on 12.x but slowly in {spec.label}: {finding.why} "
+                f"[source: {finding.source}]",
+                hint=f"{finding.fix} If the setting is deliberate, say why in [notes.\"{key}\"] slow = \"...\".")
+        raise RecipeError(f"{recipe.where(line)}: {finding} has no SM120 code in {spec.label}: {finding.why}",
+                          hint=finding.fix)
+    return kept
 
 
 def validate_against(recipe: Recipe, spec: ServerArgsSpec) -> list[str]:

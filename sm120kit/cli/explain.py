@@ -31,14 +31,20 @@ _FLASHINFER = {"yes": (True,), "no": (False,), "both": (True, False)}
 @click.option("--jobs", type=click.IntRange(1), help="Probe interpreters run at once (default: CPU count).")
 @click.option("--release-pins/--no-release-pins", default=True, show_default=True,
               help="Resolve with the transformers version the release pins (installed once into the cache).")
+@click.option("--error-on-slow", is_flag=True,
+              help="Fail (exit 13) when a setting runs on 12.x but slowly; without it such settings are warnings.")
 @json_option
 @pass_app
 def explain(app: AppContext, items: tuple[str, ...], release: str | None, models: tuple[str, ...],
             capabilities: tuple[str, ...], flashinfer: str, deep_gemm: bool, env: tuple[str, ...],
-            jobs: int | None, release_pins: bool, json_mode: bool) -> int:
+            jobs: int | None, release_pins: bool, error_on_slow: bool, json_mode: bool) -> int:
     """Run SGLang's own server-argument resolution for each model on faked 12.0/12.1 (and 9.0/10.0) devices
     and show the attention, MoE, sampling and GEMM backends it picks. Exits 13 when a choice on 12.x has no
     SM120 code, SGLang rejects the arguments on 12.x, or a resolution could not be run.
+
+    It also reports settings that run on 12.x but slowly (a low --triton-attention-num-kv-splits, an fp8 KV
+    cache with the FlashInfer MLA backend, SGLANG_* variables that force slow paths, trtllm backends chosen
+    by hand), each with the measured reason and the fix: warnings, or exit 13 with --error-on-slow.
 
     PATH is an SGLang git clone or installed package (default: the sglang this Python imports). Arguments
     after -- go to SGLang as `sglang serve` options, e.g. `-- --attention-backend fa3`."""
@@ -51,9 +57,15 @@ def explain(app: AppContext, items: tuple[str, ...], release: str | None, models
         root, models=list(models) or None, capabilities=capabilities or backend_audit.DEFAULT_CAPABILITIES,
         args=sglang_args, flashinfer=_FLASHINFER[flashinfer], deep_gemm=deep_gemm, env=_env(env), jobs=jobs,
         release_pins=release_pins, console=console)
-    emit(json_mode, result.to_json(), lambda: _print(console, result))
+    doc = result.to_json()
+    doc["error_on_slow"] = error_on_slow
+    if error_on_slow and result.slow_on_12x:
+        doc["ok"] = False
+    emit(json_mode, doc, lambda: _print(console, result))
+    for line in _slow_warnings(result):
+        console.warn(line)
     try:
-        _verdict(result)
+        _verdict(result, error_on_slow)
     except (CheckFailed, MissingDependency) as exc:
         if json_mode:  # stdout keeps one document (the result, "ok": false); the code says what failed
             console.warn(exc.render())
@@ -85,10 +97,20 @@ def _print(console: Console, result: backend_audit.BackendAuditResult) -> None:
     console.info("")
     for line in result.notes():
         console.info(line)
+    for line in result.slow_notes():
+        console.info(line)
     print(result.summary(), flush=True)
 
 
-def _verdict(result: backend_audit.BackendAuditResult) -> None:
+def _slow_warnings(result: backend_audit.BackendAuditResult) -> list[str]:
+    found = sorted({str(f) for r in result.slow_on_12x for f in r.slow_only})
+    if not found:
+        return []
+    return [f"{len(result.slow_on_12x)} resolution(s) on 12.x run slowly because of: {', '.join(found)} "
+            "(why and the fix are in the notes, or 'slow' in --json)."]
+
+
+def _verdict(result: backend_audit.BackendAuditResult, error_on_slow: bool = False) -> None:
     missing = sorted({r.missing_module for r in result.not_run if r.missing_module})
     if missing:
         raise MissingDependency(
@@ -101,6 +123,9 @@ def _verdict(result: backend_audit.BackendAuditResult) -> None:
         problems.append(f"SGLang rejected the arguments in {len(result.rejected_on_12x)} resolution(s) on 12.x")
     if result.not_run:
         problems.append(f"{len(result.not_run)} resolution(s) could not be run")
+    if error_on_slow and result.slow_on_12x:
+        problems.append(f"{len(result.slow_on_12x)} resolution(s) on 12.x have settings that run slowly "
+                        "(--error-on-slow)")
     if problems:
         raise CheckFailed("The backend-choice audit failed: " + "; ".join(problems) + ".",
                           hint="The notes under the table say why and where each fact comes from.")

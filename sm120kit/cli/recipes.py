@@ -123,12 +123,14 @@ def _check(console, chosen: list[recipes.Recipe], json_mode: bool) -> None:
         named = [r for r in chosen if version in r.sglang]
         argvs = [["--model-path", r.model, *[t for u in recipes.recipe_flags(r) for t in u.argv]] for r in named]
         spec = recipes.read_server_args(sglang_root=root, argvs=argvs, console=console)
-        for recipe, parse_error in zip(named, spec.argv_errors):
+        given = list(spec.argv_given) + [None] * (len(named) - len(spec.argv_given))
+        for recipe, parse_error, recipe_given in zip(named, spec.argv_errors, given):
             try:
                 warnings = recipes.validate_against(recipe, spec)
                 if parse_error:
                     raise RecipeError(f"{recipe.path}: {spec.label}'s argument parser rejects the recipe: "
                                       f"{parse_error}")
+                warnings += recipes.check_slow(recipe, spec, recipe_given)
                 results.append({"recipe": recipe.name, "sglang": version, "ok": True, "warnings": warnings,
                                 "error": None})
             except RecipeError as exc:

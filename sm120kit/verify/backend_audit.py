@@ -29,7 +29,7 @@ from sm120kit import runner
 from sm120kit.arch import parse_capability
 from sm120kit.errors import UsageError
 from sm120kit.target import Target, find_target
-from sm120kit.verify import backend_support, probe_env
+from sm120kit.verify import backend_support, probe_env, slow_settings
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 BUNDLED_MODELS = ("llama-mha", "qwen3-moe", "deepseek-v3-mla", "deepseek-v2-lite-mla", "gpt-oss", "qwen3-next-gdn",
@@ -90,6 +90,13 @@ class Resolution:
     raw: dict = field(default_factory=dict, repr=False)
     overlay: tuple[str, ...] = ()
     seconds: float | None = None
+    slow: tuple[slow_settings.SlowFinding, ...] = ()  # settings that run on 12.x but slowly (or not at all)
+    given: dict | None = None  # the arguments SGLang's parser read as set on the command line
+    attention_arch: str | None = None
+
+    @property
+    def slow_only(self) -> tuple[slow_settings.SlowFinding, ...]:
+        return tuple(f for f in self.slow if f.severity == slow_settings.SLOW)
 
     @property
     def attention(self) -> str:
@@ -104,6 +111,7 @@ class Resolution:
             "flagged": [d.to_json() for d in self.details], "error": self.error, "error_type": self.error_type,
             "missing_module": self.missing_module, "stand_ins": list(self.stand_ins), "method": self.method,
             "dependency_overlay": list(self.overlay), "device": FAKED, "seconds": self.seconds,
+            "slow": [f.to_json() for f in self.slow], "given": self.given, "attention_arch": self.attention_arch,
         }
 
 
@@ -131,8 +139,30 @@ class BackendAuditResult:
                      if r.status == "rejected" and parse_capability(r.capability)[0] == 12)
 
     @property
+    def slow_on_12x(self) -> tuple[Resolution, ...]:
+        """Resolutions on 12.x with a setting that runs there but slowly (severity "slow")."""
+        return tuple(r for r in self.resolutions if r.slow_only and parse_capability(r.capability)[0] == 12)
+
+    @property
     def ok(self) -> bool:
         return not self.flagged and not self.not_run and not self.rejected_on_12x
+
+    def slow_notes(self) -> list[str]:
+        """One paragraph per finding (once per rule and value): the setting, why, the source and the fix."""
+        lines: list[str] = []
+        seen: set[tuple[str, str | None]] = set()
+        for r in self.resolutions:
+            for f in r.slow:
+                if (f.rule, f.value) in seen:
+                    continue
+                seen.add((f.rule, f.value))
+                where = sorted({f"{x.model} on {x.capability}" for x in self.resolutions
+                                if any(o.rule == f.rule and o.value == f.value for o in x.slow)})
+                label = "slow" if f.severity == slow_settings.SLOW else "no SM120 code"
+                lines.append(f"{label}: {f} ({f.origin}; seen for: {', '.join(where)})")
+                lines.append(f"  why: {f.why} [source: {f.source}]")
+                lines.append(f"  fix: {f.fix}")
+        return lines
 
     def notes(self) -> list[str]:
         """What each flag means (once per setting=value), what stood in for what, and what could not run."""
@@ -159,8 +189,8 @@ class BackendAuditResult:
     def summary(self) -> str:
         rejected = sum(r.status == "rejected" for r in self.resolutions)
         return (f"SGLang {self.release or '(unknown release)'}: {len(self.resolutions)} resolution(s), "
-                f"{len(self.flagged)} flagged on 12.x, {rejected} rejected by SGLang, {len(self.not_run)} not run "
-                f"({self.seconds:.1f} s)")
+                f"{len(self.flagged)} flagged on 12.x, {rejected} rejected by SGLang, {len(self.not_run)} not run, "
+                f"{len(self.slow_on_12x)} with slow settings on 12.x ({self.seconds:.1f} s)")
 
     def __str__(self) -> str:
         from sm120kit.ui import render_table
@@ -181,6 +211,8 @@ class BackendAuditResult:
                 verdict = (flags + "; " if flags else "") + "rejected by SGLang: " + _one_line(r.error)
             else:
                 verdict = "not run: " + _one_line(r.error)
+            if r.slow_only:
+                verdict += "; slow: " + ", ".join(str(f) for f in r.slow_only)
             label = r.model + (" " + " ".join(r.args) if r.args else "")
             attention = r.attention if (b.get("attention_prefill") or b.get("attention_decode")) else "-"
             rows.append([label, r.capability, "yes" if r.flashinfer else "no", attention, b.get("moe_runner") or "-",
@@ -195,9 +227,11 @@ class BackendAuditResult:
             "seconds": round(self.seconds, 2),
             "summary": {"resolutions": len(self.resolutions), "flagged_on_12x": len(self.flagged),
                         "not_run": len(self.not_run),
-                        "rejected": sum(r.status == "rejected" for r in self.resolutions)},
+                        "rejected": sum(r.status == "rejected" for r in self.resolutions),
+                        "slow_on_12x": len(self.slow_on_12x)},
             "resolutions": [r.to_json() for r in self.resolutions],
             "rules": [rule.to_json() for rule in backend_support.UNSUPPORTED],
+            "slow_rules": [rule.to_json() for rule in slow_settings.RULES],
         }
 
 
@@ -343,8 +377,31 @@ def _details(release: str | None, capability: str, backends: dict) -> tuple[Flag
     return tuple(FlaggedChoice(r.setting, r.value, r.reason, r.source) for r in rules)
 
 
+def _attention_kind(arch: str | None, model: Path) -> str | None:
+    """"mla" / "mha" from SGLang's own reading (AttentionArch), else from the model's config.json."""
+    if arch:
+        return "mla" if arch.upper() == "MLA" else "mha"
+    try:
+        config = json.loads((model / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return slow_settings.attention_kind_from_config(config if isinstance(config, dict) else {})
+
+
+def _slow(target: Target, release: str | None, capability: str, job: _Job, raw: dict, backends: dict,
+          given: dict | None, arch: str | None, env: Mapping[str, str] | None) -> tuple:
+    from sm120kit.verify.fake_device import PRESETS
+
+    device = PRESETS.get(capability)
+    ctx = slow_settings.Context(
+        release=release, capability=capability, package_dir=Path(target.root) / "sglang",
+        given=given or {}, values={**raw, **backends}, env=dict(env or {}),
+        attention=_attention_kind(arch, job.path), sm_count=device.multi_processor_count if device else None)
+    return slow_settings.find(ctx)
+
+
 def _resolution(target: Target, job: _Job, capability: str, flashinfer: bool, deep_gemm: bool, header: dict,
-                data: dict, overlay: probe_env.Overlay) -> Resolution:
+                data: dict, overlay: probe_env.Overlay, env: Mapping[str, str] | None = None) -> Resolution:
     stand_ins = tuple(header.get("stand_ins", ()))
     # A git clone's files may not state the release; then the version the imported package reports counts.
     release = target.version or header.get("sglang_version")
@@ -372,8 +429,11 @@ def _resolution(target: Target, job: _Job, capability: str, flashinfer: bool, de
                           raw=partial or {}, **common)
     backends = backends_from_raw(data.get("raw", {}), data.get("deep_gemm"))
     details = _details(release, capability, backends)
+    given, arch = data.get("given"), data.get("attention_arch")
+    slow = _slow(target, release, capability, job, data.get("raw", {}), backends, given, arch, env)
     return Resolution(ok=True, backends=backends, flagged=tuple(str(d) for d in details), error=None,
-                      details=details, method=data.get("method"), raw=data.get("raw", {}), **common)
+                      details=details, method=data.get("method"), raw=data.get("raw", {}), slow=slow,
+                      given=given, attention_arch=arch, **common)
 
 
 def _overlay(target: Target, release_pins: bool, console) -> probe_env.Overlay:
@@ -395,7 +455,7 @@ def resolve_many(root: Path | str | Target, requests: Iterable[tuple[str | Path,
     overlay = _overlay(target, release_pins, console)
     jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(a)) for i, (m, a) in enumerate(requests)]
     header, results = _run_probe(target, overlay, capability, flashinfer, deep_gemm, jobs, env)
-    return [_resolution(target, j, capability, flashinfer, deep_gemm, header, results.get(j.key, {}), overlay)
+    return [_resolution(target, j, capability, flashinfer, deep_gemm, header, results.get(j.key, {}), overlay, env)
             for j in jobs]
 
 
@@ -443,7 +503,7 @@ def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | 
         cap, fi = combo
         probe_jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(args)) for i, m in enumerate(models)]
         header, results = _run_probe(target, overlay, cap, fi, deep_gemm, probe_jobs, env)
-        return combo, [_resolution(target, j, cap, fi, deep_gemm, header, results.get(j.key, {}), overlay)
+        return combo, [_resolution(target, j, cap, fi, deep_gemm, header, results.get(j.key, {}), overlay, env)
                        for j in probe_jobs]
 
     with ThreadPoolExecutor(max_workers=workers) as pool:

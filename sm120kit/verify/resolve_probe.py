@@ -54,6 +54,7 @@ RAW_FIELDS = (
     "speculative_algorithm", "enable_flashinfer_mla", "enable_flashmla", "enable_ep_moe", "enable_deepep_moe",
     "enable_flashinfer_cutlass_moe", "enable_flashinfer_trtllm_moe", "enable_flashinfer_mxfp4_moe",
     "enable_triton_kernel_moe", "disable_cuda_graph", "page_size", "chunked_prefill_size",
+    "triton_attention_num_kv_splits",
 )
 
 # Imported by resolution in every release that has them; preloaded in the parent (missing ones skipped).
@@ -245,6 +246,39 @@ def _runner_stage(args: Any) -> str | None:
     return "ModelRunner.model_specific_adjustment"
 
 
+def given_arguments(argv: list[str]) -> dict | None:
+    """The server arguments ``argv`` sets explicitly, read by SGLang's own parser with every default
+    suppressed ({destination: value}); None when the parser cannot be built or rejects the line."""
+    import argparse
+
+    try:
+        from sglang.srt.server_args import ServerArgs
+
+        parser = argparse.ArgumentParser(prog="sglang", add_help=False, exit_on_error=False)
+        ServerArgs.add_cli_args(parser)
+        for action in parser._actions:
+            action.default = argparse.SUPPRESS
+            action.required = False
+        with contextlib.redirect_stderr(io.StringIO()):
+            namespace, _ = parser.parse_known_args(argv)
+    except BaseException:  # noqa: BLE001 - the resolution below reports a bad line
+        return None
+    return {k: _plain(v) if not isinstance(v, list) else [_plain(x) for x in v]
+            for k, v in vars(namespace).items() if k != "model_path"}
+
+
+def _attention_arch(args: Any) -> str | None:
+    """SGLang's own reading of the model's attention kind ("MLA", "MHA" ...), where it can be had."""
+    try:
+        from sglang.srt.configs.model_config import ModelConfig
+
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            arch = ModelConfig.from_server_args(args).attention_arch
+        return getattr(arch, "name", None) or str(arch)
+    except BaseException:  # noqa: BLE001 - the caller falls back to the config file
+        return None
+
+
 def resolve_job(job: dict, sglang_dir: str) -> dict:
     """Parse and resolve one model's arguments; runs in the forked child."""
     from sglang.srt import server_args as server_args_module
@@ -277,7 +311,11 @@ def resolve_job(job: dict, sglang_dir: str) -> dict:
         stage = "read"
         raw = _read_fields(view)
         deep_gemm = _deep_gemm_switch()
+        stage = "read-arguments"
+        given = given_arguments(argv)
+        attention_arch = _attention_arch(args)
         return {"id": job["id"], "status": "resolved", "raw": raw, "deep_gemm": deep_gemm, "method": method,
+                "given": given, "attention_arch": attention_arch,
                 "seconds": round(time.perf_counter() - started, 2)}
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, none is fatal
         message = str(exc).strip()
