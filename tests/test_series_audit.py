@@ -107,7 +107,8 @@ def test_every_kernel_patch_names_the_audit_entries_that_prove_it():
     series = load_series(SERIES_DIR)
     proved = {p.id for p in series.patches if p.audit}
     assert {"sm120-extend-attention", "sm120-prefill-attention", "sm120-moe-configs",
-            "sm120-double-sparsity-attention", "sm120-inkling-moe-stages", "sm120-mla-attention"} <= proved
+            "sm120-double-sparsity-attention", "sm120-inkling-moe-stages", "sm120-mla-attention",
+            "sm120-lightning-attention"} <= proved
     # Patches that change no kernel need no entries.
     assert not series.get("sm120-capability").audit and not series.get("sm120-backend-gating").audit
 
@@ -145,8 +146,9 @@ PROOF = {
         ("prefill", "vision-hd256", "float32"): 327680,
         ("prefill", "vision-hd256", "bfloat16"): 163840,
     }),
-    "0.5.23": (["inkling", "vision-hd128", "vision-hd256"], ["inkling-moe", "prefill"], {
+    "0.5.23": (["inkling", "vision-hd128", "vision-hd256", "bailing-linear"], ["inkling-moe", "prefill", "lightning"], {
         ("inkling-moe", "inkling", "bfloat16"): 110592,
+        ("lightning", "bailing-linear", "float32"): 131584,
         ("inkling-moe", "inkling", "float32"): 221184,
         ("prefill", "vision-hd128", "float32"): 131072,
         ("prefill", "vision-hd256", "float32"): 327680,

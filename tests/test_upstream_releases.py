@@ -104,7 +104,7 @@ def test_matrix_table_json_and_markdown(release_dir):
     proc = run_cli("matrix", "--releases", ",".join(CHECKED), "--format", "markdown")
     assert proc.returncode == 0
     assert "| SGLang | capability | extend-attention |" in proc.stdout
-    assert "| 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | - | 0.5.2 | 0.5.2+ |" in proc.stdout
+    assert "| 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | - | 0.5.2 | 0.5.2+ | - |" in proc.stdout
 
 
 def test_moved_file_found_on_a_release_and_refreshed(tmp_path, release_dir, installed_tree):

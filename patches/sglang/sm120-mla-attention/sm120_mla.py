@@ -184,6 +184,34 @@ def pick_tiles(lk: int, lv: int, group: int, tokens: int) -> TileConfig:
 
 
 @triton.jit
+def _program(n_kv_heads, n_head_blocks):
+    """(KV split, request, KV head, head block, token block) of this program of a prefix pass."""
+    pid_r = tl.program_id(0)
+    pid_bk = tl.program_id(2)
+    return tl.program_id(1), pid_bk // n_kv_heads, pid_bk % n_kv_heads, pid_r % n_head_blocks, pid_r // n_head_blocks
+
+
+@triton.jit
+def _split_range(kv_len, split, num_splits, BLOCK_N: tl.constexpr, MIN_SPLIT: tl.constexpr):
+    """The split's share of the prefix: at least MIN_SPLIT tokens, a whole number of KV tiles."""
+    chunk = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
+    chunk = tl.maximum(chunk, MIN_SPLIT)
+    start = split * chunk
+    return start, tl.minimum(kv_len, start + chunk)
+
+
+@triton.jit
+def _row_block(tb, hb, g, q_start, n_tok, kv_group, kvh, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+               BLOCK_M: tl.constexpr):
+    """Token, head and validity of the rows of row group ``g`` (BLOCK_M rows) of a program's row block."""
+    offs_m = g * BLOCK_M + tl.arange(0, BLOCK_M)
+    t_loc = tb * BLOCK_T + offs_m // BLOCK_H
+    h_grp = hb * BLOCK_H + offs_m % BLOCK_H
+    row_ok = (t_loc < n_tok) & (h_grp < kv_group)
+    return q_start + t_loc, kvh * kv_group + h_grp, row_ok
+
+
+@triton.jit
 def _prefix_kernel(
     Q,
     K_Buf,
@@ -223,14 +251,7 @@ def _prefix_kernel(
     V_FROM_K: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
-    LOG2E: tl.constexpr = 1.4426950408889634
-    pid_r = tl.program_id(0)
-    split = tl.program_id(1)
-    pid_bk = tl.program_id(2)
-    b = pid_bk // n_kv_heads
-    kvh = pid_bk % n_kv_heads
-    hb = pid_r % n_head_blocks
-    tb = pid_r // n_head_blocks
+    split, b, kvh, hb, tb = _program(n_kv_heads, n_head_blocks)
 
     if IS_DECODE:
         q_start = b
@@ -243,18 +264,8 @@ def _prefix_kernel(
     kv_start = tl.load(kv_indptr + b)
     kv_len = tl.load(kv_indptr + b + 1) - kv_start
 
-    offs_m = tl.arange(0, BLOCK_M)
-    t_loc = tb * BLOCK_T + offs_m // BLOCK_H
-    h_grp = hb * BLOCK_H + offs_m % BLOCK_H
-    head = kvh * kv_group + h_grp
-    row_ok = (t_loc < n_tok) & (h_grp < kv_group)
-    t_glob = q_start + t_loc
-
-    # The split's share of the prefix: at least MIN_SPLIT tokens, a whole number of KV tiles.
-    chunk = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
-    chunk = tl.maximum(chunk, MIN_SPLIT)
-    start = split * chunk
-    end = tl.minimum(kv_len, start + chunk)
+    t_glob, head, row_ok = _row_block(tb, hb, 0, q_start, n_tok, kv_group, kvh, BLOCK_T, BLOCK_H, BLOCK_M)
+    start, end = _split_range(kv_len, split, num_splits, BLOCK_N, MIN_SPLIT)
 
     offs_l = t_glob * stride_lt + head * stride_lh + split
     if start >= end:
@@ -329,17 +340,6 @@ def _prefix_kernel(
 
 
 @triton.jit
-def _row_block(tb, hb, g, q_start, n_tok, kv_group, kvh, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
-               BLOCK_M: tl.constexpr):
-    """Token, head and validity of the rows of row group ``g`` (BLOCK_M rows) of a program's row block."""
-    offs_m = g * BLOCK_M + tl.arange(0, BLOCK_M)
-    t_loc = tb * BLOCK_T + offs_m // BLOCK_H
-    h_grp = hb * BLOCK_H + offs_m % BLOCK_H
-    row_ok = (t_loc < n_tok) & (h_grp < kv_group)
-    return q_start + t_loc, kvh * kv_group + h_grp, row_ok
-
-
-@triton.jit
 def _prefix_pair_kernel(
     Q,
     K_Buf,
@@ -378,13 +378,7 @@ def _prefix_pair_kernel(
     x 512 fp32 values, twice over); two 16-row dots put the warps along the value dims, as in decode, so
     the accumulators fit in registers and the tile is copied asynchronously ahead of use."""
     BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H // 2
-    pid_r = tl.program_id(0)
-    split = tl.program_id(1)
-    pid_bk = tl.program_id(2)
-    b = pid_bk // n_kv_heads
-    kvh = pid_bk % n_kv_heads
-    hb = pid_r % n_head_blocks
-    tb = pid_r // n_head_blocks
+    split, b, kvh, hb, tb = _program(n_kv_heads, n_head_blocks)
 
     q_start = tl.load(q_indptr + b)
     n_tok = tl.load(q_indptr + b + 1) - q_start
@@ -395,10 +389,7 @@ def _prefix_pair_kernel(
     t0, h0, ok0 = _row_block(tb, hb, 0, q_start, n_tok, kv_group, kvh, BLOCK_T, BLOCK_H, BLOCK_M)
     t1, h1, ok1 = _row_block(tb, hb, 1, q_start, n_tok, kv_group, kvh, BLOCK_T, BLOCK_H, BLOCK_M)
 
-    chunk = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
-    chunk = tl.maximum(chunk, MIN_SPLIT)
-    start = split * chunk
-    end = tl.minimum(kv_len, start + chunk)
+    start, end = _split_range(kv_len, split, num_splits, BLOCK_N, MIN_SPLIT)
     if start >= end:
         tl.store(L_part + t0 * stride_lt + h0 * stride_lh + split, float("-inf"), mask=ok0)
         tl.store(L_part + t1 * stride_lt + h1 * stride_lh + split, float("-inf"), mask=ok1)
