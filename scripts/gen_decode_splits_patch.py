@@ -35,7 +35,7 @@ HELPERS = '''\
 # The per-batch split choice (get_num_kv_splits) already grows with the SM count and the context length,
 # but never past max_kv_splits (--triton-attention-num-kv-splits, default 8): at batch 1 and long contexts
 # a few dozen programs then walk the whole context. On 12.x the cap is sized here instead.
-_SM120_DECODE_WAVES = 8  # programs per SM the cap allows at batch 1
+_SM120_DECODE_WAVES = 4  # programs per SM the cap allows at batch 1: past that, splits add merge work
 _SM120_DECODE_MAX_SPLITS = 256
 _SM120_DECODE_MIN_CHUNK = 256  # fewest context tokens per split at the model's context length
 # attn_logits + attn_lse (+ the SWA layers' attn_logits) are fp32 [tokens, heads, max_kv_splits, ...]:
@@ -55,14 +55,15 @@ def _sm120_decode_kv_splits_cap(
     """The largest KV-split count a decode request may use: enough programs for
     _SM120_DECODE_WAVES waves at batch 1, at least _SM120_DECODE_MIN_CHUNK tokens per split at the
     context length, at most _SM120_DECODE_MAX_SPLITS, and partial-result buffers of at most
-    _SM120_DECODE_BYTES_PER_TOKEN per decode token; a power of two, never below the configured cap."""
+    _SM120_DECODE_BYTES_PER_TOKEN per decode token (the context bound rounded up, the memory bound down
+    to a power of two), never below the configured cap."""
     if sm_count <= 0 or max_context_len <= 0 or num_head <= 0 or v_head_dim <= 0:
         return base_max_kv_splits
     group = max(1, num_head // max(1, num_kv_head))
     # Stage-1 programs per split at batch 1: one per head (MHA), one per block of up to 16 heads of one
     # KV head (grouped decode, MLA included), as in decode_attention_fwd and get_num_kv_splits_triton.
     programs = num_head if group == 1 else -(-num_head // min(16, group))
-    by_waves = 1 << max(0, (-(-_SM120_DECODE_WAVES * sm_count // programs) - 1).bit_length())
+    by_waves = -(-_SM120_DECODE_WAVES * sm_count // programs)
     by_context = 1 << max(0, (-(-max_context_len // _SM120_DECODE_MIN_CHUNK) - 1).bit_length())
     row_bytes = 4 * num_head * (v_head_dim + 1 + (swa_v_head_dim + 1 if swa_v_head_dim else 0))
     by_memory = max(1, _SM120_DECODE_BYTES_PER_TOKEN // row_bytes)
