@@ -24,8 +24,9 @@ patched choice's distance to it and its speedup over 8 splits. Outputs of both c
 
 fp8 conversion: a fp8 (e4m3) MLA pool of 10^5, 10^6 and 4*10^6 tokens; before: the whole layer pool
 converted to bf16 (``get_key_buffer(layer_id).to(q.dtype)``); after: only the slots the batch reads,
-into a preallocated bf16 buffer (:func:`convert_pages`), checked bit-identical to the full conversion on
-those slots.
+into a preallocated bf16 buffer by the Triton kernel sm120-flashinfer-mla-fp8-pages installs (written
+by scripts/gen_fp8_pages_patch.py; :func:`convert_pages` is its torch equivalent), checked bit-identical
+to the full conversion on those slots.
 """
 
 from __future__ import annotations
@@ -286,7 +287,28 @@ def run_decode(args, sm_count, read_gbs, patched_cap, release_mla_cap) -> list[d
     return rows
 
 
+def patch_fp8_pages_module():
+    """The conversion code sm120-flashinfer-mla-fp8-pages installs (scripts/gen_fp8_pages_patch.py), as a
+    module in a temporary file (Triton reads a kernel's source from its file)."""
+    import tempfile
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import gen_fp8_pages_patch as gen
+    finally:
+        sys.path.pop(0)
+    path = Path(tempfile.mkdtemp(prefix="fp8-pages-")) / "sm120_fp8_pages_bench.py"
+    path.write_text("from __future__ import annotations\nimport torch\n" + gen.HELPERS, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("sm120_fp8_pages_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_fp8(args) -> list[dict]:
+    """Whole-pool conversion against the patch's page-only kernel (the rows of ``batch`` requests of
+    FP8_TOKENS_PER_REQUEST tokens each, scattered over the pool)."""
+    patch = patch_fp8_pages_module()
     rows = []
     for pool_tokens in POOLS:
         g = torch.Generator(device="cuda").manual_seed(pool_tokens)
@@ -297,8 +319,9 @@ def run_fp8(args) -> list[dict]:
         full = pool.to(torch.bfloat16)
         for batch in FP8_BATCHES:
             read = min(pool_tokens, batch * FP8_TOKENS_PER_REQUEST)
-            idx = torch.randperm(pool_tokens, device="cuda", generator=g)[:read]
-            ms_pages = bench(lambda: convert_pages(pool, idx, out))
+            idx = torch.randperm(pool_tokens, device="cuda", generator=g)[:read].to(torch.int32)
+            lens = torch.full((batch,), read // batch, dtype=torch.int32, device="cuda")
+            ms_pages = bench(lambda: patch._sm120_convert_pages(pool, idx, lens, batch, out))
             same = bool(torch.equal(out[idx].view(torch.int16), full[idx].view(torch.int16)))
             rows.append({"pool_tokens": pool_tokens, "batch": batch, "tokens_read": read,
                          "full_ms": ms_full, "pages_ms": ms_pages, "ratio": ms_full / ms_pages,

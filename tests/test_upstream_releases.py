@@ -100,11 +100,12 @@ def test_matrix_table_json_and_markdown(release_dir):
     assert cells["inkling-moe-stages"] == "0.5.18" and cells["mla-attention"].rstrip("+") == "0.5.18"
     # "+" on 0.5.2 too: sm120-mla-attention's hook, applied first, moves the constructor's lines.
     assert cells["decode-kv-splits"].rstrip("+") == "0.5.15"
+    assert cells["flashinfer-mla-fp8-pages"].rstrip("+") == "0.5.15"
 
     proc = run_cli("matrix", "--releases", ",".join(CHECKED), "--format", "markdown")
     assert proc.returncode == 0
     assert "| SGLang | capability | extend-attention |" in proc.stdout
-    assert "| 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | - | 0.5.2 | 0.5.2+ | - |" in proc.stdout
+    assert "| 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | - | 0.5.2 | 0.5.2+ | - | 0.5.2 |" in proc.stdout
 
 
 def test_moved_file_found_on_a_release_and_refreshed(tmp_path, release_dir, installed_tree):
