@@ -620,6 +620,157 @@ for _d in (64, 128):
         _register()
 
 
+
+# ReplaySSM (--enable-linear-replayssm): Qwen3-Next GDN (16 k heads, 32 v heads, head dim 128) and Kimi-Linear
+# KDA (32 heads, head dim 128), ring length 16 (the default linear_replayssm_cache_len), bs 8, bf16; fp32 state.
+RS_L, RS_B, RS_SLOTS = 16, 8, 64
+
+
+@entry("kernels/ops/attention/linear/fused_recurrent_linear_replayssm.py:fused_recurrent_linear_replayssm_decode_kernel",
+       "Kimi-Linear KDA decode (as kda_triton calls it): 32 heads, head dim 128, ring 16, bs 8, bf16")
+def _():
+    H = HV = 32
+    K = V = 128
+    mod("kernels/ops/attention/linear/fused_recurrent_linear_replayssm.py").fused_recurrent_linear_replayssm_decode(
+        meta(RS_B, 2 * H * K + HV * V), f32(RS_B, HV, K), meta(RS_B, HV), f32(HV), f32(HV, K), K ** -0.5,
+        f32(RS_SLOTS, HV, V, K), meta(RS_SLOTS, HV, RS_L, V), meta(RS_SLOTS, H, RS_L, K),
+        f32(RS_SLOTS, HV, RS_L, K), meta(RS_B, 1, HV, V), i32(RS_B), i32(RS_B),
+        use_qk_l2norm_in_kernel=True, is_kda=True)
+
+
+@entry("kernels/ops/attention/linear/fused_recurrent_linear_replayssm.py:fused_recurrent_linear_replayssm_decode_kernel",
+       "Qwen3-Next GDN decode: 16/32 heads, head dim 128, ring 16, bs 8, bf16")
+def _():
+    H, HV, K, V = 16, 32, 128, 128
+    mod("kernels/ops/attention/linear/fused_recurrent_linear_replayssm.py").fused_recurrent_linear_replayssm_decode(
+        meta(RS_B, 2 * H * K + HV * V), meta(RS_B, HV), meta(RS_B, HV), f32(HV), f32(HV), K ** -0.5,
+        f32(RS_SLOTS, HV, V, K), meta(RS_SLOTS, HV, RS_L, V), meta(RS_SLOTS, H, RS_L, K),
+        f32(RS_SLOTS, HV, RS_L), meta(RS_B, 1, HV, V), i32(RS_B), i32(RS_B), use_qk_l2norm_in_kernel=True)
+
+
+for _spec in (4, 8):
+    def _register(spec=_spec):
+        @entry("kernels/ops/attention/linear/gdn_replayssm_spec_decode.py:gdn_replayssm_spec_circular_kernel",
+               f"Qwen3-Next GDN speculative verify: 16/32 heads, head dim 128, ring 16, {spec} draft tokens, bs 8",
+               kernels=("gdn_replayssm_spec_circular_kernel", "gdn_replayssm_exact_fold_kernel"))
+        def _():
+            H, HV, K, V = 16, 32, 128, 128
+            T = RS_B * spec
+            mod("kernels/ops/attention/linear/gdn_replayssm_spec_decode.py").gdn_replayssm_spec_decode(
+                meta(T, H, K), meta(T, H, K), meta(T, HV, V), meta(T, HV), meta(T, HV), f32(HV), f32(HV),
+                f32(RS_SLOTS, HV, V, K), meta(RS_SLOTS, HV, RS_L, V), meta(RS_SLOTS, H, RS_L, K),
+                f32(RS_SLOTS, HV, RS_L), meta(RS_SLOTS, HV, RS_L, V), meta(RS_SLOTS, H, RS_L, K),
+                f32(RS_SLOTS, HV, RS_L), meta(T, HV, V), i32(RS_B + 1), i32(RS_B), i32(RS_B), i32(RS_B),
+                i32(RS_B), i32(RS_B), RS_L, spec)
+
+    _register()
+
+
+@entry("kernels/ops/attention/linear/gdn_replayssm_spec_decode.py:gdn_replayssm_exact_fold_kernel",
+       "Qwen3-Next GDN flush fold: 16/32 heads, head dim 128, ring 16, bs 8 (launched by gdn_replayssm_spec_decode)")
+def _():
+    H, HV, K, V = 16, 32, 128, 128
+    T = RS_B * 4
+    mod("kernels/ops/attention/linear/gdn_replayssm_spec_decode.py").gdn_replayssm_spec_decode(
+        meta(T, H, K), meta(T, H, K), meta(T, HV, V), meta(T, HV), meta(T, HV), f32(HV), f32(HV),
+        f32(RS_SLOTS, HV, V, K), meta(RS_SLOTS, HV, RS_L, V), meta(RS_SLOTS, H, RS_L, K),
+        f32(RS_SLOTS, HV, RS_L), meta(RS_SLOTS, HV, RS_L, V), meta(RS_SLOTS, H, RS_L, K),
+        f32(RS_SLOTS, HV, RS_L), meta(T, HV, V), i32(RS_B + 1), i32(RS_B), i32(RS_B), i32(RS_B),
+        i32(RS_B), i32(RS_B), RS_L, 4, launch_mode="flush")
+
+
+@entry("kernels/ops/attention/linear/gdn_replayssm_spec_decode.py:gdn_replayssm_compact_commit_kernel",
+       "Qwen3-Next GDN commit after verify: 48 layers, 16/32 heads, head dim 128, ring 16, bs 8")
+def _():
+    H, HV, K, V, layers = 16, 32, 128, 128, 48
+    mod("kernels/ops/attention/linear/gdn_replayssm_spec_decode.py").commit_gdn_replayssm_circular(
+        checkpoint_state=f32(layers, RS_SLOTS, HV, V, K), d_cache=meta(layers, RS_SLOTS, HV, RS_L, V),
+        k_cache=meta(layers, RS_SLOTS, H, RS_L, K), g_cache=f32(layers, RS_SLOTS, HV, RS_L),
+        d_residual_cache=meta(layers, RS_SLOTS, HV, RS_L, V), k_residual_cache=meta(layers, RS_SLOTS, H, RS_L, K),
+        state_batch_indices=i32(RS_B), replay_indices=i32(RS_B), write_pos=i32(RS_B), cache_base=i32(RS_B),
+        is_flush=i32(RS_B), accept_lens=i32(RS_B), null_block_id=-1)
+
+
+
+# Grouped LoRA shrink/expand (srt/lora/dense runner and MLA correction): tiles come from the plan table that
+# `architecture_for_capability` picks, "sm100" for every major >= 10, so 12.x runs the sm100 plans. Every
+# distinct grouped a_tiles / b_tiles entry of srt/lora/dense/configs/sm100.plans.json is compiled:
+# Llama-3-8B qkv (K 4096, rank 64, stack 3), 4 adapters, 1024 routed tokens, bf16.
+def dense_plan_tiles(family_key: str, tiles_key: str):
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(mod("srt/lora/utils.py").__file__), "dense", "configs", "sm100.plans.json")
+    seen = {}
+    for row in json.load(open(path))["rows"]:
+        spec = row["spec"]
+        if spec.get(family_key) == "grouped" and tiles_key in spec:
+            key = json.dumps([spec.get("block_size"), spec[tiles_key]], sort_keys=True)
+            seen[key] = (spec.get("block_size"), spec[tiles_key])
+    return list(seen.values())
+
+
+def route_view(block: int, rows: int = S_TOK):
+    rv = mod("kernels/ops/lora/common/route_view.py")
+    padded = rows + N_LORA * (block - 1)
+    return rv.RouteView(view=rv.RouteViewKind.ALIGNED, block_size=block, token_slots=i32(rows), group_ids=None,
+                        groups_per_slot=1, max_loras=N_LORA, maybe_sorted_pair_ids=i32(padded),
+                        maybe_block_bucket_ids=i32(-(-padded // block)), maybe_num_pairs_post_padded=i32(1))
+
+
+@entry("kernels/ops/lora/common/lora_a.py:_grouped_lora_a_kernel",
+       "every grouped a_tiles plan of the sm100 dense table (used on 12.x): Llama-3-8B qkv shrink, K 4096, "
+       "rank 64 x 3, 4 adapters, 1024 tokens, bf16")
+def _():
+    la = mod("kernels/ops/lora/common/lora_a.py")
+    for block, tiles in dense_plan_tiles("a_family", "a_tiles"):
+        split = int(tiles.get("SPLIT_K", 1))
+        la.grouped_lora_a(meta(S_TOK, 4096), meta(N_LORA, 3 * RANK, 4096), meta(S_TOK, 3 * RANK),
+                          route_view(block), config=tiles, stack=3,
+                          partial=f32(split, S_TOK, 3 * RANK) if split > 1 else None,
+                          counters=i32(4096) if split > 1 else None)
+
+
+@entry("kernels/ops/lora/common/lora_b.py:_grouped_lora_b_kernel",
+       "every grouped b_tiles plan of the sm100 dense table (used on 12.x): Llama-3-8B qkv expand, q 4096 kv 1024, "
+       "rank 64, 4 adapters, 1024 tokens, bf16")
+def _():
+    lb = mod("kernels/ops/lora/common/lora_b.py")
+    for block, tiles in dense_plan_tiles("b_family", "b_tiles"):
+        bn = int(tiles["BLOCK_SIZE_N"])
+        geometry = lb.SliceGeometry(slice_offsets=i32(4), out_offsets=i32(3), num_slices=3,
+                                    num_column_tiles=6144 // bn, uniform_width=0, out_stride=0, full_tiles=True,
+                                    block_size_n=bn)
+        lb.grouped_lora_b(meta(S_TOK, 3 * RANK), meta(N_LORA, 6144, RANK), meta(S_TOK, 6144), route_view(block),
+                          geometry=geometry, config=tiles, add_inplace=True, zero_sentinel=False)
+
+
+
+# MoE LoRA (the non-virtual-experts path of srt/lora/lora_moe_runners.py): Qwen3-30B-A3B (128 experts, top 8,
+# hidden 2048, intermediate 768), LoRA rank 64 and 128, 4 adapters, 1024 tokens, bf16; block sizes as that
+# caller passes them (shrink 64 x min(64, rank) x 64, expand 64 x 64 x min(64, rank), 2 stages).
+for _r in (64, 128):
+    def _register(r=_r):
+        @entry("kernels/ops/lora/moe/fused_moe_lora_kernel.py:_fused_moe_lora_kernel",
+               f"Qwen3-30B-A3B MoE LoRA gate_up: E 128, top 8, hidden 2048, intermediate 768, rank {r}, "
+               "4 adapters, 1024 tokens, bf16 (shrink and expand)")
+        def _():
+            import torch
+            m = mod("kernels/ops/lora/moe/fused_moe_lora_kernel.py")
+            E, topk, H, inter, M = 128, 8, 2048, 768, S_TOK
+            blk = mod("srt/lora/lora_moe_runners.py")._get_moe_lora_block_config(r)
+            EM = M * topk + E * 63
+            a = [meta(N_LORA, E, r, H), meta(N_LORA, E, r, H)]
+            b = [meta(N_LORA, E, inter, r), meta(N_LORA, E, inter, r)]
+            m._fused_moe_lora(
+                meta(M, topk, 2 * inter), meta(M, H), a, b, f32(M, topk), i32(N_LORA, EM),
+                i32(N_LORA, -(-EM // 64)), i32(N_LORA), r, topk, i32(N_LORA), i32(N_LORA + 1),
+                64, blk["shrink_block_size_n"], 64, 8, 4, 2, 1,
+                64, 64, blk["expand_block_size_k"], 8, 4, 2, 1)
+
+    _register()
+
+
 # ---------------------------------------------------------------------------------------------------------
 
 
