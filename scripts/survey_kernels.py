@@ -69,6 +69,19 @@ def f32(*shape):
     return meta(*shape, dtype=torch.float32)
 
 
+def untuned(kernel):
+    """Make a Triton autotuner benchmark (here: compile) every config again: no in-memory or on-disk result."""
+    from triton.runtime.autotuner import Autotuner
+
+    node = kernel
+    while node is not None and not isinstance(node, Autotuner):
+        node = getattr(node, "fn", None)
+    if node is not None:
+        node.cache = {}
+        node.cache_results = False
+    return kernel
+
+
 class meta_is_device_0:
     """Launchers that ask ``torch.cuda.get_device_properties(x.device)`` of their input get the faked
     device's answer for a ``meta`` tensor (the faked device only knows CUDA indices)."""
@@ -229,6 +242,7 @@ def _():
        "Kimi-Linear KDA: 32 heads, head dim 128, 4096 tokens, chunk 64, bf16 (autotuned on 12.x: every config compiled)",
        autotuned=True)
 def _():
+    untuned(mod("kernels/ops/attention/fla/kda.py").recompute_w_u_fwd_kernel)
     mod("kernels/ops/attention/fla/kda.py").recompute_w_u_fwd(
         meta(1, FLA_T, 32, 128), meta(1, FLA_T, 32, 128), meta(1, FLA_T, 32), meta(1, FLA_T, 32, 64),
         gk=f32(1, FLA_T, 32, 128))
@@ -442,6 +456,7 @@ def _():
        "MiniMax sparse decode: 48/8 heads, head dim 128, sparse block 64, top-16 blocks, bs 8, bf16 "
        "(autotuned on 12.x: every config compiled)", autotuned=True)
 def _():
+    untuned(mod("kernels/ops/attention/minimax_sparse/decode/topk_sparse.py")._gqa_share_sparse_decode_kernel)
     mod("kernels/ops/attention/minimax_sparse/decode/topk_sparse.py").flash_decode_with_gqa_share_sparse(
         meta(8, 48, 128), None, meta(65536, 8, 128), meta(65536, 8, 128), i32(8, 32768), i32(8), i32(8), 64,
         i32(8, 8, 16))
@@ -575,14 +590,23 @@ for _hd in (128, 256):
 SANA = dict(B=1, H=20, D=112, F=11, S=920)
 
 
-@entry("kernels/ops/diffusion/attention/sana_wm_gdn_chunkwise_triton.py:_phase_a_kv_kernel",
-       "SANA-WM camera GDN: 20 heads, head dim 112, 11 frames x 920 tokens, fp32, dot precision 0",
-       kernels=("_phase_a_kv_kernel", "_phase_b_kernel", "_phase_b_dtile_kernel", "_phase_c_kernel"))
-def _():
+def sana_cam_scan():
     B, H, D, F, S = SANA["B"], SANA["H"], SANA["D"], SANA["F"], SANA["S"]
-    q = f32(B, H, D, F * S)
     mod("kernels/ops/diffusion/attention/sana_wm_gdn_chunkwise_triton.py").cam_scan_bidi_chunkwise(
-        q, f32(B, H, D, F * S), f32(B, H, D, F * S), f32(B, H, F, S), f32(B, H, F))
+        f32(B, H, D, F * S), f32(B, H, D, F * S), f32(B, H, D, F * S), f32(B, H, F, S), f32(B, H, F))
+
+
+for _name, _note in (("_phase_a_kv_kernel", ""), ("_phase_c_kernel", ""),
+                     ("_phase_b_dtile_kernel", " (12.0 only: _pick_phase_b_d_splits gives 12.1 the baseline kernel)"),
+                     ("_phase_b_kernel", " (12.1 only: _pick_phase_b_d_splits gives 12.0 the D-tile kernel)")):
+    def _register(name=_name, note=_note):
+        @entry(f"kernels/ops/diffusion/attention/sana_wm_gdn_chunkwise_triton.py:{name}",
+               "SANA-WM camera GDN (cam_scan_bidi_chunkwise): 20 heads, head dim 112, 11 frames x 920 tokens, "
+               "fp32, dot precision 0" + note)
+        def _():
+            sana_cam_scan()
+
+    _register()
 
 
 @entry("kernels/ops/diffusion/attention/sana_wm_gdn_chunkwise_triton.py:_phase_a_z_kernel",
@@ -771,6 +795,178 @@ for _r in (64, 128):
     _register()
 
 
+
+# MoE LoRA with virtual experts (lora_use_virtual_experts), Qwen3-30B-A3B (128 experts, top 8, hidden 2048),
+# 4 adapters, 16 and 1024 tokens, bf16.
+# * kernels/ops/lora/moe: the shrink config is SGLang's MoE config chooser's answer for the merged
+#   [adapters x experts, rank, hidden] weight (no tuned file ships: default config); rank 64.
+# * kernels/ops/lora/moe/trtllm_lora_temp (the experimental LoRA path, SGLANG_EXPERIMENTAL_LORA_OPTI): BLOCK_K 256,
+#   BLOCK_N min(128, next_pow2(rank)), BLOCK_M / warps / stages from `_get_shrink_stage_config` (16 / 3 stages
+#   below 512 tokens, 32 / 2 stages from 512); ranks 64 and 128.
+for _m in (16, 1024):
+    def _register(m=_m):
+        @entry("kernels/ops/lora/moe/virtual_experts.py:_moe_lora_shrink_splitk_kernel",
+               f"Qwen3-30B-A3B MoE LoRA shrink, virtual experts: 4 adapters x 128 experts, rank 64, hidden 2048, "
+               f"top 8, {m} tokens, bf16")
+        def _():
+            cfg_mod = moe_config_defaults()
+            ve = mod("kernels/ops/lora/moe/virtual_experts.py")
+            E, topk, H, r = N_LORA * 128, 8, 2048, RANK
+            w = meta(E, r, H)
+            config = dict(cfg_mod.try_get_optimal_moe_config(w.shape, w.shape, topk, None, m))
+            bm = config["BLOCK_SIZE_M"]
+            padded = m * topk + min(m * topk, E) * (bm - 1)
+            ve._invoke_moe_lora_shrink_splitk(meta(m, H), w, meta(m * topk, r), i32(m, topk), i32(padded),
+                                              i32(-(-padded // bm)), i32(1), topk, config)
+
+    _register()
+
+for _m in (16, 1024):
+    for _r in (64, 128):
+        def _register(m=_m, r=_r):
+            @entry("kernels/ops/lora/moe/trtllm_lora_temp/virtual_experts.py:_moe_lora_shrink_splitk_kernel",
+                   f"Qwen3-30B-A3B MoE LoRA shrink, virtual experts (experimental path): 4 adapters x 128 experts, "
+                   f"rank {r}, hidden 2048, top 8, {m} tokens, bf16")
+            def _():
+                ve = mod("kernels/ops/lora/moe/trtllm_lora_temp/virtual_experts.py")
+                E, topk, H = N_LORA * 128, 8, 2048
+                w = meta(E, r, H)
+                config = ve._get_shrink_stage_config(w.shape, m)
+                bm = config["BLOCK_SIZE_M"]
+                padded = m * topk + min(m * topk, E) * (bm - 1)
+                ve._invoke_moe_lora_shrink_splitk(meta(m, H), w, meta(m * topk, r), i32(m, topk), i32(padded),
+                                                  i32(-(-padded // bm)), i32(1), topk, config)
+
+        _register()
+
+
+
+# MoE LoRA (srt/lora/moe runner): tiles come from the MoE plan table `architecture_for_capability` picks
+# ("sm100" for 12.x) plus the plan defaults. Every distinct b_activation tile set (fused LoRA-B + SiLU:
+# `_b_act_kernel`, which inlines `_delta_slice`) and down_b tile set (`_down_b_into_base_kernel`) of
+# srt/lora/moe/configs/sm100.plans.json is compiled, with routing blocks of 16 and 32 rows (the table's
+# routing_block_size values) unless the tile set names BLOCK_SIZE_M. Qwen3-30B-A3B (128 experts, top 8, hidden
+# 2048, intermediate 768), rank 64, 4 adapters, 1024 tokens, bf16.
+def moe_plan_sites(site: str, default: dict):
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(mod("srt/lora/utils.py").__file__), "moe", "configs", "sm100.plans.json")
+    found = {json.dumps(default, sort_keys=True): default}
+
+    def walk(node):
+        if isinstance(node, dict):
+            tiles = node.get("sites", {}).get(site) if isinstance(node.get("sites"), dict) else None
+            if tiles is not None:
+                found[json.dumps(tiles, sort_keys=True)] = tiles
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.load(open(path)))
+    return list(found.values())
+
+
+def moe_route_view(block: int, tokens: int = S_TOK, top_k: int = 8, buckets: int = N_LORA * 128):
+    rv = mod("kernels/ops/lora/common/route_view.py")
+    padded = tokens * top_k + min(tokens * top_k, buckets) * (block - 1)
+    return rv.RouteView(view=rv.RouteViewKind.ALIGNED, block_size=block, token_slots=i32(tokens),
+                        group_ids=i32(tokens, top_k), groups_per_slot=128, max_loras=N_LORA,
+                        maybe_sorted_pair_ids=i32(padded), maybe_block_bucket_ids=i32(-(-padded // block)),
+                        maybe_num_pairs_post_padded=i32(1))
+
+
+@entry("kernels/ops/lora/moe/fused_act.py:_delta_slice",
+       "every b_activation tile set of the sm100 MoE LoRA plans (used on 12.x) and the default: Qwen3-30B-A3B "
+       "gate_up LoRA-B + SiLU, rank 64, 4 adapters, 1024 tokens, routing blocks 16 and 32, bf16",
+       kernels=("_b_act_kernel",))
+def _():
+    plan = mod("srt/lora/moe/plan.py")
+    fa = mod("kernels/ops/lora/moe/fused_act.py")
+    pairs, inter, r = S_TOK * 8, 768, RANK
+    for tiles in moe_plan_sites("b_activation", plan._b_act_default()):
+        for block in (16, 32):
+            fa.fused_b_act(activation="silu", base_gateup=meta(pairs, 2 * inter), act_rows=meta(pairs, inter),
+                           act_pairs=None, pair_to_row=i32(pairs), routing=moe_route_view(block),
+                           num_local_experts=128, gate_first=True, interleaved=False, config=tiles,
+                           bridge_gateup=meta(pairs, 2 * r), b_gate_up=meta(N_LORA * 128, 2 * inter, r))
+
+
+@entry("kernels/ops/lora/moe/lora_b.py:_down_b_into_base_kernel",
+       "every down_b tile set of the sm100 MoE LoRA plans (used on 12.x) and the default: Qwen3-30B-A3B down "
+       "LoRA-B into the base rows, hidden 2048, rank 64, 4 adapters, 1024 tokens, bf16")
+def _():
+    plan = mod("srt/lora/moe/plan.py")
+    lb = mod("kernels/ops/lora/moe/lora_b.py")
+    pairs, H, r = S_TOK * 8, 2048, RANK
+    for tiles in moe_plan_sites("down_b", plan._b_default()):
+        for block in ((tiles["BLOCK_SIZE_M"],) if "BLOCK_SIZE_M" in tiles else (16, 32)):
+            lb.invoke_down_b_into_base(down_rows=meta(pairs, H), pair_to_row=i32(pairs), bridge=meta(pairs, r),
+                                       b_down=meta(N_LORA * 128, H, r), routing=moe_route_view(block), config=tiles)
+
+
+
+# The experimental LoRA path (SGLANG_EXPERIMENTAL_LORA_OPTI, kernels/ops/lora/dense/trtllm_lora_temp) sizes
+# BLOCK_R from the rank: qkv shrink BLOCK_R = next_pow2(3 x rank), expand BLOCK_R = max(16, next_pow2(rank)).
+for _r in (8, 16, 32):
+    def _register(r=_r):
+        @entry("kernels/ops/lora/dense/trtllm_lora_temp/sgemm_lora_a.py:_sgemm_lora_a_kernel",
+               f"Llama-3-8B LoRA rank {r}, 4 adapters, 1024 tokens, bf16, qkv stack 3, K 4096")
+        def _():
+            mod("kernels/ops/lora/dense/trtllm_lora_temp/sgemm_lora_a.py").sgemm_lora_a_fwd(
+                meta(S_TOK, 4096), meta(N_LORA, 3 * r, 4096), lora_batch(), stack_num=3)
+
+    _register()
+
+
+@entry("kernels/ops/lora/dense/trtllm_lora_temp/sgemm_lora_b.py:_sgemm_lora_b_kernel",
+       "Llama-3-8B LoRA rank 128, 4 adapters, 1024 tokens, bf16, o_proj N 4096")
+def _():
+    mod("kernels/ops/lora/dense/trtllm_lora_temp/sgemm_lora_b.py").sgemm_lora_b_fwd(
+        meta(S_TOK, 128), meta(N_LORA, 4096, 128), lora_batch())
+
+
+@entry("kernels/ops/lora/dense/chunked_sgmv_shrink.py:_chunked_lora_shrink_kernel",
+       "Llama-3-8B LoRA rank 64, 4 adapters, chunk 64 (--max-lora-chunk-size 64), bf16, qkv K 4096")
+def _():
+    mod("kernels/ops/lora/dense/chunked_sgmv_shrink.py").chunked_sgmv_lora_shrink_forward(
+        meta(S_TOK, 4096), meta(N_LORA, 3 * RANK, 4096), chunk_batch(64), 3)
+
+
+
+# Kernels of the survey that no launch on a CUDA 12.x device reaches, with the code that decides it; listed in
+# the JSON output (``not_launched``) so the table's rows can be re-derived from one run.
+NOT_LAUNCHED = {
+    "kernels/ops/attention/decode_attention.py:_lean_attention_decode_kernel":
+        "decode_attention_fwd calls _decode_lean_attention_fwd only under _is_hip",
+    "kernels/ops/attention/dsv4/triton_sparse_decode/triton_mla_kernels_decode_fused.py:_process_kv_block_aggressive":
+        "reached only through triton_fp8_attention_fwd, called by srt/layers/attention/hip_flash_mla.py "
+        "(DeepseekV4HipRadixBackend, built by attention_registry only under _is_hip)",
+    "kernels/ops/attention/dsv4/unified_kv_kernels/paged_decode.py:_paged_decode_fused_kernel":
+        "unified_kv_kernels.runtime decode/prefill are called only by deepseek_v4_backend_hip_radix.py (built only "
+        "under _is_hip); deepseek_v4.py calls only runtime.flydsl_decode_supported",
+    "kernels/ops/attention/dsv4/unified_kv_kernels/paged_decode.py:_paged_decode_split_kernel":
+        "as _paged_decode_fused_kernel",
+    "kernels/ops/attention/dsv4/unified_kv_kernels/paged_prefill.py:_sparse_attn_v4_paged_prefill_kernel":
+        "as _paged_decode_fused_kernel",
+    "kernels/ops/attention/minimax_sparse/decode/flash_with_topk_idx.py:_decode_score_paged_kernel":
+        "flash_decode_with_topk_idx launches it only when get_platform().is_sm90 (12.x runs _decode_score_kernel)",
+    "kernels/ops/attention/unified_attention_3d_mtp.py:unified_attention_3d_mtp_kernel":
+        "the module imports aiter (ROCm) at import time; only srt/layers/attention/aiter_backend.py uses it",
+    "kernels/ops/attention/verify_mla.py:_verify_mla_prefix_stage1":
+        "TritonAttnBackend enables verify_shared_kv_fwd only when is_gfx95_supported() (compiled here anyway)",
+    "kernels/ops/attention/verify_splitkv.py:_verify_prefix_stage1":
+        "TritonAttnBackend sets use_verify_splitkv only when is_gfx95_supported() (compiled here anyway)",
+    "kernels/ops/gemm/fp8_kernel.py:_w8a8_block_fp8_matmul_hopper":
+        "w8a8_block_fp8_matmul_triton picks it only when get_platform().is_sm90 and the tuned config sets SWAP_AB "
+        "or SPLIT_K > 1",
+    "kernels/ops/gemm/fp8_kernel.py:_w8a8_block_fp8_matmul_unrolledx4":
+        "select_w8a8_block_fp8_matmul_kernel returns it only in its _is_hip definition",
+}
+
+
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -804,7 +1000,9 @@ def run(release: str, arch: str, only: list[str]) -> dict:
     limit = LIMIT[arch]
     import triton
 
-    out = {"release": release, "arch": arch, "limit": limit, "triton": triton.__version__, "entries": []}
+    out = {"release": release, "arch": arch, "limit": limit, "triton": triton.__version__,
+           "not_launched": {k: v for k, v in NOT_LAUNCHED.items() if not only or any(s in k for s in only)},
+           "entries": []}
     with fd.faked_device(fd.preset(arch)) as rec, fd.stand_in_packages():
         _server_defaults()
         for e in ENTRIES:
@@ -816,7 +1014,9 @@ def run(release: str, arch: str, only: list[str]) -> dict:
             try:
                 e["run"]()
             except Exception as exc:  # noqa: BLE001
-                error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                lines = [line for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip()]
+                # Triton's CompilationError puts the cause on its last line.
+                error = (lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}")[:400]
                 if "--trace" in sys.argv:
                     traceback.print_exc()
             got = [k for k in rec.take() if k.name in e["names"]]
