@@ -55,6 +55,9 @@ EXPECTED_STATUS = {
     "sm120-double-sparsity-attention": ((">=0.5.11", "not-applicable"), ("", "applied")),
     "sm120-inkling-moe-stages": (("<0.5.16", "not-applicable"), ("", "applied")),
     "sm120-mla-attention": (("", "applied"),),
+    "sm120-decode-kv-splits": (("", "applied"),),
+    "sm120-lightning-attention": (("<0.5.9", "not-applicable"), ("", "applied")),
+    "sm120-flashinfer-mla-fp8-pages": (("", "applied"),),
 }
 
 # (is_blackwell, is_blackwell_supported, is_sm120_supported, is_sm120, is_sm121) after patching.
