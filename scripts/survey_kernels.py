@@ -7,10 +7,19 @@ launcher cannot be driven that way, the kernel launched directly with the conste
 on 12.x. The result is JSON: for each entry the kernels Triton compiled, their constexprs, warps, stages
 and ``metadata.shared``, and a verdict against the 101376-byte limit.
 
-    python scripts/survey_kernels.py [--release 0.5.23] [--arch 12.0] [--only SUBSTRING ...] [--list]
+    python scripts/survey_kernels.py [--release 0.5.23] [--arch 12.0|12.1] [--only SUBSTRING ...] [--list]
+                                     [--triton-dir DIR]
+
+Autotuned kernels are compiled for every config (the autotuner's caches are cleared first; one fitting config
+is enough, as Triton drops configs that raise OutOfResources). Kernels whose tiles come from a plan table are
+compiled for every distinct tile set of the table 12.x reads. ``NOT_LAUNCHED`` lists the surveyed kernels no
+CUDA launch reaches, with the code that decides it. Triton 3.9 removed ``tl.make_block_ptr``: the FLA entries
+compile only with an older Triton given by ``--triton-dir`` (3.8.0 was used for docs/audit.md).
 
 The release comes from ``sm120kit.releases.fetch_release`` (``SM120KIT_CACHE_DIR`` picks the cache).
-Runs on a CPU-only machine: Triton's compiler and ptxas are the real ones, the device is not.
+Runs on a CPU-only machine (about 3 minutes for all entries with an empty Triton cache, 2 cores): Triton's
+compiler and ptxas are the real ones, the device is not. Exit code 1
+when any entry is over the limit, 0 otherwise.
 """
 
 from __future__ import annotations
