@@ -317,7 +317,7 @@ def _extract(archive: Path, dest: Path, dep: Dependency) -> None:
                 target = (dest / member.name).resolve()
                 if not target.is_relative_to(dest_resolved):
                     raise DownloadError(f"'{dep.name}': the archive from {dep.url} has an unsafe path {member.name}.")
-            tar.extractall(dest)
+            _extract_tar(tar, dest, dep)
     elif zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
             for name in zf.namelist():
@@ -326,6 +326,26 @@ def _extract(archive: Path, dest: Path, dep: Dependency) -> None:
             zf.extractall(dest)
     else:
         raise DownloadError(f"'{dep.name}': {dep.url} is neither a tar nor a zip archive.")
+
+
+def _extract_tar(tar: tarfile.TarFile, dest: Path, dep: Dependency) -> None:
+    """Unpack with tarfile's "data" filter: no link that leaves dest, no absolute, device or setuid entry.
+    Without it a symlink member could let a later member write through it outside dest."""
+    def unsafe(what: str) -> DownloadError:
+        return DownloadError(f"'{dep.name}': the archive from {dep.url} has an unsafe entry: {what}. Check the "
+                             "URL, or unpack the source yourself and pass its folder with --deps-dir.")
+
+    if hasattr(tarfile, "data_filter"):
+        try:
+            tar.extractall(dest, filter="data")
+        except tarfile.FilterError as e:
+            raise unsafe(str(e)) from None
+        return
+    # Pythons before the filter (3.10.11 and older): regular files and folders only.
+    odd = [m.name for m in tar.getmembers() if not (m.isfile() or m.isdir())]
+    if odd:
+        raise unsafe(f"{odd[0]} is a link or special file")
+    tar.extractall(dest)
 
 
 def _order(deps: tuple[Dependency, ...]) -> list[Dependency]:

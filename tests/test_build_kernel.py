@@ -138,3 +138,36 @@ def _ccache_hits(ccache: str, env: dict) -> int:
                           check=True)
     stats = dict(line.split("\t") for line in proc.stdout.splitlines() if "\t" in line)
     return int(stats.get("direct_cache_hit", 0)) + int(stats.get("preprocessed_cache_hit", 0))
+
+
+@pytest.mark.parametrize("link_target", ["/tmp", "../.."])
+def test_archive_with_a_link_out_of_the_folder_is_refused(tmp_path, link_target):
+    """A symlink entry that points out of the unpack folder, followed by an entry written through it, is
+    refused before anything lands outside (tarfile's "data" filter)."""
+    import io
+    import tarfile
+    from types import SimpleNamespace
+
+    from sm120kit import deps
+    from sm120kit.errors import DownloadError
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        link = tarfile.TarInfo("src/escape")
+        link.type = tarfile.SYMTYPE
+        link.linkname = str(outside) if link_target == "/tmp" else link_target
+        tar.addfile(link)
+        payload = b"owned\n"
+        member = tarfile.TarInfo("src/escape/planted.txt")
+        member.size = len(payload)
+        tar.addfile(member, io.BytesIO(payload))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    dep = SimpleNamespace(name="evil", url="https://example.invalid/evil.tar.gz")
+    with pytest.raises(DownloadError) as err:
+        deps._extract(archive, dest, dep)
+    assert "unsafe entry" in str(err.value) and "'evil'" in str(err.value)
+    assert not (outside / "planted.txt").exists()
+    assert not any(p.name == "planted.txt" for p in tmp_path.rglob("*"))
