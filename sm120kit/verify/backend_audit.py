@@ -93,6 +93,17 @@ class Resolution:
     slow: tuple[slow_settings.SlowFinding, ...] = ()  # settings that run on 12.x but slowly (or not at all)
     given: dict | None = None  # the arguments SGLang's parser read as set on the command line
     attention_arch: str | None = None
+    # Where decode uses the Triton backend: the maximum KV-split count the tree's TritonAttnBackend sets on
+    # this device (resolve_probe.triton_decode_splits), with its inputs and bytes per decode token.
+    triton_decode: dict | None = None
+
+    @property
+    def kv_splits(self) -> str:
+        """The table cell: the Triton decode's maximum KV splits, "-" where decode is not Triton."""
+        t = self.triton_decode
+        if not t:
+            return "-"
+        return str(t["max_kv_splits"]) if "max_kv_splits" in t else "?"
 
     @property
     def slow_only(self) -> tuple[slow_settings.SlowFinding, ...]:
@@ -112,6 +123,7 @@ class Resolution:
             "missing_module": self.missing_module, "stand_ins": list(self.stand_ins), "method": self.method,
             "dependency_overlay": list(self.overlay), "device": FAKED, "seconds": self.seconds,
             "slow": [f.to_json() for f in self.slow], "given": self.given, "attention_arch": self.attention_arch,
+            "triton_decode": self.triton_decode,
         }
 
 
@@ -176,6 +188,7 @@ class BackendAuditResult:
                 where = sorted({f"{x.model} on {x.capability}" for x in self.resolutions
                                 if any(str(o) == str(d) and o.reason == d.reason for o in x.details)})
                 lines.append(f"{d}: {d.reason} [source: {d.source}] (seen for: {', '.join(where)})")
+        lines.extend(self.split_notes())
         for r in self.resolutions:
             if r.status == "not-run":
                 lines.append(f"not run: {r.model} on {r.capability}: {r.error}")
@@ -184,6 +197,31 @@ class BackendAuditResult:
             lines.append("stand-ins: " + "; ".join(self.stand_ins) + ".")
         if self.overlay:
             lines.append("this release's pinned packages were used: " + ", ".join(self.overlay) + ".")
+        return lines
+
+    def split_notes(self) -> list[str]:
+        """One line per model and Triton decode split cap: the count, where it comes from, the fp32
+        attn_logits + attn_lse bytes per decode token, and the capabilities it holds on."""
+        groups: dict[tuple, list[str]] = {}
+        for r in self.resolutions:
+            t = r.triton_decode
+            if not t:
+                continue
+            if "max_kv_splits" not in t:
+                key = (r.model, None, t.get("error"), None, None, None)
+            else:
+                key = (r.model, t["max_kv_splits"], t["source"], t["bytes_per_token"], t["context_len"], t.get("note"))
+            if r.capability not in groups.setdefault(key, []):
+                groups[key].append(r.capability)
+        lines = []
+        for (model, splits, source, size, context, note), caps in groups.items():
+            where = f"{model} on {', '.join(caps)}"
+            if splits is None:
+                lines.append(f"kv splits: {where}: not computed ({source})")
+                continue
+            lines.append(f"kv splits: {where}: Triton decode max {splits} ({source}; context {context}; "
+                         f"attn_logits+lse {size / (1 << 20):.2f} MiB per decode token)"
+                         + (f"; {note}" if note else ""))
         return lines
 
     def summary(self) -> str:
@@ -197,7 +235,7 @@ class BackendAuditResult:
 
         return "\n".join([render_table(self.HEADERS, self.rows()), "", *self.notes(), self.summary()])
 
-    HEADERS = ("model", "cap", "flashinfer", "attention (prefill/decode)", "moe runner", "sampling",
+    HEADERS = ("model", "cap", "flashinfer", "attention (prefill/decode)", "kv splits", "moe runner", "sampling",
                "fp8 gemm", "fp4 gemm", "deepgemm", "result")
 
     def rows(self) -> list[list[str]]:
@@ -215,7 +253,8 @@ class BackendAuditResult:
                 verdict += "; slow: " + ", ".join(str(f) for f in r.slow_only)
             label = r.model + (" " + " ".join(r.args) if r.args else "")
             attention = r.attention if (b.get("attention_prefill") or b.get("attention_decode")) else "-"
-            rows.append([label, r.capability, "yes" if r.flashinfer else "no", attention, b.get("moe_runner") or "-",
+            rows.append([label, r.capability, "yes" if r.flashinfer else "no", attention, r.kv_splits,
+                         b.get("moe_runner") or "-",
                          b.get("sampling") or "-", b.get("fp8_gemm") or "-", b.get("fp4_gemm") or "-",
                          b.get("deep_gemm") or "-", verdict])
         return rows
@@ -433,7 +472,7 @@ def _resolution(target: Target, job: _Job, capability: str, flashinfer: bool, de
     slow = _slow(target, release, capability, job, data.get("raw", {}), backends, given, arch, env)
     return Resolution(ok=True, backends=backends, flagged=tuple(str(d) for d in details), error=None,
                       details=details, method=data.get("method"), raw=data.get("raw", {}), slow=slow,
-                      given=given, attention_arch=arch, **common)
+                      given=given, attention_arch=arch, triton_decode=data.get("triton_decode"), **common)
 
 
 def _overlay(target: Target, release_pins: bool, console) -> probe_env.Overlay:

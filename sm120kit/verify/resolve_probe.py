@@ -279,6 +279,132 @@ def _attention_arch(args: Any) -> str | None:
         return None
 
 
+
+# -- the Triton decode's maximum KV-split count --------------------------------------------------------------
+
+TRITON_BACKEND_FILE = ("srt", "layers", "attention", "triton_backend.py")
+# Module-level code of triton_backend.py that sizes max_kv_splits: the release's MLA cap (sglang #20479,
+# 0.5.12 on) and sm120-decode-kv-splits' functions, with the constants they read.
+_SPLIT_FUNCTIONS = ("_mla_decode_kv_splits_cap", "_sm120_decode_kv_splits_cap", "_sm120_decode_max_kv_splits")
+_SPLIT_CONSTANT_PREFIXES = ("_MLA_DECODE_", "_SM120_DECODE_")
+
+
+def split_cap_functions(source: str, filename: str = "triton_backend.py") -> dict:
+    """The split-cap functions and constants of a ``triton_backend.py`` source, executed from that source
+    (with the module-level imports they name) in a namespace of their own; absent ones are missing."""
+    import ast
+
+    tree = ast.parse(source)
+    keep = [node for node in tree.body
+            if (isinstance(node, ast.FunctionDef) and node.name in _SPLIT_FUNCTIONS)
+            or (isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id.startswith(_SPLIT_CONSTANT_PREFIXES) for t in node.targets))]
+    used = {n.id for node in keep for n in ast.walk(node) if isinstance(n, ast.Name)}
+    used |= {n.value.id for node in keep for n in ast.walk(node)
+             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+    namespace: dict = {"__name__": "sm120kit_triton_backend_caps"}
+    for node in tree.body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        names = [a for a in node.names if (a.asname or a.name).split(".")[0] in used]
+        if not names:
+            continue
+        node = ast.copy_location(type(node)(**{**{f: getattr(node, f) for f in node._fields}, "names": names}), node)
+        with contextlib.suppress(Exception):
+            exec(compile(ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[])), filename, "exec"),
+                 namespace)
+    exec(compile(ast.Module(body=keep, type_ignores=[]), filename, "exec"), namespace)
+    return namespace
+
+
+def _sm120_mla_decode_name(source: str, sglang_dir: str) -> str:
+    """The name the backend's decode launcher carries: sm120-mla-attention wraps it on 12.x (its own
+    ``enabled()`` decides); otherwise the release's ``decode_attention_fwd``."""
+    import re
+
+    found = re.search(r"from (sglang\.[\w.]+) import sm120_mla\b", source)
+    if not found or "sm120_mla.install(" not in source:
+        return "decode_attention_fwd"
+    import torch
+
+    module = importlib.import_module(found.group(1) + ".sm120_mla")
+    return "decode_attention_fwd_sm120" if module.enabled(torch.device("cuda", 0)) else "decode_attention_fwd"
+
+
+def _sliding_window(model_config: Any) -> int | None:
+    config = getattr(model_config, "hf_text_config", None) or getattr(model_config, "hf_config", None)
+    window = getattr(config, "sliding_window", None)
+    if not isinstance(window, int) or window <= 0 or getattr(config, "use_sliding_window", True) is False:
+        return None
+    return window
+
+
+def triton_decode_splits(args: Any, raw: dict, sglang_dir: str) -> dict | None:
+    """The Triton decode's maximum KV-split count this tree's TritonAttnBackend would set on the faked
+    device, with the inputs its constructor reads (from SGLang's ModelConfig of the model, tensor
+    parallel size 1) and the fp32 attn_logits + attn_lse bytes per decode token that count implies.
+    None when decode does not use the Triton backend."""
+    decode = raw.get("decode_attention_backend") or raw.get("attention_backend")
+    if decode != "triton":
+        return None
+    import types as _types
+
+    import torch
+    from sglang.srt.configs.model_config import AttentionArch, ModelConfig
+
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        config = ModelConfig.from_server_args(args)
+    mla = config.attention_arch == AttentionArch.MLA
+    heads = (config.get_max_num_attention_heads() if hasattr(config, "get_max_num_attention_heads")
+             else config.num_attention_heads)
+    try:
+        kv_heads = config.get_num_kv_heads(1)
+    except TypeError:
+        kv_heads = config.get_num_kv_heads(1, 1)
+    # the value buffer's last dim: the latent rank for MLA, the value head dim otherwise
+    v_dim = config.kv_lora_rank if mla else (getattr(config, "v_head_dim", None) or config.head_dim)
+    window = _sliding_window(config)
+    swa_v = getattr(config, "swa_v_head_dim", None)
+    swa_v = swa_v if window is not None and swa_v and swa_v != v_dim else None
+    context = int(config.context_len)
+    try:
+        from sglang.srt.utils import get_device_core_count
+
+        sms = int(get_device_core_count(0))
+    except Exception:  # noqa: BLE001 - older trees keep it elsewhere
+        sms = int(torch.cuda.get_device_properties(0).multi_processor_count)
+    configured = int(raw.get("triton_attention_num_kv_splits") or 8)
+    path = Path(sglang_dir).joinpath(*TRITON_BACKEND_FILE)
+    source = path.read_text(encoding="utf-8")
+    ns = split_cap_functions(source, str(path))
+    splits, by = configured, "triton_attention_num_kv_splits"
+    note = None
+    if mla and "_mla_decode_kv_splits_cap" in ns:
+        raised = int(ns["_mla_decode_kv_splits_cap"](splits, sms, context))
+        if raised != splits:
+            splits, by = raised, "_mla_decode_kv_splits_cap"
+    if "_sm120_decode_max_kv_splits" in ns:
+        launcher = lambda *a, **k: None  # noqa: E731
+        launcher.__name__ = _sm120_mla_decode_name(source, sglang_dir)
+        backend = _types.SimpleNamespace(
+            max_kv_splits=splits, device_core_count=sms, max_context_len=context, num_head=heads,
+            num_kv_head=kv_heads, v_head_dim=v_dim, decode_attention_fwd=launcher,
+            static_kv_splits=os.environ.get("SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS", "false").lower()
+            in ("1", "true", "yes", "y"))
+        if swa_v is not None:
+            backend.swa_v_head_dim = swa_v
+        raised = int(ns["_sm120_decode_max_kv_splits"](backend, _types.SimpleNamespace(gpu_id=0,
+                                                                                        use_mla_backend=mla)))
+        if raised != splits:
+            splits, by = raised, "_sm120_decode_kv_splits_cap"
+        elif mla and launcher.__name__ == "decode_attention_fwd_sm120":
+            note = "MLA decode runs sm120-mla-attention's kernel, which sizes its own splits"
+    row = 4 * heads * ((v_dim + 1) + ((swa_v + 1) if swa_v else 0))
+    return {"max_kv_splits": splits, "configured": configured, "source": by, "bytes_per_token": row * splits,
+            "sm_count": sms, "context_len": context, "mla": mla, "num_head": heads, "num_kv_head": kv_heads,
+            "v_head_dim": v_dim, "swa_v_head_dim": swa_v, "sliding_window": window, "note": note}
+
+
 def resolve_job(job: dict, sglang_dir: str) -> dict:
     """Parse and resolve one model's arguments; runs in the forked child."""
     from sglang.srt import server_args as server_args_module
@@ -314,8 +440,13 @@ def resolve_job(job: dict, sglang_dir: str) -> dict:
         stage = "read-arguments"
         given = given_arguments(argv)
         attention_arch = _attention_arch(args)
+        stage = "triton-decode-splits"
+        try:
+            splits = triton_decode_splits(args, raw, sglang_dir)
+        except Exception as exc:  # noqa: BLE001 - reported with the resolution, which stands
+            splits = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
         return {"id": job["id"], "status": "resolved", "raw": raw, "deep_gemm": deep_gemm, "method": method,
-                "given": given, "attention_arch": attention_arch,
+                "given": given, "attention_arch": attention_arch, "triton_decode": splits,
                 "seconds": round(time.perf_counter() - started, 2)}
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, none is fatal
         message = str(exc).strip()
