@@ -85,7 +85,8 @@ def _sm120_decode_max_kv_splits(backend, model_runner) -> int:
         return base
     if backend.static_kv_splits or backend.device_core_count <= 0:
         return base
-    if getattr(model_runner, "use_mla_backend", False) and (
+    use_mla = getattr(model_runner, "use_mla_backend", False)
+    if use_mla and (
         "_mla_decode_kv_splits_cap" in globals()
         or getattr(backend.decode_attention_fwd, "__name__", "") == "decode_attention_fwd_sm120"
     ):
@@ -95,7 +96,8 @@ def _sm120_decode_max_kv_splits(backend, model_runner) -> int:
         backend.device_core_count,
         backend.max_context_len,
         backend.num_head,
-        backend.num_kv_head,
+        # MLA decode reads one latent KV head for all heads; backend.num_kv_head is the model config's count.
+        1 if use_mla else backend.num_kv_head,
         backend.v_head_dim,
         getattr(backend, "swa_v_head_dim", None),
     )

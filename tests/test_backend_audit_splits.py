@@ -161,14 +161,14 @@ def test_0510_gqa_and_mla(audited, patched):
 
 
 def test_0510_series_mla_without_the_mla_kernel(audited):
-    """SGLANG_SM120_MLA=0 turns sm120-mla-attention's kernel off; MLA then takes the patch's cap, with the
-    KV-head count SGLang's ModelConfig gives the backend (the config's num_key_value_heads)."""
+    """SGLANG_SM120_MLA=0 turns sm120-mla-attention's kernel off; MLA then takes the patch's cap, sized for
+    the one latent KV head MLA decode reads (the backend's own num_kv_head is the config's count)."""
     result = audited("0.5.10", True, {"SGLANG_SM120_MLA": "0"})
     mla = _shape(MLA)
     got = _splits(result, MLA)
     for cap in CAPS:
         raised = cap.startswith("12.")
-        want = patched_cap(8, PRESETS[cap].multi_processor_count, mla) if raised else 8
+        want = patched_cap(8, PRESETS[cap].multi_processor_count, {**mla, "kv": 1}) if raised else 8
         assert got[cap]["max_kv_splits"] == want, (cap, got[cap])
         assert got[cap]["num_kv_head"] == mla["kv"] and got[cap]["v_head_dim"] == 512
         _check_bytes(got[cap], mla)

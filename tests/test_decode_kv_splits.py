@@ -148,6 +148,9 @@ def test_only_12x_changes(patched_backends, version):
             mla = dict(heads=16, kv_heads=1, v_dim=512, sms=sms)
             assert limit(_backend(**mla, decode_name="decode_attention_fwd_sm120"), mla_runner) == 8
             assert limit(_backend(**mla), mla_runner) == (8 if has_mla_cap else 128)
+            # the backend's num_kv_head is the config's count (16 for DeepSeek-V2-Lite); MLA decode reads
+            # one latent head, and the cap is sized for that
+            assert limit(_backend(**{**mla, "kv_heads": 16}), mla_runner) == (8 if has_mla_cap else 128)
     for key in ("9.0", "10.0", "8.9", "hip-12"):
         with faked_cuda(PRESETS[key]):
             for b in (_backend(sms=PRESETS[key].multi_processor_count), _backend(heads=32, kv_heads=4)):
