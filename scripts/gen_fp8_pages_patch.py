@@ -14,15 +14,15 @@ tests/test_fp8_pages.py checks that the diffs in the series are this script's ou
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import re
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 
+import variant_diffs  # noqa: E402
 from sm120kit import releases  # noqa: E402
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-flashinfer-mla-fp8-pages"
@@ -156,29 +156,11 @@ def insert(original: str) -> str:
 
 def render(base: str) -> str:
     original = (releases.fetch_release(base) / BACKEND_PATH).read_text(encoding="utf-8")
-    return "".join(difflib.unified_diff(original.splitlines(keepends=True),
-                                        insert(original).splitlines(keepends=True),
-                                        f"a/{BACKEND_PATH}", f"b/{BACKEND_PATH}", n=3))
+    return variant_diffs.file_diff(original, insert(original), BACKEND_PATH)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
-    args = ap.parse_args(argv)
-    stale = []
-    for base in BASES:
-        path = PATCH_DIR / f"{base}.diff"
-        text = render(base)
-        if args.check:
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                stale.append(path.name)
-        else:
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(REPO)}")
-    if stale:
-        print(f"out of date: {', '.join(stale)} (run python scripts/gen_fp8_pages_patch.py)", file=sys.stderr)
-        return 1
-    return 0
+    return variant_diffs.main(argv, __doc__.splitlines()[0], PATCH_DIR, BASES, render, "scripts/gen_fp8_pages_patch.py")
 
 
 if __name__ == "__main__":

@@ -16,14 +16,14 @@ tests/test_mla_kernels.py checks that the diffs in the series are this script's 
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 
+import variant_diffs  # noqa: E402
 from sm120kit import releases  # noqa: E402
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-mla-attention"
@@ -54,8 +54,7 @@ def backend_diff(original: str, package: str) -> list[str]:
     if original.count(ANCHOR) < 1:
         raise SystemExit(f"{BACKEND_PATH}: no line {ANCHOR.strip()!r} to place the hook before")
     patched = original.replace(ANCHOR, HOOK.format(package=package) + ANCHOR, 1)
-    return list(difflib.unified_diff(original.splitlines(keepends=True), patched.splitlines(keepends=True),
-                                     f"a/{BACKEND_PATH}", f"b/{BACKEND_PATH}", n=3))
+    return [variant_diffs.file_diff(original, patched, BACKEND_PATH)]
 
 
 def new_file_diff(text: str, path: str) -> list[str]:
@@ -72,23 +71,7 @@ def render(base: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
-    args = ap.parse_args(argv)
-    stale = []
-    for base in BASES:
-        path = PATCH_DIR / f"{base}.diff"
-        text = render(base)
-        if args.check:
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                stale.append(path.name)
-        else:
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(REPO)}")
-    if stale:
-        print(f"out of date: {', '.join(stale)} (run python scripts/gen_mla_patch.py)", file=sys.stderr)
-        return 1
-    return 0
+    return variant_diffs.main(argv, __doc__.splitlines()[0], PATCH_DIR, BASES, render, "scripts/gen_mla_patch.py")
 
 
 if __name__ == "__main__":

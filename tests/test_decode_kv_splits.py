@@ -9,24 +9,17 @@ context length, 9.0, 10.0 and an AMD GPU that reports major 12 keep the configur
 from __future__ import annotations
 
 import ast
-import os
-import shutil
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
 
 import pytest
 import torch
-from packaging.version import Version
 
-from sm120kit import releases
-from sm120kit.apply import apply_series
-from sm120kit.patchset import load_series
-from sm120kit.target import find_target
 from sm120kit.verify.fake_device import PRESETS, faked_cuda
 
 from conftest import REPO_ROOT, SERIES_RELEASES
+from series_support import patched_file_reader
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 import gen_decode_splits_patch as gen  # noqa: E402
@@ -41,29 +34,8 @@ def test_diffs_are_the_generator_output():
 
 @pytest.fixture(scope="module")
 def patched_backends(tmp_path_factory):
-    """``patched_backends(version)`` -> the text of triton_backend.py after the whole series."""
-    series = load_series()
-    base = tmp_path_factory.mktemp("decode-splits")
-    done: dict[str, str] = {}
-
-    def get(version: str) -> str:
-        if version not in done:
-            dest = base / version
-            try:
-                shutil.copytree(releases.fetch_release(version), dest, copy_function=os.link)
-            except OSError:
-                shutil.rmtree(dest, ignore_errors=True)
-                shutil.copytree(releases.fetch_release(version), dest)
-            result = apply_series(find_target(dest / "sglang"), series)
-            assert result.exit_code == 0, result.message
-            assert result.statuses[PATCH_ID] == "applied", result.statuses
-            plan = {p.patch_id: p for p in result.plan.patches}[PATCH_ID]
-            assert plan.variant is not None and Version(version) in plan.variant.releases
-            assert all(h.fuzz == 0 for h in plan.hunks)
-            done[version] = (dest / BACKEND).read_text(encoding="utf-8")
-        return done[version]
-
-    return get
+    """``patched_backends(version)`` -> the text of the patched backend file after the whole series."""
+    return patched_file_reader(tmp_path_factory, "decode-splits", PATCH_ID, BACKEND)
 
 
 def _helpers(text: str) -> dict:
