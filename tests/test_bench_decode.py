@@ -19,13 +19,25 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 
+def _sglang_modules() -> list[str]:
+    return [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]
+
+
 @pytest.fixture
 def on_path(monkeypatch):
+    """``put(version)``: that release's SGLang importable for the test; afterwards no module it imported
+    stays in sys.modules (later tests check that SGLang is not importable in this environment)."""
+    before = set(_sglang_modules())
+
     def put(version: str):
         monkeypatch.syspath_prepend(str(releases.fetch_release(version)))
-        for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        for name in _sglang_modules():
             monkeypatch.delitem(sys.modules, name)
-    return put
+
+    yield put
+    for name in _sglang_modules():
+        if name not in before:
+            del sys.modules[name]
 
 
 def test_case_list():
