@@ -8,10 +8,8 @@ context length, 9.0, 10.0 and an AMD GPU that reports major 12 keep the configur
 
 from __future__ import annotations
 
-import ast
 import sys
 from types import SimpleNamespace
-from typing import Optional
 
 import pytest
 import torch
@@ -20,6 +18,7 @@ from sm120kit.verify.fake_device import PRESETS, faked_cuda
 
 from conftest import REPO_ROOT, SERIES_RELEASES
 from series_support import patched_file_reader
+from sm120kit.verify.resolve_probe import split_cap_functions
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 import gen_decode_splits_patch as gen  # noqa: E402
@@ -39,21 +38,9 @@ def patched_backends(tmp_path_factory):
 
 
 def _helpers(text: str) -> dict:
-    """The patch's constants and functions, executed from the patched file's own source."""
-    tree = ast.parse(text)
-    keep = []
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id.startswith("_SM120_DECODE") for t in node.targets
-        ):
-            keep.append(node)
-        elif isinstance(node, ast.FunctionDef) and node.name.startswith("_sm120_decode"):
-            keep.append(node)
-    namespace: dict = {"torch": torch, "Optional": Optional}
-    if any(isinstance(n, ast.FunctionDef) and n.name == "_mla_decode_kv_splits_cap" for n in tree.body):
-        namespace["_mla_decode_kv_splits_cap"] = object()  # the release's own MLA cap exists
-    exec(compile(ast.Module(body=keep, type_ignores=[]), BACKEND, "exec"), namespace)
-    return namespace
+    """The patch's constants and functions (and the release's own MLA cap, where it has one), executed from
+    the patched file's own source as the backend audit runs them."""
+    return split_cap_functions(text, BACKEND)
 
 
 def _backend(heads=64, kv_heads=8, v_dim=128, ctx=131072, sms=188, base=8, static=False, swa_v=None,

@@ -267,16 +267,24 @@ def given_arguments(argv: list[str]) -> dict | None:
             for k, v in vars(namespace).items() if k != "model_path"}
 
 
-def _attention_arch(args: Any) -> str | None:
-    """SGLang's own reading of the model's attention kind ("MLA", "MHA" ...), where it can be had."""
+def _model_config(args: Any) -> tuple[Any, BaseException | None]:
+    """SGLang's own ModelConfig of the model (tensor parallel size 1), or (None, why it could not be built).
+    Built once per resolution: the attention kind and the Triton decode's split cap both read it."""
     try:
         from sglang.srt.configs.model_config import ModelConfig
 
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            arch = ModelConfig.from_server_args(args).attention_arch
-        return getattr(arch, "name", None) or str(arch)
-    except BaseException:  # noqa: BLE001 - the caller falls back to the config file
+            return ModelConfig.from_server_args(args), None
+    except BaseException as exc:  # noqa: BLE001 - the callers fall back (attention kind) or report it (splits)
+        return None, exc
+
+
+def _attention_arch(model_config: Any) -> str | None:
+    """SGLang's own reading of the model's attention kind ("MLA", "MHA" ...), where it can be had."""
+    if model_config is None:
         return None
+    arch = model_config.attention_arch
+    return getattr(arch, "name", None) or str(arch)
 
 
 
@@ -339,7 +347,8 @@ def _sliding_window(model_config: Any) -> int | None:
     return window
 
 
-def triton_decode_splits(args: Any, raw: dict, sglang_dir: str) -> dict | None:
+def triton_decode_splits(model_config: Any, raw: dict, sglang_dir: str,
+                         config_error: BaseException | None = None) -> dict | None:
     """The Triton decode's maximum KV-split count this tree's TritonAttnBackend would set on the faked
     device, with the inputs its constructor reads (from SGLang's ModelConfig of the model, tensor
     parallel size 1) and the fp32 attn_logits + attn_lse bytes per decode token that count implies.
@@ -349,11 +358,12 @@ def triton_decode_splits(args: Any, raw: dict, sglang_dir: str) -> dict | None:
         return None
     import types as _types
 
+    if model_config is None:  # SGLang could not read the model: say why with the resolution
+        raise config_error or ValueError("no model config")
     import torch
-    from sglang.srt.configs.model_config import AttentionArch, ModelConfig
+    from sglang.srt.configs.model_config import AttentionArch
 
-    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        config = ModelConfig.from_server_args(args)
+    config = model_config
     mla = config.attention_arch == AttentionArch.MLA
     heads = (config.get_max_num_attention_heads() if hasattr(config, "get_max_num_attention_heads")
              else config.num_attention_heads)
@@ -439,10 +449,11 @@ def resolve_job(job: dict, sglang_dir: str) -> dict:
         deep_gemm = _deep_gemm_switch()
         stage = "read-arguments"
         given = given_arguments(argv)
-        attention_arch = _attention_arch(args)
+        model_config, config_error = _model_config(args)
+        attention_arch = _attention_arch(model_config)
         stage = "triton-decode-splits"
         try:
-            splits = triton_decode_splits(args, raw, sglang_dir)
+            splits = triton_decode_splits(model_config, raw, sglang_dir, config_error)
         except Exception as exc:  # noqa: BLE001 - reported with the resolution, which stands
             splits = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
         return {"id": job["id"], "status": "resolved", "raw": raw, "deep_gemm": deep_gemm, "method": method,
