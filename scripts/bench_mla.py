@@ -333,6 +333,72 @@ def sweep(mla, roof):
     return out
 
 
+# Variants timed by --sweep-tiles against the launchers' own pick, on the cases that decide the defaults:
+# (tiles (block_t, block_h, block_n, num_warps, num_stages) or None for the pick, waves of programs or None
+# for the pick's split count, merge (value dims, slots per step) or None for the default). Every tile set
+# compiles for sm_120 within 101376 B (tests/test_mla_kernels.py).
+SWEEP_VARIANTS = {
+    "decode": [(None, None, (128, 16)), (None, None, (32, 64)), (None, None, (128, 64)),
+               ((1, 16, 32, 4, 4), None, None), ((1, 16, 32, 4, 5), None, None), ((1, 16, 32, 4, 3), 4, None)],
+    "verify": [(None, None, (128, 16)), (None, 1, None), (None, 4, None), ((2, 16, 32, 4, 4), None, None),
+               ((1, 16, 32, 4, 3), None, None)],
+}
+SWEEP_TILE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype)
+    ("verify", 185000, 8, 16, "bf16"), ("verify", 185000, 32, 16, "bf16"), ("verify", 32768, 32, 16, "bf16"),
+    ("decode", 185000, 1, 16, "bf16"), ("decode", 131072, 1, 16, "bf16"), ("decode", 32768, 4, 16, "bf16"),
+]
+
+
+def sweep_tiles(mla, roof):
+    """Each variant of SWEEP_VARIANTS on each case of SWEEP_TILE_CASES; outputs compared with the pick's."""
+    out = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for kind, prefix, n, heads, kvd in SWEEP_TILE_CASES:
+        is_dec = kind == "decode"
+        c = decode_case(prefix, n, heads, kvd, 1) if is_dec else verify_case(prefix, n, heads, kvd, "tree", 1)
+        max_tok = 1 if is_dec else c["max_len"]
+        batch = len(c["prefix_lens"])
+        scale = 0.5 if kvd == "fp8" else 1.0
+        o = torch.empty(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
+        tail = None if is_dec else (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
+
+        def call(cfg=None, splits=None, merge=None):
+            mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, None if is_dec else c["qo_indptr"],
+                                     c["kv_indptr"], c["kv_indices"], batch, max_tok, 1 / LK**0.5, scale, scale,
+                                     tail=tail, tiles=cfg, num_splits=splits, v_from_k=True, merge=merge)
+
+        call()
+        ref_out = o.clone()
+        t_pick = bench(call)
+        label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
+        pick = mla.pick_tiles(LK, LV, heads, max_tok)
+        out.append({"case": label, "variant": "pick", "tiles": list(pick), "ms": round(t_pick, 4),
+                    "pct": row(kind, label, c, heads, None, t_pick, roof, None)["pct_roofline_new"]})
+        print(json.dumps(out[-1]), flush=True)
+        for tiles, waves, merge in SWEEP_VARIANTS[kind]:
+            cfg = mla.TileConfig(*tiles) if tiles else pick
+            splits = None
+            if waves:
+                rows_blocks = -(-heads // cfg.block_h) * -(-max_tok // cfg.block_t)
+                splits = mla.num_splits_for(rows_blocks * batch, sms, waves)
+            fn = lambda: call(cfg, splits, merge)  # noqa: E731
+            variant = {"tiles": list(cfg), "waves": waves, "splits": splits, "merge": merge}
+            try:
+                fn()
+                diff = (o.float() - ref_out.float()).abs().max().item()
+                t = bench(fn)
+            except Exception as e:  # noqa: BLE001
+                out.append({"case": label, "variant": variant, "error": str(e)[:120]})
+                print(json.dumps(out[-1]), flush=True)
+                continue
+            r = row(kind, label, c, heads, None, t, roof, None)
+            out.append({"case": label, "variant": variant, "ms": round(t, 4), "pct": r["pct_roofline_new"],
+                        "pick_over_variant": round(t_pick / t, 3), "diff": round(diff, 5)})
+            print(json.dumps(out[-1]), flush=True)
+        del c
+    return out
+
+
 def numerics():
     """bf16 and fp8 on the GPU against the float32 reference: GQA and MLA, batches of uneven requests."""
     mla = ref.load_module()
@@ -373,6 +439,8 @@ def main():
     ap.add_argument("--cases", default="all", choices=("all", "verify", "decode", "quick", "none"))
     ap.add_argument("--sweep", action="store_true", help="time every SM120-legal tile set and split count first")
     ap.add_argument("--sweep-splits", action="store_true", help="time split counts past the cap at 185k")
+    ap.add_argument("--sweep-tiles", action="store_true", help="time the variants of SWEEP_VARIANTS first")
+    ap.add_argument("--no-numerics", action="store_true", help="skip the float32-reference checks")
     ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")
     ap.add_argument("--json", help="write the results to this file")
     args = ap.parse_args()
@@ -391,7 +459,9 @@ def main():
     print(f"# rooflines measured in this run: read {roof[0]:.0f} GB/s, mma bf16 {roof[1]:.0f} TFLOP/s", flush=True)
     result = {"gpu": name, "capability": list(cap), "mode": mode, "roofline_read_gbs": round(roof[0]),
               "roofline_tflops": round(roof[1]), "rows": [], "sweep": [], "timing": TIMING}
-    result["numerics"] = numerics()
+    result["numerics"] = [] if args.no_numerics else numerics()
+    if args.sweep_tiles:
+        result["sweep_tiles"] = sweep_tiles(mla, roof)
     if args.sweep:
         result["sweep"] = sweep(mla, roof)
     if args.sweep_splits:

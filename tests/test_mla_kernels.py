@@ -163,14 +163,20 @@ def test_env_var_turns_routing_off(mla, monkeypatch):
 
 
 def test_split_counts_follow_the_sm_count(mla):
-    # Two waves of programs per GPU, divided among the programs one split already has.
+    # Two waves of programs per GPU, divided among the programs one split already has, rounded down so
+    # the programs end in whole waves (never one program over).
     assert mla.num_splits_for(1, 188) == 256  # RTX PRO 6000, one request: capped at MAX_SPLITS
     assert mla.num_splits_for(1, 48) == 96  # GB10
     assert mla.num_splits_for(4, 188) == 94
-    assert mla.num_splits_for(32, 188) == 12
+    assert mla.num_splits_for(32, 188) == 11  # 352 programs on 376 slots, not 384
+    assert mla.num_splits_for(16, 132) == 16  # H200, 32 drafts x 16 heads: 256 programs on 264, not 272
     assert mla.num_splits_for(10_000, 188) == 1
     assert mla.num_splits_for(1, 132, waves=1) == 132
-    assert mla.num_splits_for(32, 188, waves=4) == 24  # decode: four waves
+    assert mla.num_splits_for(32, 188, waves=4) == 23  # four waves
+    for programs in range(1, 300):
+        for sms in (48, 132, 188):
+            splits = mla.num_splits_for(programs, sms)
+            assert splits == 1 or splits * programs <= 2 * sms
 
 
 GROUPS = (1, 2, 4, 8, 16, 32, 64, 128)

@@ -39,8 +39,8 @@ SMEM_LIMIT_SM120 = 101376
 MAX_TAIL = 64  # longest draft tail (tokens per request) the tree-verify path serves
 MAX_SPLITS = 256
 MIN_CHUNK = 256  # fewest prefix tokens one split walks
-MERGE_BLOCK_DV = 128  # value dims per merge program
-MERGE_CHUNK_S = 16  # partial results the merge reads per step
+MERGE_BLOCK_DV = 64  # value dims per merge program
+MERGE_CHUNK_S = 64  # partial results the merge reads per step (a 64 x 64 fp32 tile: 32 registers a thread)
 
 
 class TileConfig(NamedTuple):
@@ -620,12 +620,14 @@ def _merge_kernel(
 
 
 def num_splits_for(programs_per_split: int, sm_count: int, waves: int = 2) -> int:
-    """KV splits per request: enough programs to fill ``waves`` waves of the GPU's SMs.
+    """KV splits per request: as many programs as fill ``waves`` waves of the GPU's SMs, and no more.
 
+    Rounded down, so the programs end in whole waves: one program over (17 splits x 16 row blocks = 272
+    programs on 264 slots of the H200) costs a second round, 1.6x at 32 drafts (docs/benchmarks.md).
     The count is an upper bound; each request then walks at least MIN_CHUNK prefix tokens per split,
     so a short request uses fewer splits (decided on the device from its own length).
     """
-    splits = -(-(sm_count * waves) // max(1, programs_per_split))
+    splits = (sm_count * waves) // max(1, programs_per_split)
     return max(1, min(MAX_SPLITS, splits))
 
 
@@ -663,6 +665,7 @@ def _run_split_attention(
     tiles: Optional[TileConfig] = None,
     num_splits: Optional[int] = None,
     v_from_k: Optional[bool] = None,
+    merge: Optional[Tuple[int, int]] = None,
 ):
     lk, lv = q.shape[-1], v_buffer.shape[-1]
     heads = q.shape[1]
@@ -767,7 +770,8 @@ def _run_split_attention(
         )
     store_lse = lse_out is not None
     lse_t = lse_out if store_lse else l_part
-    merge_dv = min(block_dv, MERGE_BLOCK_DV)
+    merge_dv, merge_chunk = merge or (MERGE_BLOCK_DV, MERGE_CHUNK_S)
+    merge_dv = min(block_dv, merge_dv)
     _merge_kernel[(total_tokens, heads, -(-lv // merge_dv))](
         o_part,
         l_part,
@@ -786,7 +790,7 @@ def _run_split_attention(
         Lv=lv,
         BLOCK_DV=merge_dv,
         BLOCK_S=_pow2_at_least(n_slots),
-        CHUNK_S=MERGE_CHUNK_S,
+        CHUNK_S=merge_chunk,
         STORE_LSE=store_lse,
         num_warps=4,
     )
