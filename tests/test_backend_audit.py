@@ -15,8 +15,9 @@ import sys
 import pytest
 
 from sm120kit.errors import UsageError
-from sm120kit.verify import backend_audit, backend_support
-from sm120kit.verify.backend_audit import audit_backends, resolve, resolve_many
+from sm120kit.audit import backends as backend_audit
+from sm120kit.audit import backend_support
+from sm120kit.audit.backends import audit_backends, resolve, resolve_many
 
 # -- the rule table and input checks (no SGLang needed) -----------------------------------------------------
 
