@@ -232,11 +232,6 @@ class BackendAuditResult:
                 f"{len(self.flagged)} flagged on 12.x, {rejected} rejected by SGLang, {len(self.not_run)} not run, "
                 f"{len(self.slow_on_12x)} with slow settings on 12.x ({self.seconds:.1f} s)")
 
-    def __str__(self) -> str:
-        from sm120kit.ui import render_table
-
-        return "\n".join([render_table(self.HEADERS, self.rows()), "", *self.notes(), self.summary()])
-
     HEADERS = ("model", "cap", "flashinfer", "attention (prefill/decode)", "kv splits", "moe runner", "sampling",
                "fp8 gemm", "fp4 gemm", "deepgemm", "result")
 
