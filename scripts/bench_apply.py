@@ -21,11 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from sm120kit import releases, runner
-from sm120kit.apply import apply_series
-from sm120kit.patchset import default_series_dir, load_series
-from sm120kit.plan import plan_series
-from sm120kit.target import find_target
+from sm120kit import runner
+from sm120kit.sglang import releases
+from sm120kit.patching.engine import apply_series
+from sm120kit.patching.series import default_series_dir, load_series
+from sm120kit.patching.plan import plan_series
+from sm120kit.sglang.target import find_target
 
 
 def _fresh(pristine: Path, scratch: Path, name: str) -> Path:

@@ -19,11 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from sm120kit import releases
+from sm120kit.sglang import releases
 from sm120kit.ui import Console
-from sm120kit.verify import smem_audit
-from sm120kit.verify.audit_cache import AuditCache
-from sm120kit.verify.shapes import expand, load_matrix
+from sm120kit.audit import smem as smem_audit
+from sm120kit.audit.cache import AuditCache
+from sm120kit.audit.shapes import expand, load_matrix
 
 
 def _children_cpu() -> float:

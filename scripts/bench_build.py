@@ -13,7 +13,7 @@ Per compile it records wall time, CPU time (the nvcc process tree, from wait4), 
 RSS of the process tree, sampled every 50 ms; nvcc runs one compiler per target in parallel with
 ``--threads``) and the object size, then prints the ratios. Sources are fetched at run time into a
 cache folder (never into the repository): the SGLang repository at ``--ref`` (``git clone``) and the
-FetchContent dependencies the chosen TUs need (CUTLASS, FlashInfer) through ``sm120kit.deps``, or from
+FetchContent dependencies the chosen TUs need (CUTLASS, FlashInfer) through ``sm120kit.kernel.deps``, or from
 ``--deps-dir``. Torch headers come from the torch that ``--python`` imports.
 
 Example: python scripts/bench_build.py --tu activation --tu fused_add_rms_norm_kernel --json out.json
@@ -35,11 +35,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sm120kit import deps as deps_mod  # noqa: E402
-from sm120kit import fatbin, runner  # noqa: E402
-from sm120kit.kernel_source import find_kernel_source  # noqa: E402
-from sm120kit.nvcc_launcher import filter_args  # noqa: E402
-from sm120kit.releases import cache_dir  # noqa: E402
+from sm120kit.kernel import deps as deps_mod  # noqa: E402
+from sm120kit import runner  # noqa: E402
+from sm120kit.hardware import fatbin  # noqa: E402
+from sm120kit.kernel.source import find_kernel_source  # noqa: E402
+from sm120kit.kernel.nvcc_launcher import filter_args  # noqa: E402
+from sm120kit.util.cache import cache_dir  # noqa: E402
 
 DEFAULT_REPO = "https://github.com/bytedance-iaas/sglang.git"  # mirrors upstream with release tags
 DEFAULT_REF = "v0.5.18"

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import variant_diffs  # noqa: E402
-from sm120kit import releases  # noqa: E402
+from sm120kit.sglang import releases  # noqa: E402
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-decode-kv-splits"
 BACKEND_PATH = "sglang/srt/layers/attention/triton_backend.py"

@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import variant_diffs  # noqa: E402
-from sm120kit import releases  # noqa: E402
+from sm120kit.sglang import releases  # noqa: E402
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-flashinfer-mla-fp8-pages"
 BACKEND_PATH = "sglang/srt/layers/attention/flashinfer_mla_backend.py"

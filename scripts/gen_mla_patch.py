@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import variant_diffs  # noqa: E402
-from sm120kit import releases  # noqa: E402
+from sm120kit.sglang import releases  # noqa: E402
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-mla-attention"
 MODULE_SOURCE = PATCH_DIR / "sm120_mla.py"

@@ -16,7 +16,7 @@ compiled for every distinct tile set of the table 12.x reads. ``NOT_LAUNCHED`` l
 CUDA launch reaches, with the code that decides it. Triton 3.9 removed ``tl.make_block_ptr``: the FLA entries
 compile only with an older Triton given by ``--triton-dir`` (3.8.0 was used for docs/audit.md).
 
-The release comes from ``sm120kit.releases.fetch_release`` (``SM120KIT_CACHE_DIR`` picks the cache).
+The release comes from ``sm120kit.sglang.releases.fetch_release`` (``SM120KIT_CACHE_DIR`` picks the cache).
 Runs on a CPU-only machine (about 3 minutes for all entries with an empty Triton cache, 2 cores): Triton's
 compiler and ptxas are the real ones, the device is not. Exit code 1
 when any entry is over the limit, 0 otherwise.
@@ -527,7 +527,7 @@ def _():
 # 128) and int8 weight-only; config from SGLang's own chooser (no tuned int4/int8_w8a16 file ships for 12.x).
 def moe_config_defaults():
     """The MoE config module reads server arguments; answer with SGLang's defaults (no server runs)."""
-    from sm120kit.verify.kernel_probe import _ServingDefaults
+    from sm120kit.audit.kernel_probe import _ServingDefaults
 
     cfg = mod("srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py")
     for reader in ("get_global_server_args", "get_exec"):
@@ -982,7 +982,7 @@ NOT_LAUNCHED = {
 def _setup(release: str, arch: str):
     import os
 
-    from sm120kit import releases
+    from sm120kit.sglang import releases
 
     root = releases.fetch_release(release)
     if str(root) not in sys.path:
@@ -993,7 +993,7 @@ def _setup(release: str, arch: str):
 
 def _server_defaults():
     """SGLang modules read server arguments at call time; answer with the defaults (no server runs)."""
-    from sm120kit.verify.kernel_probe import _ServingDefaults
+    from sm120kit.audit.kernel_probe import _ServingDefaults
 
     try:
         sa = importlib.import_module("sglang.srt.server_args")
@@ -1003,7 +1003,7 @@ def _server_defaults():
 
 
 def run(release: str, arch: str, only: list[str]) -> dict:
-    from sm120kit.verify import fake_device as fd
+    from sm120kit.hardware import fake_device as fd
 
     _setup(release, arch)
     limit = LIMIT[arch]

@@ -12,7 +12,7 @@ from pathlib import Path
 import git
 import pytest
 
-from sm120kit import releases
+from sm120kit.sglang import releases
 
 # The releases the patch manager is tested on (issue: patch manager) and the wider series matrix.
 CORE_RELEASES = ("0.5.2", "0.5.6", "0.5.10", "0.5.17", "0.5.23")

@@ -6,7 +6,7 @@ the device capability when they are imported)::
     python tests/series_probe.py --tree patched=DIR --tree unpatched=DIR [--compile-unpatched CASE ...]
 
 and prints one JSON document. For every tree and every device preset of
-:mod:`sm120kit.verify.fake_device` it loads the tree's own modules (:mod:`sglang_light`, one fresh load
+:mod:`sm120kit.hardware.fake_device` it loads the tree's own modules (:mod:`sglang_light`, one fresh load
 per preset) under the faked device and records:
 
 * ``capabilities``: what ``is_blackwell()``, ``is_sm120_supported()``, ``is_sm120()`` ... return (or
@@ -69,7 +69,7 @@ DS_CASES = {
 INKLING_CASES = {"inkling-small-m-bf16": "bfloat16", "inkling-small-m-fp32": "float32"}
 # Not loaded for the launches: the server-argument module imports transformers and most of the server
 # (seconds per load); the MoE config module reads only enable_deterministic_inference from it, which
-# sm120kit.verify.kernel_probe._ServingDefaults answers with SGLang's default.
+# sm120kit.audit.kernel_probe._ServingDefaults answers with SGLang's default.
 BLOCKED = ("sglang.srt.server_args",)
 DS_MODULE = "sglang.srt.layers.attention.triton_ops.double_sparsity_attention"
 INKLING_MODULES = ("sglang.kernels.ops.moe.inkling_moe", "sglang.srt.layers.moe.moe_runner.triton_utils.inkling_moe")
@@ -111,7 +111,7 @@ def recorded_launches(compile_kernels: bool, recorder=None):
 
 
 def capabilities(root: Path) -> dict:
-    from sm120kit.verify.fake_device import PRESETS, faked_cuda
+    from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 
     out = {}
     for key in PRESET_KEYS:
@@ -142,7 +142,7 @@ def _moe(probe, case) -> dict:
     import torch
     import triton.language as tl
 
-    from sm120kit.verify.kernel_probe import _ServingDefaults
+    from sm120kit.audit.kernel_probe import _ServingDefaults
 
     E, N, topk, H, M, quant = case
     kernels, config_module = probe.module("moe")
@@ -233,8 +233,8 @@ def cases_for(root: Path) -> dict:
 
 def launches(root: Path, preset: str, compile_kernels: bool, only: set[str] | None) -> dict:
     """Run every case (or those in ``only``) with the tree loaded once under ``preset``."""
-    from sm120kit.verify.fake_device import PRESETS, faked_cuda, faked_device
-    from sm120kit.verify.kernel_probe import Probe
+    from sm120kit.hardware.fake_device import PRESETS, faked_cuda, faked_device
+    from sm120kit.audit.kernel_probe import Probe
 
     device = PRESETS[preset]
     results = {}

@@ -8,10 +8,10 @@ from typing import Callable
 
 from packaging.version import Version
 
-from sm120kit import releases
-from sm120kit.apply import apply_series
-from sm120kit.patchset import load_series
-from sm120kit.target import find_target
+from sm120kit.sglang import releases
+from sm120kit.patching.engine import apply_series
+from sm120kit.patching.series import load_series
+from sm120kit.sglang.target import find_target
 
 
 def patched_file_reader(tmp_path_factory, label: str, patch_id: str, path: str) -> Callable[[str], str]:

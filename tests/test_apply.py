@@ -9,12 +9,12 @@ from __future__ import annotations
 import git
 import pytest
 
-from sm120kit.apply import apply_series, release_of, revert_series, series_status
+from sm120kit.patching.engine import apply_series, release_of, revert_series, series_status
 from sm120kit.errors import DirtyTreeError
-from sm120kit.patchset import load_series
-from sm120kit.plan import plan_series
-from sm120kit.state import STATE_DIR
-from sm120kit.target import find_target
+from sm120kit.patching.series import load_series
+from sm120kit.patching.plan import plan_series
+from sm120kit.patching.state import STATE_DIR
+from sm120kit.sglang.target import find_target
 
 from apply_support import DEMO_EXPECTED, DEMO_FILES, DEMO_SERIES, tree_hashes
 from conftest import CORE_RELEASES

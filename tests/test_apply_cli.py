@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit import releases
+from sm120kit.sglang import releases
 
 from apply_support import DEMO_EXPECTED, DEMO_SERIES, run_cli, run_json, tree_hashes
 

@@ -6,7 +6,7 @@ import difflib
 
 import unidiff
 
-from sm120kit.hunks import file_diffs, place_hunks, split_lines
+from sm120kit.patching.hunks import file_diffs, place_hunks, split_lines
 
 
 def _diff(old: str, new: str, n: int = 3, path: str = "sglang/x.py"):

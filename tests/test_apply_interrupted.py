@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.lock import TreeLock
-from sm120kit.state import STATE_DIR, StateStore
+from sm120kit.util.lock import TreeLock
+from sm120kit.patching.state import STATE_DIR, StateStore
 
 from apply_support import REPO_ROOT, make_diff, run_cli, small_tree, tree_hashes, write_series
 

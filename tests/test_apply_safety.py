@@ -13,13 +13,13 @@ from pathlib import Path
 import git
 import pytest
 
-from sm120kit.apply import apply_series, release_and_source, release_of, revert_series, series_status
+from sm120kit.patching.engine import apply_series, release_and_source, release_of, revert_series, series_status
 from sm120kit.errors import IOFailure, StateDamagedError
-from sm120kit.lock import TreeLock
-from sm120kit.patchset import load_series
-from sm120kit.plan import plan_series
-from sm120kit.state import STATE_DIR, StateStore, sha256
-from sm120kit.target import find_target
+from sm120kit.util.lock import TreeLock
+from sm120kit.patching.series import load_series
+from sm120kit.patching.plan import plan_series
+from sm120kit.patching.state import STATE_DIR, StateStore, sha256
+from sm120kit.sglang.target import find_target
 
 from apply_support import (DEMO_FILES, DEMO_SERIES, make_diff, run_cli, small_tree, tree_hashes,
                            utils_series, write_series)

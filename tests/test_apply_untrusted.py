@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.state import STATE_DIR
+from sm120kit.patching.state import STATE_DIR
 
 from apply_support import DEMO_SERIES, make_diff, run_cli, small_tree, tree_hashes, utils_series, write_series
 

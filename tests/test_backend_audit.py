@@ -15,8 +15,10 @@ import sys
 import pytest
 
 from sm120kit.errors import UsageError
-from sm120kit.verify import backend_audit, backend_support
-from sm120kit.verify.backend_audit import audit_backends, resolve, resolve_many
+from sm120kit.ui import render_table
+from sm120kit.audit import backends as backend_audit
+from sm120kit.audit import backend_support
+from sm120kit.audit.backends import audit_backends, resolve, resolve_many
 
 # -- the rule table and input checks (no SGLang needed) -----------------------------------------------------
 
@@ -100,7 +102,7 @@ def test_0523_matches_the_measured_choices(audit_0523):
     assert any("sgl_kernel" in s for s in result.stand_ins)
     data = result.to_json()
     assert data["device"].startswith("faked device") and data["summary"]["resolutions"] == 12
-    assert "0.5.23" in str(result) and "trtllm_mha" in str(result)
+    assert "0.5.23" in result.summary() and "trtllm_mha" in render_table(result.HEADERS, result.rows())
 
 
 @pytest.mark.slow

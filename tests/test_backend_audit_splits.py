@@ -15,13 +15,13 @@ import shutil
 
 import pytest
 
-from sm120kit import releases
-from sm120kit.apply import apply_series
-from sm120kit.patchset import load_series
-from sm120kit.target import find_target
-from sm120kit.verify import backend_audit
-from sm120kit.verify.backend_audit import audit_backends
-from sm120kit.verify.fake_device import PRESETS
+from sm120kit.sglang import releases
+from sm120kit.patching.engine import apply_series
+from sm120kit.patching.series import load_series
+from sm120kit.sglang.target import find_target
+from sm120kit.audit import backends as backend_audit
+from sm120kit.audit.backends import audit_backends
+from sm120kit.hardware.fake_device import PRESETS
 
 pytestmark = pytest.mark.slow
 

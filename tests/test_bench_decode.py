@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from sm120kit import releases
+from sm120kit.sglang import releases
 
 from conftest import REPO_ROOT
 

@@ -16,7 +16,7 @@ import pytest
 
 from build_support import (FIXTURE_MAGIC, copy_fixture, cuobjdump, cuobjdump_archs, make_dependency_mirror, nvcc,
                            run_cli)
-from sm120kit import fatbin
+from sm120kit.hardware import fatbin
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(nvcc() is None, reason="nvcc (CUDA >= 12.8) is not on PATH")]
 
@@ -148,7 +148,7 @@ def test_archive_with_a_link_out_of_the_folder_is_refused(tmp_path, link_target)
     import tarfile
     from types import SimpleNamespace
 
-    from sm120kit import deps
+    from sm120kit.kernel import deps
     from sm120kit.errors import DownloadError
 
     outside = tmp_path / "outside"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sm120kit.nvcc_launcher import filter_args, gencode_for
+from sm120kit.kernel.nvcc_launcher import filter_args, gencode_for
 
 SGL_KERNEL_FLAGS = [  # the shape of sgl-kernel's common_ops compile line on x86-64 with CUDA 13
     "-DNDEBUG", "-O3", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90,code=sm_90", "-std=c++17",

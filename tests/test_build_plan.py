@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from build_support import FIXTURE, copy_fixture, nvcc, run_cli
-from sm120kit import build, deps
+from sm120kit.kernel import build
+from sm120kit.kernel import deps
 from sm120kit.errors import IOFailure, MissingDependency, UsageError
-from sm120kit.kernel_source import find_kernel_source
+from sm120kit.kernel.source import find_kernel_source
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc is not on PATH")
 A120 = (build.parse_build_arch("12.0a"),)

@@ -14,11 +14,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sm120kit.verify.fake_device import PRESETS, faked_cuda
+from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 
 from conftest import REPO_ROOT, SERIES_RELEASES
 from series_support import patched_file_reader
-from sm120kit.verify.resolve_probe import split_cap_functions
+from sm120kit.audit.resolve_probe import split_cap_functions
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 import gen_decode_splits_patch as gen  # noqa: E402

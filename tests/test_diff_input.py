@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.hunks import unquote_path
+from sm120kit.patching.hunks import unquote_path
 
 from apply_support import make_diff, run_cli, small_tree, tree_hashes, utils_series, write_series
 

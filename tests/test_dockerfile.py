@@ -22,7 +22,7 @@ import click
 import pytest
 from dockerfile_parse import DockerfileParser
 
-from sm120kit import recipes as recipes_mod
+from sm120kit.serve import recipes as recipes_mod
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "recipes" / "docker" / "Dockerfile"

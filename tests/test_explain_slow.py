@@ -14,10 +14,10 @@ import textwrap
 
 import pytest
 
-from sm120kit import recipes
+from sm120kit.serve import recipes
 from sm120kit.errors import RecipeError
-from sm120kit.verify import slow_settings
-from sm120kit.verify.backend_audit import resolve_many
+from sm120kit.audit import slow_settings
+from sm120kit.audit.backends import resolve_many
 
 FI_MLA = "srt/layers/attention/flashinfer_mla_backend.py"
 

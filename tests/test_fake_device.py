@@ -1,4 +1,4 @@
-"""The faked CUDA device and Triton target (sm120kit.verify.fake_device).
+"""The faked CUDA device and Triton target (sm120kit.hardware.fake_device).
 
 This machine has no GPU: FakeDevice stands in for the SM120 / Hopper / HIP hardware it lacks, and these
 tests check that the stand-in answers like the real device would and is fully undone afterwards. The
@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from sm120kit.arch import SM120_SHARED_MEMORY_PER_BLOCK  # noqa: E402
-from sm120kit.verify.fake_device import (  # noqa: E402
+from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK  # noqa: E402
+from sm120kit.hardware.fake_device import (  # noqa: E402
     PRESETS,
     FakeDevice,
     faked_cuda,
@@ -161,7 +161,7 @@ def test_stand_in_packages_import_but_refuse_to_run():
     import importlib
     import sys
 
-    from sm120kit.verify.fake_device import StandInCalled, stand_in_packages
+    from sm120kit.hardware.fake_device import StandInCalled, stand_in_packages
 
     with stand_in_packages(("sgl_kernel",)) as stood_in:
         assert stood_in == ("sgl_kernel",)
@@ -184,7 +184,7 @@ def test_stand_in_packages_import_but_refuse_to_run():
 
 
 def test_stand_in_leaves_importable_packages_alone():
-    from sm120kit.verify.fake_device import stand_in_packages
+    from sm120kit.hardware.fake_device import stand_in_packages
 
     with stand_in_packages(("json",)) as stood_in:
         import json

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from build_support import cuobjdump, cuobjdump_archs, cuobjdump_elf_arch_lines, nvcc, run_cli
-from sm120kit import fatbin
+from sm120kit.hardware import fatbin
 from sm120kit.errors import IOFailure, UsageError
-from sm120kit.releases import cache_dir
+from sm120kit.util.cache import cache_dir
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc (CUDA >= 12.9) is not on PATH")
 needs_cuobjdump = pytest.mark.skipif(cuobjdump() is None, reason="cuobjdump not installed (build extra)")

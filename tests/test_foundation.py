@@ -9,7 +9,7 @@ import pytest
 
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, NotSglangTree, ToolFailed
-from sm120kit.target import find_target
+from sm120kit.sglang.target import find_target
 
 
 def test_installed_tree_is_detected_with_its_version(installed_tree):

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sm120kit.verify.fake_device import PRESETS, faked_cuda
+from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 
 from conftest import REPO_ROOT, SERIES_RELEASES
 from series_support import patched_file_reader

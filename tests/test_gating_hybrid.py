@@ -20,8 +20,8 @@ import pytest
 from packaging.version import Version
 
 from conftest import REPO_ROOT
-from sm120kit import releases
-from sm120kit.patchset import load_series
+from sm120kit.sglang import releases
+from sm120kit.patching.series import load_series
 
 PATCH_DIR = REPO_ROOT / "patches" / "sglang"
 GATE = "sglang/srt/sm12x_backend_gate.py"
@@ -112,7 +112,7 @@ def test_falcon_h1_on_053_resolves_to_triton_on_12x(tmp_path, capsys):
     import shutil
 
     from sm120kit.cli import main as cli_main
-    from sm120kit.verify.backend_audit import resolve
+    from sm120kit.audit.backends import resolve
 
     site = tmp_path / "site"
     shutil.copytree(releases.fetch_release("0.5.3"), site)

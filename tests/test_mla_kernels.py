@@ -3,7 +3,7 @@
 Real releases from PyPI are patched with the series; the kernels run on the CPU through Triton's
 interpreter (``tests/mla_interpret_check.py`` in a fresh interpreter) against a float32 reference and
 against the release's own ``extend_attention_fwd`` / ``decode_attention_fwd``; the routing is checked
-under faked devices (no GPU is present here: ``sm120kit.verify.fake_device`` stands in for 12.0, 12.1,
+under faked devices (no GPU is present here: ``sm120kit.hardware.fake_device`` stands in for 12.0, 12.1,
 9.0, 10.0 and an AMD card that reports major 12); every tile the launchers can pick is compiled for
 sm_120 and sm_121 with the real Triton compiler.
 """
@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from sm120kit import releases
-from sm120kit.apply import apply_series, revert_series
-from sm120kit.arch import SM120_SHARED_MEMORY_PER_BLOCK as LIMIT
-from sm120kit.patchset import load_series
-from sm120kit.target import find_target
-from sm120kit.verify import fake_device
+from sm120kit.sglang import releases
+from sm120kit.patching.engine import apply_series, revert_series
+from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK as LIMIT
+from sm120kit.patching.series import load_series
+from sm120kit.sglang.target import find_target
+from sm120kit.hardware import fake_device
 
 pytestmark = pytest.mark.slow
 

@@ -18,10 +18,11 @@ pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from sm120kit.cli import main as cli_main  # noqa: E402
-from sm120kit.verify import shapes, smem_audit  # noqa: E402
-from sm120kit.verify.audit_cache import AuditCache  # noqa: E402
-from sm120kit.verify.fake_device import PRESETS  # noqa: E402
-from sm120kit.verify.launchers import resolve  # noqa: E402
+from sm120kit.audit import shapes  # noqa: E402
+from sm120kit.audit import smem as smem_audit  # noqa: E402
+from sm120kit.audit.cache import AuditCache  # noqa: E402
+from sm120kit.hardware.fake_device import PRESETS  # noqa: E402
+from sm120kit.sglang.launchers import resolve  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

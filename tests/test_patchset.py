@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sm120kit.errors import SeriesError
-from sm120kit.patchset import load_series
+from sm120kit.patching.series import load_series
 
 from apply_support import DEMO_SERIES
 

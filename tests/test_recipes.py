@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit import recipes
+from sm120kit.serve import recipes
 from sm120kit.errors import RecipeError, UsageError
 
 SHIPPED = recipes.list_recipes()

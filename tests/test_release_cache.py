@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit import releases
+from sm120kit.sglang import releases
+from sm120kit.util.cache import cache_dir
 
 from apply_support import DEMO_SERIES, REPO_ROOT, run_cli
 
@@ -24,7 +25,7 @@ def _cache(tmp_path: Path, release_dir, version: str, *, wheel: bool = False) ->
     if wheel:
         (cache / "wheels").mkdir(parents=True)
         release_dir(version)  # make sure the shared cache holds it
-        [found] = [w for w in (releases.cache_dir() / "wheels").glob(f"sglang-{version}-*.whl")]
+        [found] = [w for w in (cache_dir() / "wheels").glob(f"sglang-{version}-*.whl")]
         (cache / "wheels" / found.name).symlink_to(found)
     else:
         (cache / "releases").mkdir(parents=True)

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from sm120kit import releases
-from sm120kit.patchset import load_series
-from sm120kit.verify import launchers, shapes
+from sm120kit.sglang import releases
+from sm120kit.patching.series import load_series
+from sm120kit.sglang import launchers
+from sm120kit.audit import shapes
 
 SERIES_DIR = REPO_ROOT / "patches" / "sglang"
 LIMIT = 101376
@@ -160,8 +161,8 @@ PROOF = {
 @pytest.mark.parametrize("version", sorted(PROOF))
 def test_audit_shows_the_patched_kernels_fixed(installed_tree, tmp_path, capsys, version):
     from sm120kit.cli import main as cli_main
-    from sm120kit.verify.audit_cache import AuditCache
-    from sm120kit.verify.smem_audit import audit_tree
+    from sm120kit.audit.cache import AuditCache
+    from sm120kit.audit.smem import audit_tree
 
     entries, kinds, expected_over = PROOF[version]
     tree = installed_tree(version)

@@ -4,7 +4,7 @@ What is proved, per release of the series matrix:
 
 * the patch applies with zero fuzz through sm120kit's own planner and applier (alone, and after the
   patches that come before it in the bundled series), and every file it leaves compiles;
-* SGLang's own argument resolution on the patched tree (sm120kit.verify.backend_audit: a faked device
+* SGLang's own argument resolution on the patched tree (sm120kit.audit.backends: a faked device
   and config.json-only model folders) picks a backend with SM12x kernels for an MHA, an MLA and a hybrid
   GDN model on 12.0 and 12.1, and rejects an explicit ``--attention-backend fa3`` on 12.0 with the one
   clear error that names the backends that work;
@@ -12,7 +12,7 @@ What is proved, per release of the series matrix:
   the attention backend; one release per hook site), and on every matrix release the gate module returns
   without reading anything on 9.0, 10.0, 8.9 and an AMD GPU that reports capability major 12 through HIP.
 
-No GPU is used: the device is faked (``sm120kit.verify.fake_device``) because this machine has none, and
+No GPU is used: the device is faked (``sm120kit.hardware.fake_device``) because this machine has none, and
 the CUDA-only libraries sgl_kernel and torchvision (and flashinfer/deep_gemm, counted as installed) are
 stand-ins inside the resolution probe. The SGLang code that resolves the arguments is the release's own.
 """
@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from sm120kit.apply import apply_series
-from sm120kit.patchset import load_series
-from sm120kit.plan import plan_series
-from sm120kit.target import find_target
-from sm120kit.verify.backend_audit import resolve_many
-from sm120kit.verify.fake_device import PRESETS, faked_cuda
+from sm120kit.patching.engine import apply_series
+from sm120kit.patching.series import load_series
+from sm120kit.patching.plan import plan_series
+from sm120kit.sglang.target import find_target
+from sm120kit.audit.backends import resolve_many
+from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 
 from conftest import REPO_ROOT, SERIES_RELEASES
 
@@ -89,7 +89,7 @@ def test_patch_applies_with_zero_fuzz_and_compiles(version, release_dir, gating_
 def test_every_cached_release_takes_the_patch(gating_series):
     """Beyond the matrix: every release already in the cache (the full 0.5.2..0.5.23 range where
     ``sm120kit fetch-release 0.5.2..0.5.23`` was run) applies with zero fuzz. Nothing is downloaded."""
-    from sm120kit.releases import cache_dir
+    from sm120kit.util.cache import cache_dir
 
     releases = sorted((p.name for p in (cache_dir() / "releases").glob("0.5.*") if (p / "sglang").is_dir()),
                       key=Version)

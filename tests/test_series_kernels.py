@@ -1,7 +1,7 @@
 """The SM120 patch series on real SGLang releases: capability helpers, Triton block sizes, fused-MoE configs.
 
 For every release of the series matrix the release is downloaded from PyPI, copied, and the whole series
-is applied with ``sm120kit.apply.apply_series`` (what ``sm120kit apply`` runs). A fresh interpreter per
+is applied with ``sm120kit.patching.engine.apply_series`` (what ``sm120kit apply`` runs). A fresh interpreter per
 release (``tests/series_probe.py``) then loads the patched and the unpatched tree under faked devices and
 reports the capability helpers' answers and every Triton launch SGLang's launchers make. The GPU is the
 only stand-in: no SM120 (or any) GPU is present, so devices are faked and launches are compiled for the
@@ -27,11 +27,11 @@ from packaging.version import Version
 
 from conftest import REPO_ROOT, SERIES_RELEASES
 from sglang_light import LightTree
-from sm120kit import releases
-from sm120kit.apply import ApplyResult, apply_series
-from sm120kit.arch import SM120_SHARED_MEMORY_PER_BLOCK as LIMIT
-from sm120kit.patchset import load_series
-from sm120kit.target import find_target
+from sm120kit.sglang import releases
+from sm120kit.patching.engine import ApplyResult, apply_series
+from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK as LIMIT
+from sm120kit.patching.series import load_series
+from sm120kit.sglang.target import find_target
 
 pytestmark = pytest.mark.slow
 
@@ -279,7 +279,7 @@ def test_patched_release_finds_the_shipped_configs(series_runs, version):
 @pytest.mark.parametrize("version", ["0.5.8", "0.5.23"])
 def test_clamp_keeps_fitting_configs_and_fits_the_rest(series_runs, version):
     """_fit_config_to_sm12x_shared_memory from the patched tree, under faked devices (no GPU here)."""
-    from sm120kit.verify.fake_device import PRESETS, faked_cuda
+    from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 
     run = series_runs(version)
     module_name = ("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config"
@@ -344,9 +344,9 @@ def test_pipelined_shared_memory_estimate_matches_triton(series_runs, version):
 # -- the audit engine agrees ------------------------------------------------------------------------------------
 
 def test_audit_engine_finds_nothing_over_the_limit_in_a_patched_tree(series_runs):
-    from sm120kit.verify.audit_cache import AuditCache
-    from sm120kit.verify.shapes import load_matrix, select
-    from sm120kit.verify.smem_audit import audit_tree
+    from sm120kit.audit.cache import AuditCache
+    from sm120kit.audit.shapes import load_matrix, select
+    from sm120kit.audit.smem import audit_tree
 
     run = series_runs("0.5.23")
     matrix = select(load_matrix(), ["vision-hd256", "qwen3-30b-a3b"])

@@ -1,6 +1,6 @@
 """`sm120kit audit`: the static shared-memory audit on real SGLang releases from PyPI.
 
-No GPU here: the SM120 device is faked (sm120kit.verify.fake_device stands in for the RTX PRO 6000 / GB10
+No GPU here: the SM120 device is faked (sm120kit.hardware.fake_device stands in for the RTX PRO 6000 / GB10
 this machine lacks). SGLang's own launchers and Triton's compiler run for real, in fresh probe
 interpreters, for target sm_120 / sm_121. The matrices below are reduced to the shapes each test needs;
 the full matrix runs in scripts/bench_audit.py.
@@ -18,9 +18,12 @@ pytest.importorskip("triton")
 
 from sm120kit.cli import main as cli_main  # noqa: E402
 from sm120kit.errors import UsageError  # noqa: E402
-from sm120kit.resources import patches_dir  # noqa: E402
-from sm120kit.verify import cubin, launchers, shapes, smem_audit  # noqa: E402
-from sm120kit.verify.audit_cache import AuditCache  # noqa: E402
+from sm120kit.util.resources import patches_dir  # noqa: E402
+from sm120kit.hardware import cubin  # noqa: E402
+from sm120kit.sglang import launchers  # noqa: E402
+from sm120kit.audit import shapes  # noqa: E402
+from sm120kit.audit import smem as smem_audit  # noqa: E402
+from sm120kit.audit.cache import AuditCache  # noqa: E402
 
 LIMIT = 101376
 
@@ -164,7 +167,7 @@ def test_register_counts_from_cuobjdump():
     import triton
     import triton.language as tl  # noqa: F401
 
-    from sm120kit.verify.fake_device import PRESETS, faked_triton_target
+    from sm120kit.hardware.fake_device import PRESETS, faked_triton_target
     from kernel_support import copy_kernel
 
     if cubin.find_cuobjdump() is None:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sm120kit import tomldoc
+from sm120kit.util import tomldoc
 from sm120kit.errors import RecipeError, SeriesError
 
 if sys.version_info >= (3, 11):

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit import tune_moe
-from sm120kit.arch import SM120_SHARED_MEMORY_PER_BLOCK
+from sm120kit.tune import moe as tune_moe
+from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK
 from sm120kit.cli import main
 from sm120kit.errors import MissingDependency
-from sm120kit.patchset import load_series
-from sm120kit.target import find_target
+from sm120kit.patching.series import load_series
+from sm120kit.sglang.target import find_target
 
 REPO = Path(__file__).resolve().parent.parent
 WORKSTATION = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"

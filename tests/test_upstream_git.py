@@ -25,7 +25,7 @@ import git
 import pytest
 
 from apply_support import run_cli, run_json
-from sm120kit.patchset import load_series
+from sm120kit.patching.series import load_series
 
 SERIES = Path(__file__).resolve().parent / "data" / "upstream-series"
 TRITON_OPS = "sglang/srt/layers/attention/triton_ops"

@@ -15,7 +15,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from apply_support import run_cli, run_json
-from sm120kit.patchset import load_series
+from sm120kit.patching.series import load_series
 
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "sglang"

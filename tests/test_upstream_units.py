@@ -11,11 +11,11 @@ import pytest
 import unidiff
 from packaging.specifiers import SpecifierSet
 
-from sm120kit.hunks import file_diffs, place_hunks, split_lines
-from sm120kit.patchset import load_patch, load_series
-from sm120kit.refresh import (_new_duplicates, conflict_regions, edit_metadata, merge_file, new_ranges,
+from sm120kit.patching.hunks import file_diffs, place_hunks, split_lines
+from sm120kit.patching.series import load_patch, load_series
+from sm120kit.upstream.refresh import (_new_duplicates, conflict_regions, edit_metadata, merge_file, new_ranges,
                               unified_diff)
-from sm120kit.upstream import MOVE_SIMILARITY, find_moved
+from sm120kit.upstream.check import MOVE_SIMILARITY, find_moved
 
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "sglang"

@@ -1,7 +1,7 @@
 """The numeric backend checks of ``sm120kit verify``: comparison rules, references, selection, the CLI on a
 machine without a GPU, and the checks' calls into a real SGLang release compiled for a faked SM120 GPU.
 
-No GPU exists in CI. Where a test needs one, a faked device (:mod:`sm120kit.verify.fake_device`) stands in
+No GPU exists in CI. Where a test needs one, a faked device (:mod:`sm120kit.hardware.fake_device`) stands in
 for it and Triton compiles instead of launching; the GPU-marked test at the end runs the checks for real
 and is skipped without a GPU (the H200 run in docs/verify.md is that run).
 """

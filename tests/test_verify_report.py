@@ -1,7 +1,7 @@
 """The environment report of ``sm120kit verify``: parsing of tool output, arch lists and environment, and the
 decision logic on faked 12.0, 12.1 and 9.0 devices.
 
-The faked devices (:mod:`sm120kit.verify.fake_device`) stand in for GPUs this machine lacks: torch answers
+The faked devices (:mod:`sm120kit.hardware.fake_device`) stand in for GPUs this machine lacks: torch answers
 questions about the device with the preset's figures; nothing runs on it. The sgl_kernel libraries the
 decision logic judges are real fat binaries, compiled here with nvcc for the archs each test names.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sm120kit.verify import report
-from sm120kit.verify.fake_device import PRESETS, faked_cuda
+from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 from sm120kit.verify.report import (
     ERROR,
     INFO,

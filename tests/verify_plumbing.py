@@ -2,7 +2,7 @@
 
 Usage: python verify_plumbing.py RELEASE_DIR CAPABILITY  -> one JSON object on stdout.
 
-The faked device (sm120kit.verify.fake_device) stands in for a GPU this machine lacks: tensors live on
+The faked device (sm120kit.hardware.fake_device) stands in for a GPU this machine lacks: tensors live on
 torch's ``meta`` device and every Triton launch becomes a real compile for the faked target. Nothing runs,
 so there are no numbers to compare: each case is reported as compiled (or as the error SGLang's launcher
 raised), together with every kernel Triton compiled. Run in its own interpreter so the imported SGLang
@@ -21,7 +21,7 @@ def main() -> int:
     import torch
 
     from sm120kit.verify import check_sglang, checks
-    from sm120kit.verify.fake_device import PRESETS, faked_cuda, faked_triton_target, stand_in_packages
+    from sm120kit.hardware.fake_device import PRESETS, faked_cuda, faked_triton_target, stand_in_packages
 
     def compiled_only(label, out, ref, **kw):
         # No numbers exist on the meta device: record that the launcher accepted the inputs and that the

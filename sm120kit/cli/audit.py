@@ -11,7 +11,7 @@ from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app
 from sm120kit.errors import CheckFailed, MissingDependency
 from sm120kit.ui import Console
-from sm120kit.verify.launchers import LAUNCHERS
+from sm120kit.sglang.launchers import LAUNCHERS
 
 
 @cli.command("audit")
@@ -20,7 +20,7 @@ from sm120kit.verify.launchers import LAUNCHERS
 @click.option("--arch", "archs", multiple=True, metavar="CC",
               help="Target compute capability, repeatable (default: 12.0 and 12.1).")
 @click.option("--matrix", "matrix_files", multiple=True, type=click.Path(dir_okay=False),
-              help="A TOML file of more [[attention]] / [[moe]] shapes (see sm120kit/verify/audit_matrix.toml).")
+              help="A TOML file of more [[attention]] / [[moe]] shapes (see sm120kit/audit/audit_matrix.toml).")
 @click.option("--only", "only", multiple=True, metavar="NAME", help="Audit only these matrix entries.")
 @click.option("--launcher", "launchers", multiple=True,
               type=click.Choice(list(LAUNCHERS)), help="Audit only these launchers.")
@@ -47,8 +47,9 @@ def audit(app: AppContext, path: str | None, release: str | None, archs: tuple[s
     console = app.console(json_mode)
     if backends:
         return _backends(console, path, release, archs, json_mode)
-    from sm120kit.verify import shapes, smem_audit
-    from sm120kit.verify.audit_cache import AuditCache
+    from sm120kit.audit import shapes
+    from sm120kit.audit import smem as smem_audit
+    from sm120kit.audit.cache import AuditCache
 
     matrix = shapes.select(shapes.load_matrix(matrix_files), only)
     result = smem_audit.audit(
@@ -69,7 +70,7 @@ def audit(app: AppContext, path: str | None, release: str | None, archs: tuple[s
 
 
 def _print(console: Console, result, findings_only: bool) -> None:
-    from sm120kit.verify import smem_audit
+    from sm120kit.audit import smem as smem_audit
     from sm120kit.ui import render_table
 
     comparison = result if isinstance(result, smem_audit.SmemComparison) else None
@@ -98,13 +99,13 @@ def _print(console: Console, result, findings_only: bool) -> None:
 
 
 def _backends(console: Console, path, release, archs, json_mode: bool) -> int:
-    if importlib.util.find_spec("sm120kit.verify.backend_audit") is None:
+    if importlib.util.find_spec("sm120kit.audit.backends") is None:
         raise MissingDependency("The backend-choice audit is not part of this sm120kit (no "
-                                "sm120kit.verify.backend_audit module).",
+                                "sm120kit.audit.backends module).",
                                 hint="Upgrade sm120kit, or run the shared-memory audit without --backends.")
-    from sm120kit import releases
+    from sm120kit.sglang import releases
 
-    module = importlib.import_module("sm120kit.verify.backend_audit")
+    module = importlib.import_module("sm120kit.audit.backends")
     root = releases.fetch_release(releases.check_version(release), console=console) if release else path
     kwargs = {"capabilities": archs} if archs else {}
     result = module.audit_backends(root, console=console, **kwargs)

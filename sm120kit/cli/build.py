@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from sm120kit import build as build_mod
-from sm120kit import deps as deps_mod
-from sm120kit import fatbin
+from sm120kit.kernel import build as build_mod
+from sm120kit.kernel import deps as deps_mod
+from sm120kit.hardware import fatbin
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app
 from sm120kit.errors import CheckFailed, UsageError
-from sm120kit.kernel_source import find_kernel_source
+from sm120kit.kernel.source import find_kernel_source
 
 
 def _size(n: int) -> str:

@@ -11,7 +11,7 @@ import click
 from sm120kit.ui import Console, print_json
 
 if TYPE_CHECKING:
-    from sm120kit.hunks import HunkResult
+    from sm120kit.patching.hunks import HunkResult
 
 
 @dataclass

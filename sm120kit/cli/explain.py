@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from sm120kit import releases
+from sm120kit.sglang import releases
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
 from sm120kit.errors import CheckFailed, MissingDependency, UsageError
 from sm120kit.ui import Console, render_table
-from sm120kit.verify import backend_audit
+from sm120kit.audit import backends as backend_audit
 
 _FLASHINFER = {"yes": (True,), "no": (False,), "both": (True, False)}
 

@@ -6,14 +6,16 @@ from pathlib import Path
 
 import click
 
-from sm120kit import apply as engine
-from sm120kit import patchset, releases, workcopy
+from sm120kit.patching import engine
+from sm120kit.patching import series as patchset
+from sm120kit.sglang import releases
+from sm120kit.sglang import workcopy
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app, print_hunk_conflict
 from sm120kit.cli.common import shorten as _short
 from sm120kit.errors import NotSglangTree, UsageError
-from sm120kit.plan import PatchPlan
-from sm120kit.target import Target, find_target
+from sm120kit.patching.plan import PatchPlan
+from sm120kit.sglang.target import Target, find_target
 from sm120kit.ui import Console
 
 _PATH = click.argument("path", required=False, type=click.Path(path_type=Path))

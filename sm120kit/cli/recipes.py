@@ -8,11 +8,12 @@ from pathlib import Path
 import click
 from packaging.version import Version
 
-from sm120kit import recipes, releases
+from sm120kit.serve import recipes
+from sm120kit.sglang import releases
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
 from sm120kit.errors import CheckFailed, RecipeError
-from sm120kit.target import find_target
+from sm120kit.sglang.target import find_target
 from sm120kit.ui import print_json
 
 

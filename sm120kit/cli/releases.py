@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sm120kit import releases
+from sm120kit.sglang import releases
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from sm120kit import tune_moe
+from sm120kit.tune import moe as tune_moe
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
 from sm120kit.errors import UsageError
-from sm120kit.target import find_target
+from sm120kit.sglang.target import find_target
 
 
 def _block_shape(ctx, param, value: str | None) -> tuple[int, int] | None:

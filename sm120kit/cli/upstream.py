@@ -8,14 +8,16 @@ from typing import Iterator
 
 import click
 
-from sm120kit import patchset, releases
-from sm120kit import refresh as refresher
-from sm120kit import upstream
+from sm120kit.patching import series as patchset
+from sm120kit.sglang import releases
+from sm120kit.util.cache import cache_dir
+from sm120kit.upstream import refresh as refresher
+from sm120kit.upstream import check as upstream
 from sm120kit.cli import cli
 from sm120kit.cli.common import (AppContext, emit, exit_with, json_option, pass_app, print_hunk_conflict,
                                  shorten)
 from sm120kit.errors import DownloadError, ToolFailed, UsageError
-from sm120kit.gitrepo import SglangClone
+from sm120kit.sglang.gitrepo import SglangClone
 from sm120kit.ui import Console, render_markdown_table, render_table
 
 _SERIES = click.option("--series", "series_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
@@ -185,7 +187,7 @@ def _versions(ranges: tuple[str, ...], console: Console) -> list[str]:
             try:
                 available = releases.available_releases(console=console)
             except (DownloadError, ToolFailed) as exc:
-                cached = sorted(p.name for p in (releases.cache_dir() / "releases").glob("*")
+                cached = sorted(p.name for p in (cache_dir() / "releases").glob("*")
                                 if (p / "sglang" / "__init__.py").is_file())
                 console.warn(f"cannot list SGLang releases on PyPI ({exc.message}); using the {len(cached)} "
                              "cached ones.")

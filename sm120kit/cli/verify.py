@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sm120kit.arch import parse_capability
+from sm120kit.hardware.arch import parse_capability
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, json_option, pass_app
 from sm120kit.errors import UsageError

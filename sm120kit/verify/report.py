@@ -6,7 +6,7 @@ gather facts; :func:`assess` turns the facts into :class:`Flag` findings and is 
 decision logic is tested with faked devices on machines without a GPU.
 
 Every finding is judged against one compute capability: the GPU present, else SM120 (12.0, the family
-this tool exists for), else the one given with ``--arch``. The rules come from :mod:`sm120kit.arch`
+this tool exists for), else the one given with ``--arch``. The rules come from :mod:`sm120kit.hardware.arch`
 (minimum CUDA release, the arch-specific target) and from how binary code is matched to a GPU:
 
 * SASS for ``sm_XY`` runs on a GPU of the same major version with minor >= Y (``sm_120`` runs on 12.1);
@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from sm120kit import arch, runner
+from sm120kit import runner
+from sm120kit.hardware import arch
 from sm120kit.errors import MissingDependency, NotSglangTree, Sm120kitError, ToolFailed
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -156,7 +157,7 @@ class GpuInfo:
     capability: tuple[int, int]
     platform: str  # "cuda" | "hip"
     shared_memory_per_block_optin: int | None  # from the device
-    known_shared_memory_per_block: int | None  # sm120kit.arch's figure for the family
+    known_shared_memory_per_block: int | None  # sm120kit.hardware.arch's figure for the family
     family: str | None
     sm_count: int | None
     total_memory: int | None
@@ -524,7 +525,7 @@ def sgl_kernel_variant(package_dir: Path, capability: tuple[int, int] | None) ->
 
 def _fatbin_reader():
     try:
-        module = importlib.import_module("sm120kit.fatbin")
+        module = importlib.import_module("sm120kit.hardware.fatbin")
         return getattr(module, "inspect_library")
     except (ImportError, AttributeError):
         return None
@@ -553,7 +554,7 @@ def probe_sgl_kernel(capability: tuple[int, int] | None) -> SglKernelInfo:
         except Exception as exc:
             libraries.append(LibraryInfo(rel, loaded_by_loader=rel == variant_lib,
                                          error=f"{type(exc).__name__}: {exc}"))
-    note = None if reader else "SASS archs not read: sm120kit.fatbin (the fat-binary reader) is not available"
+    note = None if reader else "SASS archs not read: sm120kit.hardware.fatbin (the fat-binary reader) is not available"
     return SglKernelInfo(version, str(package_dir), variant, variant_lib, reason, tuple(libraries), note)
 
 
@@ -587,7 +588,7 @@ def probe_flashinfer() -> FlashInferInfo:
 
 
 def probe_sglang(path: str | Path | None) -> SglangInfo:
-    from sm120kit.target import find_target
+    from sm120kit.sglang.target import find_target
 
     try:
         target = find_target(path)
@@ -651,11 +652,11 @@ def pin_mismatches(pins: Mapping[str, str], installed: Mapping[str, str | None])
 def patch_state(target) -> tuple[Any, str]:
     """The sm120kit patch state of ``target`` from the patch engine, or a note why there is none."""
     try:
-        apply_module = importlib.import_module("sm120kit.apply")
+        apply_module = importlib.import_module("sm120kit.patching.engine")
         series_status = getattr(apply_module, "series_status")
-        load_series = getattr(importlib.import_module("sm120kit.patchset"), "load_series")
+        load_series = getattr(importlib.import_module("sm120kit.patching.series"), "load_series")
     except (ImportError, AttributeError):
-        return None, "not available: this sm120kit has no patch-state reader (sm120kit.apply.series_status)"
+        return None, "not available: this sm120kit has no patch-state reader (sm120kit.patching.engine.series_status)"
     try:
         result = series_status(target, load_series())
     except Sm120kitError as exc:
@@ -694,7 +695,7 @@ def _family_or_default(capability: tuple[int, int]) -> arch.GpuFamily | None:
 
 
 def min_tool_release(capability: tuple[int, int]) -> tuple[int, int]:
-    """The oldest CUDA release whose tools target ``capability`` (sm120kit.arch; 12.0 for unknown ones)."""
+    """The oldest CUDA release whose tools target ``capability`` (sm120kit.hardware.arch; 12.0 for unknown ones)."""
     fam = _family_or_default(capability)
     return fam.min_cuda if fam else (12, 0)
 

@@ -89,7 +89,7 @@ def _use_sglang_tree(path: str | None) -> str | None:
         return None
     import sys
 
-    from sm120kit.target import find_target
+    from sm120kit.sglang.target import find_target
 
     target = find_target(path)
     root = str(target.root)
@@ -113,11 +113,11 @@ def run_static_audits(report: EnvironmentReport, sglang_path: str | None, consol
 
 def _backend_audit(root: str, cap: str, flashinfer: bool, console) -> AuditOutcome:
     try:
-        mod = importlib.import_module("sm120kit.verify.backend_audit")
+        mod = importlib.import_module("sm120kit.audit.backends")
         audit = getattr(mod, "audit_backends")
     except (ImportError, AttributeError):
         return AuditOutcome("backend choice", "not-run",
-                            "not available: this sm120kit has no backend audit (sm120kit.verify.backend_audit)")
+                            "not available: this sm120kit has no backend audit (sm120kit.audit.backends)")
     start = time.perf_counter()
     try:
         result = audit(root, capabilities=(cap,), flashinfer=(flashinfer,), console=console)
@@ -150,13 +150,13 @@ def _backend_audit(root: str, cap: str, flashinfer: bool, console) -> AuditOutco
 
 
 def _smem_audit(root: str, cap: str, console) -> AuditOutcome:
-    if importlib.util.find_spec("sm120kit.verify.smem_audit") is None:
+    if importlib.util.find_spec("sm120kit.audit.smem") is None:
         return AuditOutcome("shared memory", "not-run",
-                            "not available: this sm120kit has no shared-memory audit (sm120kit.verify.smem_audit)")
-    mod = importlib.import_module("sm120kit.verify.smem_audit")
+                            "not available: this sm120kit has no shared-memory audit (sm120kit.audit.smem)")
+    mod = importlib.import_module("sm120kit.audit.smem")
     audit = getattr(mod, "audit_smem", None)
     if audit is None:
-        return AuditOutcome("shared memory", "not-run", "not available: sm120kit.verify.smem_audit has no audit_smem")
+        return AuditOutcome("shared memory", "not-run", "not available: sm120kit.audit.smem has no audit_smem")
     start = time.perf_counter()
     try:
         result = audit(root, capabilities=(cap,), console=console)

@@ -1,0 +1,390 @@
+"""Settings that run on 12.x but slowly (or not at all, when chosen by hand): the table ``explain`` and
+``recipes --check`` read.
+
+A rule is data: the setting a user controls (a flag, given as its server-argument destination, or an
+environment variable), the conditions under which it is slow, why (with the figure or the code location it
+rests on), and the fix. Conditions are small predicates over one :class:`Context`: the values SGLang's own
+parser read from the command line (``given``, explicit settings only), the values after SGLang's resolution
+where they are known (``values``, with the backend-audit keys ``attention_decode`` ...), the environment,
+the model's attention kind, the capability, and the source of the SGLang tree itself. A code condition
+reads the tree: a rule about a line of SGLang fires only where that line is still there (a patched tree or
+a release with the upstream fix passes), and the finding names the file and line it found.
+
+Severity ``slow`` is a warning (``explain --error-on-slow`` makes it an error; a recipe needs a note
+saying why such a setting is there); ``no-sm120-code`` is a backend chosen by hand that has no SM120 code
+in that release (:mod:`sm120kit.audit.backend_support` holds those facts; ``explain`` already fails on
+them, the finding adds the fix).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from sm120kit.audit import backend_support
+
+SLOW = "slow"
+NO_SM120_CODE = "no-sm120-code"
+
+BENCH_MLA = ("docs/benchmarks.md, 'MLA attention on SM120' (H200 in SM120 mode, SGLang 0.5.23's "
+             "decode_attention_fwd, MLA 576/512, 16 heads, CUDA graph replay)")
+
+
+# -- the context a rule is evaluated in -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Context:
+    release: str | None
+    capability: str  # "12.0"
+    package_dir: Path | None  # the tree's sglang/ folder (None: code conditions cannot be checked)
+    given: Mapping[str, Any]  # server-argument destinations set on the command line (SGLang's parser)
+    values: Mapping[str, Any]  # resolved server-argument fields and backend-audit keys, where known
+    env: Mapping[str, str] = field(default_factory=dict)
+    attention: str | None = None  # "mla", "mha" (every non-MLA kind) or None (unknown)
+    sm_count: int | None = None
+
+    def value(self, name: str) -> Any:
+        if name in self.values and self.values[name] is not None:
+            return self.values[name]
+        return self.given.get(name)
+
+    def read(self, relpath: str) -> str | None:
+        if self.package_dir is None:
+            return None
+        cache = self.__dict__.setdefault("_files", {})
+        if relpath not in cache:
+            path = self.package_dir / relpath
+            try:
+                cache[relpath] = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                cache[relpath] = None
+        return cache[relpath]
+
+
+# -- conditions (each returns False, or True / a code location string when it holds) ----------------------
+
+
+@dataclass(frozen=True)
+class Given:
+    """A server argument set on the command line, with an optional test of its value."""
+
+    dest: str
+    test: Callable[[Any, Context], bool] | None = None
+    text: str = ""
+
+    def check(self, ctx: Context):
+        if self.dest not in ctx.given:
+            return False
+        return True if self.test is None else bool(self.test(ctx.given[self.dest], ctx))
+
+
+@dataclass(frozen=True)
+class Value:
+    """A resolved value (or, without a resolution, the given one) is one of ``choices`` / passes ``test``."""
+
+    name: str
+    choices: tuple[str, ...] = ()
+    prefix: str | None = None
+
+    def check(self, ctx: Context):
+        value = ctx.value(self.name)
+        if value is None:
+            return False
+        text = str(value)
+        return text in self.choices or (self.prefix is not None and text.startswith(self.prefix))
+
+
+@dataclass(frozen=True)
+class Env:
+    """An environment variable set to a value SGLang reads as true."""
+
+    name: str
+
+    def check(self, ctx: Context):
+        return str(ctx.env.get(self.name, "")).strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Attention:
+    kind: str  # "mla" or "mha"
+
+    def check(self, ctx: Context):
+        return ctx.attention == self.kind
+
+
+@dataclass(frozen=True)
+class Code:
+    """The tree's ``path`` (relative to ``sglang/``) matches ``pattern`` (``present``) or does not.
+
+    A present match yields "sglang/PATH:LINE" for the finding's source. Without a readable tree the
+    condition fails either way (no finding rests on code that could not be read)."""
+
+    path: str
+    pattern: str
+    present: bool = True
+
+    def check(self, ctx: Context):
+        text = ctx.read(self.path)
+        if text is None:
+            return False
+        lines = [text.count("\n", 0, m.start()) + 1 for m in re.finditer(self.pattern, text)]
+        if not self.present:
+            return not lines
+        return f"sglang/{self.path}:{','.join(map(str, lines))}" if lines else False
+
+
+@dataclass(frozen=True)
+class NoSm120Code:
+    """The backend-audit key's value has no SM120 code in this release (backend_support's table)."""
+
+    key: str
+
+    def check(self, ctx: Context):
+        backends = {self.key: _str(ctx.value(self.key))}
+        return bool(backend_support.unsupported_choices(ctx.release, ctx.capability, backends))
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+# -- the rules --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlowRule:
+    id: str
+    setting: str  # as the user writes it: "--triton-attention-num-kv-splits", "SGLANG_..."
+    when: tuple
+    why: str
+    source: str
+    fix: str
+    severity: str = SLOW
+    # The flags (without dashes) or environment variables a recipe note may carry `slow` on to keep it.
+    recipe_keys: tuple[str, ...] = ()
+    value_of: str | None = None  # the destination or variable whose value the finding shows
+    capabilities: tuple[str, ...] = backend_support.SM12X
+
+    def evaluate(self, ctx: Context) -> "SlowFinding | None":
+        if ctx.capability not in self.capabilities:
+            return None
+        where: list[str] = []
+        for cond in self.when:
+            got = cond.check(ctx)
+            if not got:
+                return None
+            if isinstance(got, str):
+                where.append(got)
+        name = self.value_of or ""
+        if name.startswith("SGLANG_"):
+            value, origin = ctx.env.get(name), "environment"
+        elif name in ctx.given:
+            value, origin = ctx.given[name], "command line"
+        else:
+            value, origin = ctx.value(name), "SGLang's choice"
+        source = self.source + (f"; found in this tree at {', '.join(where)}" if where else "")
+        return SlowFinding(self.id, self.setting, _str(value), origin, self.severity,
+                           self.why.format(**_fmt(ctx)), source, self.fix.format(**_fmt(ctx)), self.recipe_keys)
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "setting": self.setting, "severity": self.severity, "why": self.why,
+                "source": self.source, "fix": self.fix, "capabilities": list(self.capabilities)}
+
+
+@dataclass(frozen=True)
+class SlowFinding:
+    rule: str
+    setting: str
+    value: str | None
+    origin: str  # "command line", "environment" or "SGLang's choice"
+    severity: str
+    why: str
+    source: str
+    fix: str
+    recipe_keys: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.setting}={self.value}" if self.value is not None else self.setting
+
+    def to_json(self) -> dict:
+        return {"rule": self.rule, "setting": self.setting, "value": self.value, "origin": self.origin,
+                "severity": self.severity, "why": self.why, "source": self.source, "fix": self.fix}
+
+
+def wanted_splits(sm_count: int | None) -> int:
+    """The split cap SGLang's own MLA code picks on a device: the next power of two of its SM count (the
+    context-length term only lowers it for short contexts); 256 on a 188-SM RTX PRO 6000 Blackwell."""
+    if not sm_count or sm_count <= 0:
+        return 256
+    return 1 << (sm_count - 1).bit_length()
+
+
+def _fmt(ctx: Context) -> dict:
+    return {"wanted": wanted_splits(ctx.sm_count), "sm": ctx.sm_count or "its"}
+
+
+def _low_splits(value: Any, ctx: Context) -> bool:
+    try:
+        return int(value) < wanted_splits(ctx.sm_count)
+    except (TypeError, ValueError):
+        return False
+
+
+_TRITON_BACKEND = "srt/layers/attention/triton_backend.py"
+# A tree whose Triton backend raises the split cap from the SM count for every model: sm120kit's
+# sm120-decode-kv-splits patch, or the upstream form its patch.toml marker matches (sglang PR #21775).
+_SPLITS_RAISED = (Code(_TRITON_BACKEND, r"_sm120_decode_kv_splits_cap\(", present=False),
+                  Code(_TRITON_BACKEND, r"(?m)^        self\.max_kv_splits = max\([^\n]*device_core_count",
+                       present=False))
+_FLASHINFER_MLA = "srt/layers/attention/flashinfer_mla_backend.py"
+
+_SPLITS_WHY = (
+    "The Triton decode kernel splits each request's KV into at most this many parts; with few splits a "
+    "batch-1 long-context decode keeps only a few of the GPU's {sm} SMs busy. Measured per layer at 185k "
+    "context, batch 1: 8 splits 2.368 ms, 64 splits 0.327 ms, 256 splits 0.184 ms (12.9x between 8 and 256).")
+_SPLITS_FIX = (
+    "Give --triton-attention-num-kv-splits {wanted} (the next power of two of the SM count, the cap SGLang "
+    "0.5.12 and later give MLA decode themselves). SGLang still picks fewer splits per request at "
+    "short contexts; the cap sizes a float32 buffer of batch x heads x splits x (value dims + 1) values "
+    "for the largest CUDA-graph batch.")
+_FP8_FI_WHY = (
+    "With an fp8 KV cache the FlashInfer MLA backend converts the layer's whole KV pool to the query dtype "
+    "on every forward (get_key_buffer(layer.layer_id).to(q.dtype), in prefill and decode): the cost grows "
+    "with the pool size (every token the server can hold), not with the tokens a batch attends to.")
+_FP8_FI_FIX = (
+    "Use --attention-backend triton (SGLang's default for MLA on 12.x; its MLA decode reads fp8 KV directly), "
+    "or keep the KV cache in the model dtype (--kv-cache-dtype auto), or run a tree where the FlashInfer MLA "
+    "backend converts only the pages a batch reads (upstream PR #35322).")
+_TRTLLM_FIX = ("Choose a backend with SM120 code: --attention-backend triton or flashinfer (MLA: triton); "
+               "MoE: leave --moe-runner-backend to SGLang (auto) or use triton / flashinfer_cutlass.")
+
+RULES: tuple[SlowRule, ...] = (
+    SlowRule(
+        "triton-kv-splits-low", "--triton-attention-num-kv-splits",
+        (Given("triton_attention_num_kv_splits", _low_splits), Value("attention_decode", ("triton",)),
+         Attention("mha"), *_SPLITS_RAISED),
+        _SPLITS_WHY + " For non-MLA models the value is the cap itself in every release up to 0.5.23 "
+        "(upstream PR #35801 open) unless sm120kit's sm120-decode-kv-splits patch is applied.",
+        BENCH_MLA + "; sglang/srt/layers/attention/triton_backend.py: max_kv_splits = "
+        "triton_attention_num_kv_splits",
+        _SPLITS_FIX, recipe_keys=("triton-attention-num-kv-splits",), value_of="triton_attention_num_kv_splits"),
+    SlowRule(
+        "triton-kv-splits-low-mla", "--triton-attention-num-kv-splits",
+        (Given("triton_attention_num_kv_splits", _low_splits), Value("attention_decode", ("triton",)),
+         Attention("mla"), Code(_TRITON_BACKEND, r"_mla_decode_kv_splits_cap", present=False), *_SPLITS_RAISED),
+        _SPLITS_WHY + " This release caps MLA decode at the value too (from 0.5.12 SGLang raises the MLA "
+        "cap from the SM count and context length, _mla_decode_kv_splits_cap, upstream PR #20479; then a "
+        "low value is harmless for MLA).",
+        BENCH_MLA + "; _mla_decode_kv_splits_cap is absent from this tree's "
+        "sglang/srt/layers/attention/triton_backend.py",
+        _SPLITS_FIX, recipe_keys=("triton-attention-num-kv-splits",), value_of="triton_attention_num_kv_splits"),
+    SlowRule(
+        "fp8-kv-flashinfer-mla", "--kv-cache-dtype",
+        (Value("kv_cache_dtype", prefix="fp8"), Value("attention_decode", ("flashinfer",)), Attention("mla"),
+         Code(_FLASHINFER_MLA, r"get_key_buffer\(\s*layer\.layer_id\s*\)\s*\.to\(\s*q\.dtype\s*\)")),
+        _FP8_FI_WHY,
+        "the conversion is in every release 0.5.2-0.5.23 (forward_batch.token_to_kv_pool... up to 0.5.13, "
+        "self.token_to_kv_pool... from 0.5.14); upstream PR #35322 open",
+        _FP8_FI_FIX, recipe_keys=("kv-cache-dtype", "attention-backend"), value_of="kv_cache_dtype"),
+    SlowRule(
+        "static-kv-splits", "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS",
+        (Env("SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS"), Value("attention_decode", ("triton",)),
+         Attention("mla"), Code(_TRITON_BACKEND, r"_mla_decode_kv_splits_cap\("),
+         Code(_TRITON_BACKEND, r"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS"),
+         Code(_TRITON_BACKEND, r"num_kv_splits\.fill_\(\s*self\.max_kv_splits\s*\)")),
+        "Every request decodes with the maximum split count instead of the count SGLang picks from its "
+        "length and the SM count. For MLA this release raises the maximum to the next power of two of the "
+        "SM count (_mla_decode_kv_splits_cap; 256 on "
+        "an RTX PRO 6000 Blackwell), and at short contexts that many splits is slow: at 8k context, batch 32, "
+        "256 splits took 0.389 ms per layer against 0.161 ms with 8; batch 1, 0.073 against 0.031 ms with 64.",
+        BENCH_MLA + " (MLA decode, every case)",
+        "Unset SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS (it is meant for debugging and determinism checks).",
+        recipe_keys=("SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS",),
+        value_of="SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS"),
+    SlowRule(
+        "radix-force-miss", "SGLANG_RADIX_FORCE_MISS",
+        (Env("SGLANG_RADIX_FORCE_MISS"), Code("srt/mem_cache/common.py", r"SGLANG_RADIX_FORCE_MISS")),
+        "Every prefix-cache lookup is turned into a miss (zero_match_result), so shared prompt prefixes are "
+        "prefilled again for every request.",
+        "code: the match result is replaced by zero_match_result",
+        "Unset SGLANG_RADIX_FORCE_MISS (a test switch); to turn the prefix cache off on purpose use "
+        "--disable-radix-cache.",
+        recipe_keys=("SGLANG_RADIX_FORCE_MISS",), value_of="SGLANG_RADIX_FORCE_MISS"),
+    SlowRule(
+        "draft-extend-no-cuda-graph", "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH",
+        (Env("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"), Value("speculative_algorithm", ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "FROZEN_KV_MTP")),
+         Code("srt/speculative/eagle_worker_v2.py", r"not envs\.SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH")),
+        "The EAGLE draft model's extend step is not captured in a CUDA graph, so it runs eagerly, launch by "
+        "launch, on every speculative step.",
+        "code: the draft-extend CUDA graph runner is only built when the variable is unset",
+        "Unset SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH.",
+        recipe_keys=("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH",), value_of="SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"),
+    SlowRule(
+        "trtllm-attention-explicit", "--attention-backend",
+        (Given("attention_backend", lambda v, _ctx: str(v) in ("trtllm_mla", "trtllm_mha")),
+         NoSm120Code("attention_decode")),
+        "A trtllm attention backend was chosen by hand; in this release it has no SM120 code for decode "
+        "(trtllm_mla: SM100-only trtllm-gen kernels in every release; trtllm_mha: before 0.5.10).",
+        "sm120kit's backend rules (explain --json 'rules'); sglang issue #24633",
+        _TRTLLM_FIX, severity=NO_SM120_CODE, recipe_keys=(), value_of="attention_backend"),
+    SlowRule(
+        "trtllm-attention-explicit-prefill", "--attention-backend",
+        (Given("attention_backend", lambda v, _ctx: str(v) == "trtllm_mha"), NoSm120Code("attention_prefill")),
+        "trtllm_mha was chosen by hand; before 0.5.19 its prefill uses trtllm-gen kernels only (SM100).",
+        "sm120kit's backend rules (explain --json 'rules'); fmha_v2 prefill for SM120 first in 0.5.19",
+        _TRTLLM_FIX, severity=NO_SM120_CODE, recipe_keys=(), value_of="attention_backend"),
+    SlowRule(
+        "trtllm-moe-explicit", "--moe-runner-backend",
+        (Given("moe_runner_backend", lambda v, _ctx: str(v) == "flashinfer_trtllm"), NoSm120Code("moe_runner")),
+        "The flashinfer_trtllm MoE runner was chosen by hand; its trtllm-gen fused MoE kernels are built for "
+        "SM100/SM103 only.",
+        "sm120kit's backend rules (explain --json 'rules'): srt/layers/moe/moe_runner/flashinfer_trtllm.py has "
+        "no SM120 branch",
+        _TRTLLM_FIX, severity=NO_SM120_CODE, recipe_keys=(), value_of="moe_runner_backend"),
+)
+
+
+def find(ctx: Context) -> tuple[SlowFinding, ...]:
+    """The findings of every rule that holds in ``ctx`` (one per rule), in table order."""
+    found = []
+    for rule in RULES:
+        finding = rule.evaluate(ctx)
+        if finding is not None:
+            found.append(finding)
+    return tuple(found)
+
+
+# -- inputs shared by explain and recipes -----------------------------------------------------------------
+
+_MLA_TEXT = re.compile(r"\bMLA\b|latent attention", re.IGNORECASE)
+
+
+def attention_kind_from_text(text: str) -> str:
+    """A recipe's [model].architecture text -> "mla" or "mha"."""
+    return "mla" if _MLA_TEXT.search(text or "") else "mha"
+
+
+def attention_kind_from_config(config: Mapping[str, Any]) -> str | None:
+    """A model's config.json -> "mla" when it has a compressed (latent) KV rank, else "mha"."""
+    if not config:
+        return None
+    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    return "mla" if config.get("kv_lora_rank") or inner.get("kv_lora_rank") else "mha"
+
+
+def backend_values(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The backend-audit keys a command line fixes by itself (no resolution): --attention-backend sets
+    prefill and decode unless --prefill/--decode-attention-backend say otherwise."""
+    base = given.get("attention_backend")
+    return {
+        "attention_prefill": given.get("prefill_attention_backend") or base,
+        "attention_decode": given.get("decode_attention_backend") or base,
+        "moe_runner": given.get("moe_runner_backend"),
+    }
+
+
+__all__ = ["Context", "SlowRule", "SlowFinding", "RULES", "find", "wanted_splits", "SLOW", "NO_SM120_CODE",
+           "attention_kind_from_text", "attention_kind_from_config", "backend_values"]

@@ -1,0 +1,1 @@
+"""Facts about SM12x GPUs and their binaries: the Arch type, fat-binary and cubin readers, the fake device."""

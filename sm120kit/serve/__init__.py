@@ -1,0 +1,1 @@
+"""Serving: recipes, server-argument probe, flag checks, launch, docker arguments."""

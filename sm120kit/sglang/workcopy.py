@@ -1,0 +1,52 @@
+"""Working copies of cached SGLang releases: ``<cache>/work/<release>/``, where ``apply --release`` patches.
+
+The pristine unpacked release (:func:`sm120kit.sglang.releases.fetch_release`) is never written to; its working
+copy is created from it on first use (copied to a temporary folder, then renamed into place, so a copy
+is never half made) and can be recreated with ``fresh=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from sm120kit.sglang import releases
+from sm120kit.util.cache import cache_dir
+from sm120kit.util.atomicfile import current_umask, make_temp_dir, sweep_temp_dirs
+from sm120kit.errors import IOFailure
+
+
+def work_dir(version: str, cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "work" / releases.normalize(version)
+
+
+def work_copy(version: str, *, fresh: bool = False, cache: Path | None = None, console=None) -> Path:
+    """The working copy of release ``version`` (downloaded and copied if needed); the folder holding
+    ``sglang/``. Temporary copies a killed run left behind are removed first."""
+    version = releases.normalize(version)
+    dest = work_dir(version, cache)
+    if dest.parent.is_dir():
+        sweep_temp_dirs(dest.parent, version)
+    if (dest / "sglang" / "__init__.py").is_file() and not fresh:
+        return dest
+    pristine = releases.fetch_release(version, cache=cache, console=console)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = make_temp_dir(dest.parent, version)
+        try:
+            shutil.copytree(pristine, tmp, dirs_exist_ok=True, symlinks=True)
+            os.chmod(tmp, 0o777 & ~current_umask())  # copytree gave it the pristine folder's mode
+            if dest.exists():
+                old = make_temp_dir(dest.parent, version)  # the old copy goes aside, then away
+                os.replace(dest, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except OSError as exc:
+        raise IOFailure(f"Cannot create the working copy {dest}: {exc.strerror or exc}.",
+                        hint="Check that the cache folder is writable (SM120KIT_CACHE_DIR selects another).") \
+            from None
+    return dest

@@ -1,0 +1,1 @@
+"""Tuning runs on a real GPU: the fused-MoE config tuner."""

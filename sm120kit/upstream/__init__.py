@@ -1,0 +1,1 @@
+"""Checking the series against newer SGLang (releases, main, moved files) and refreshing its diffs."""

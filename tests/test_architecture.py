@@ -1,0 +1,43 @@
+"""The package layers of docs/design.md hold: the import-linter contracts in pyproject.toml are all kept.
+
+The linter reads the imports of this checkout's sm120kit (not an installed copy) and fails on a lower layer
+importing a higher one, on feature packages importing each other, and on anything outside sm120kit.cli
+importing sm120kit.ui.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytest.importorskip("importlinter", reason="import-linter is in the test extra: pip install -e '.[test]'")
+
+
+def test_import_contracts_are_kept() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    code = ("import sys; from importlinter.cli import lint_imports; "
+            "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 broken" in proc.stdout and "BROKEN" not in proc.stdout
+
+
+def test_contracts_cover_every_package() -> None:
+    """Each subpackage of sm120kit is named by the layers contract, so a new package cannot sit outside it."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    [layers] = [c for c in config["contracts"] if c["type"] == "layers"]
+    named = {name.strip() for layer in layers["layers"] for name in layer.replace(":", "|").split("|")}
+    packages = {f"sm120kit.{p.name}" for p in (REPO / "sm120kit").iterdir() if (p / "__init__.py").is_file()}
+    packages |= {"sm120kit.errors", "sm120kit.runner"}
+    assert packages <= named, f"not in the layers contract: {sorted(packages - named)}"
