@@ -19,8 +19,8 @@ import torch
 
 from build_support import run_cli
 from sm120kit.errors import UsageError
-from sm120kit.verify import check_sglang, checks
-from sm120kit.verify.checks import ABS, FAIL, OK, REL_FRO, REL_MAX, SKIPPED, CaseResult, Check, Skip
+from sm120kit.verify import check, check_sglang, checks
+from sm120kit.verify.check import ABS, FAIL, OK, REL_FRO, REL_MAX, SKIPPED, CaseResult, Check, Skip
 
 TESTS = Path(__file__).resolve().parent
 
@@ -30,25 +30,25 @@ TESTS = Path(__file__).resolve().parent
 
 def test_compare_within_and_over_tolerance():
     ref = torch.linspace(-2, 2, 64)
-    ok = checks.compare("close", ref + 0.001, ref, tol=0.01)
+    ok = check.compare("close", ref + 0.001, ref, tol=0.01)
     assert ok.ok and ok.metric == ABS and math.isclose(ok.max_error, 0.001, rel_tol=1e-3)
-    bad = checks.compare("far", ref + 0.05, ref, tol=0.01)
+    bad = check.compare("far", ref + 0.05, ref, tol=0.01)
     assert not bad.ok and "max|Δ| 0.0500 > 0.0100" in bad.describe()
-    rel = checks.compare("rel", ref * 1.001, ref, tol=0.01, metric=REL_MAX)
+    rel = check.compare("rel", ref * 1.001, ref, tol=0.01, metric=REL_MAX)
     assert rel.ok and rel.max_error == pytest.approx(0.001, rel=1e-2)
-    fro = checks.compare("fro", ref * 1.5, ref, tol=0.3, metric=REL_FRO)
+    fro = check.compare("fro", ref * 1.5, ref, tol=0.3, metric=REL_FRO)
     assert not fro.ok and fro.max_error == pytest.approx(0.5, rel=1e-3)
 
 
 def test_compare_fails_all_zeros_nan_and_wrong_shapes():
     ref = torch.randn(8, 8)
-    zeros = checks.compare("zeros", torch.zeros(8, 8), ref, tol=10.0)  # within a loose tolerance, still a failure
+    zeros = check.compare("zeros", torch.zeros(8, 8), ref, tol=10.0)  # within a loose tolerance, still a failure
     assert not zeros.ok and "all zeros" in zeros.note
     nan = ref.clone()
     nan[0, 0] = float("nan")
-    bad = checks.compare("nan", nan, ref, tol=1.0)
+    bad = check.compare("nan", nan, ref, tol=1.0)
     assert not bad.ok and "1 non-finite" in bad.note
-    shape = checks.compare("shape", torch.zeros(4), ref, tol=1.0)
+    shape = check.compare("shape", torch.zeros(4), ref, tol=1.0)
     assert not shape.ok and "output shape" in shape.error
 
 
@@ -56,16 +56,16 @@ def test_reference_attention_matches_torch_sdpa():
     """The float32 reference the attention checks compare with, against torch's own SDPA (CPU)."""
     torch.manual_seed(0)
     q, k, v = torch.randn(37, 8, 64), torch.randn(37, 2, 64), torch.randn(37, 2, 32)
-    ours = check_sglang.ref_attention(torch, q, k, v, 0.125, causal_offset=0)
+    ours = check.ref_attention(torch, q, k, v, 0.125, causal_offset=0)
     sdpa = torch.nn.functional.scaled_dot_product_attention(
         q.transpose(0, 1), k.repeat_interleave(4, 1).transpose(0, 1), v.repeat_interleave(4, 1).transpose(0, 1),
         is_causal=True, scale=0.125).transpose(0, 1)
     assert torch.allclose(ours, sdpa, atol=1e-5)
     # a prefix of 5 cached tokens: query i sees keys 0 .. 5 + i
     q2 = torch.randn(3, 8, 64)
-    shifted = check_sglang.ref_attention(torch, q2, k[:8], v[:8], 0.125, causal_offset=5)
+    shifted = check.ref_attention(torch, q2, k[:8], v[:8], 0.125, causal_offset=5)
     for i in range(3):
-        alone = check_sglang.ref_attention(torch, q2[i:i + 1], k[:6 + i], v[:6 + i], 0.125)
+        alone = check.ref_attention(torch, q2[i:i + 1], k[:6 + i], v[:6 + i], 0.125)
         assert torch.allclose(shifted[i:i + 1], alone, atol=1e-5)
 
 
@@ -104,20 +104,20 @@ def test_run_case_turns_errors_into_failed_cases():
     def boom():
         raise RuntimeError("no kernel image is available for execution on the device")
 
-    (case,) = checks.run_case("x", boom)
+    (case,) = check.run_case("x", boom)
     assert not case.ok and case.error.startswith("RuntimeError: no kernel image")
 
     def missing():
         raise ModuleNotFoundError("No module named 'tvm_ffi'", name="tvm_ffi")
 
-    (case,) = checks.run_case("y", missing)
+    (case,) = check.run_case("y", missing)
     assert case.skipped and "tvm_ffi" in case.skipped
 
     def skip():
         raise Skip("not installed")
 
     with pytest.raises(Skip):
-        checks.run_case("z", skip)
+        check.run_case("z", skip)
 
 
 def test_select_checks_by_name_and_backend():
@@ -139,10 +139,10 @@ def test_call_with_known_params_passes_what_the_release_takes():
         return ("new", k_scale, v_scale)
 
     values = dict(q=1, k=2, k_scale=1.0, v_scale=1.0, sm_scale=0.5)
-    assert checks.call_with_known_params(old, "old", values) == ("old", 0.5)
-    assert checks.call_with_known_params(new, "new", values) == ("new", 1.0, 1.0)
+    assert check.call_with_known_params(old, "old", values) == ("old", 0.5)
+    assert check.call_with_known_params(new, "new", values) == ("new", 1.0, 1.0)
     with pytest.raises(RuntimeError, match="wants parameters .*: k"):
-        checks.call_with_known_params(new, "new", dict(q=1))
+        check.call_with_known_params(new, "new", dict(q=1))
 
 
 def test_import_sglang_module_without_sglang():
@@ -151,9 +151,9 @@ def test_import_sglang_module_without_sglang():
     if importlib.util.find_spec("sglang") is not None:  # pragma: no cover - SGLang installed in this venv
         pytest.skip("SGLang is importable here")
     with pytest.raises(Skip, match="SGLang is not installed"):
-        checks.import_sglang_module("sglang.kernels.ops.attention.extend_attention")
+        check.import_sglang_module("sglang.kernels.ops.attention.extend_attention")
     with pytest.raises(Skip, match="FlashInfer .* is not installed"):
-        checks.import_installed("flashinfer_that_is_not_there", "FlashInfer (flashinfer-python)")
+        check.import_installed("flashinfer_that_is_not_there", "FlashInfer (flashinfer-python)")
 
 
 def test_no_gpu_skips_every_check_and_says_no_kernel_ran():

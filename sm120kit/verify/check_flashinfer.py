@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from sm120kit.verify.check_sglang import ATTN_TOL_BF16, ref_attention
-from sm120kit.verify.checks import (
+from sm120kit.verify.check import (
+    ATTN_TOL_BF16,
     REL_FRO,
     CaseResult,
     Check,
@@ -21,6 +21,7 @@ from sm120kit.verify.checks import (
     call_with_known_params,
     compare,
     import_installed,
+    ref_attention,
     run_case,
 )
 

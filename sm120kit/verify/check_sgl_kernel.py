@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from sm120kit.verify.checks import (
+from sm120kit.verify.check import (
     REL_FRO,
     REL_MAX,
     CaseResult,

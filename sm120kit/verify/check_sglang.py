@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 
-from sm120kit.verify.checks import (
+from sm120kit.verify.check import (
     ABS,
+    ATTN_TOL_BF16,
     REL_FRO,
     CaseResult,
     Check,
@@ -26,40 +27,15 @@ from sm120kit.verify.checks import (
     call_with_known_params,
     compare,
     import_sglang_module,
+    ref_attention,
     run_case,
 )
 
 ATTENTION_PACKAGES = ("sglang.kernels.ops.attention", "sglang.srt.layers.attention.triton_ops")
 
-ATTN_TOL_BF16 = 2e-2
-"""max |Δ| for bf16 attention outputs (inputs ~N(0,1)): bf16 keeps 8 bits, so outputs of magnitude up to 2
-round by up to 2^-8 = 0.0039 and the P·V product adds the rounding of P."""
-
 
 def _attention_module(leaf: str):
     return import_sglang_module(*(f"{pkg}.{leaf}" for pkg in ATTENTION_PACKAGES))
-
-
-def ref_attention(torch, q, k, v, scale: float, causal_offset: int | None = None, mask=None):
-    """Float32 attention. ``q`` [Lq, Hq, D], ``k`` [Lk, Hkv, D], ``v`` [Lk, Hkv, Dv] -> [Lq, Hq, Dv].
-
-    Query ``i`` sits at position ``causal_offset + i`` and sees keys ``0 .. causal_offset + i`` when
-    ``causal_offset`` is given; the keys ``mask[i]`` allows when a [Lq, Lk] boolean ``mask`` is given; every
-    key otherwise. Query heads map to KV heads in groups (GQA/MQA).
-    """
-    group = q.shape[1] // k.shape[1]
-    kf = k.float().repeat_interleave(group, dim=1)
-    vf = v.float().repeat_interleave(group, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q.float(), kf) * scale
-    if causal_offset is not None:
-        lq, lk = q.shape[0], k.shape[0]
-        pos_q = torch.arange(lq, device=q.device)[:, None] + causal_offset
-        pos_k = torch.arange(lk, device=q.device)[None, :]
-        scores = scores.masked_fill((pos_k > pos_q)[None], float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(~mask[None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.einsum("hqk,khd->qhd", probs, vf)
 
 
 # -- prefill (context_attention_fwd: vision encoders' Triton attention) ---------------------------------------

@@ -1,252 +1,38 @@
-"""Numeric smoke tests of every backend SGLang can use on the GPU present.
+"""The numeric checks of ``sm120kit verify``: the registry of every backend family's checks, and the runner.
 
-Each :class:`Check` imports one backend and runs it on small inputs against a torch reference computed
-in float32; every case states its error metric and tolerance. A check ends ``ok`` (every case within
-tolerance), ``fail`` (an error, or an error over tolerance: the case says which) or ``skipped`` (why:
-no GPU, not installed, the GPU lacks the feature). An import is not a test; only a comparison counts.
-
-The checks themselves live in one module per backend family (:mod:`.check_sglang`,
-:mod:`.check_sgl_kernel`, :mod:`.check_flashinfer`); this module holds the registry, the comparison
-functions and the runner.
+What a check is and how it compares with its reference is :mod:`.check`; the checks themselves are
+:mod:`.check_sglang`, :mod:`.check_sgl_kernel` and :mod:`.check_flashinfer`.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from sm120kit.errors import UsageError
+from sm120kit.verify import check_flashinfer, check_sgl_kernel, check_sglang
+from sm120kit.verify.check import (
+    FAIL,
+    OK,
+    SKIPPED,
+    CaseResult,
+    Check,
+    CheckContext,
+    CheckResult,
+    Skip,
+    _ratio,
+    describe_exception,
+    hint_for,
+)
 
-OK, FAIL, SKIPPED = "ok", "fail", "skipped"
-
-
-class Skip(Exception):
-    """Raised inside a check: it cannot run here, for the reason given."""
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    """One input shape/dtype of a check, compared with its reference."""
-
-    label: str
-    ok: bool
-    max_error: float | None = None
-    tolerance: float | None = None
-    metric: str = ""  # "max|Δ|", "max|Δ|/max|ref|", "‖Δ‖/‖ref‖"
-    error: str | None = None  # the exception, when the case raised
-    note: str = ""
-    skipped: str | None = None  # why this case could not run (a package it needs is not installed)
-
-    def describe(self) -> str:
-        if self.skipped:
-            return f"{self.label}: skipped ({self.skipped})"
-        if self.error:
-            return f"{self.label}: {self.error}"
-        text = f"{self.label}: {self.metric} {fmt_err(self.max_error)} "
-        text += ("<= " if self.ok else "> ") + fmt_err(self.tolerance)
-        return text + (f" ({self.note})" if self.note else "")
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    backend: str
-    title: str
-    status: str  # ok | fail | skipped
-    detail: str
-    seconds: float
-    cases: tuple[CaseResult, ...] = ()
-    hint: str = ""
-
-    @property
-    def worst(self) -> CaseResult | None:
-        """The case with the largest error relative to its tolerance (a raising case counts as worst)."""
-        ranked = [c for c in self.cases if c.error and not c.skipped] or sorted(
-            (c for c in self.cases if c.tolerance and not c.skipped), key=lambda c: -(_ratio(c)))
-        return ranked[0] if ranked else None
-
-    def to_json(self) -> dict:
-        worst = self.worst
-        return {
-            "name": self.name,
-            "backend": self.backend,
-            "title": self.title,
-            "status": self.status,
-            "detail": self.detail,
-            "seconds": round(self.seconds, 3),
-            "max_error": None if worst is None or worst.max_error is None else worst.max_error,
-            "tolerance": None if worst is None else worst.tolerance,
-            "hint": self.hint or None,
-            "cases": [
-                {"label": c.label, "ok": c.ok, "max_error": c.max_error, "tolerance": c.tolerance,
-                 "metric": c.metric, "error": c.error, "note": c.note or None, "skipped": c.skipped}
-                for c in self.cases
-            ],
-        }
-
-
-def _ratio(case: CaseResult) -> float:
-    if case.max_error is None or not case.tolerance:
-        return math.inf
-    if math.isnan(case.max_error):
-        return math.inf
-    return case.max_error / case.tolerance
-
-
-def fmt_err(value: float | None) -> str:
-    if value is None:
-        return "?"
-    if math.isnan(value) or math.isinf(value):
-        return str(value)
-    return f"{value:.2e}" if value and (value < 1e-3 or value >= 1e3) else f"{value:.4f}"
-
-
-@dataclass(frozen=True)
-class CheckContext:
-    """What a check runs with: torch, the CUDA device and its capability."""
-
-    torch: Any
-    device: Any
-    capability: tuple[int, int]
-    gpu_name: str
-
-    def seed(self, value: int = 0) -> None:
-        self.torch.manual_seed(value)
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str  # "triton-extend"
-    backend: str  # "triton" | "torch_native" | "sgl_kernel" | "flashinfer"
-    title: str
-    run: Callable[[CheckContext], list[CaseResult]] = field(repr=False, compare=False)
-
-
-# -- comparison -----------------------------------------------------------------------------------------------
-
-ABS, REL_MAX, REL_FRO = "max|Δ|", "max|Δ|/max|ref|", "‖Δ‖/‖ref‖"
-
-
-def compare(label: str, out, ref, *, tol: float, metric: str = ABS, note: str = "") -> CaseResult:
-    """``out`` (any dtype) against ``ref`` (float32) with ``metric``; NaN/Inf or all-zero output fails."""
-    out32 = out.float()
-    ref32 = ref.float()
-    if tuple(out32.shape) != tuple(ref32.shape):
-        return CaseResult(label, False, error=f"output shape {tuple(out32.shape)} != reference {tuple(ref32.shape)}")
-    if not bool(out32.isfinite().all()):
-        bad = int((~out32.isfinite()).sum())
-        return CaseResult(label, False, math.nan, tol, metric, note=f"{bad} non-finite values in the output")
-    diff = (out32 - ref32).abs()
-    ref_scale = float(ref32.abs().max()) if ref32.numel() else 0.0
-    if metric == ABS:
-        err = float(diff.max()) if diff.numel() else 0.0
-    elif metric == REL_MAX:
-        err = (float(diff.max()) if diff.numel() else 0.0) / max(ref_scale, 1e-12)
-    elif metric == REL_FRO:
-        err = float((out32 - ref32).norm()) / max(float(ref32.norm()), 1e-12)
-    else:  # pragma: no cover - a programming error
-        raise ValueError(metric)
-    if ref_scale > 0 and out32.numel() and float(out32.abs().max()) == 0.0:
-        note = (note + "; " if note else "") + "the output is all zeros"
-        return CaseResult(label, False, err, tol, metric, note=note)
-    return CaseResult(label, err <= tol, err, tol, metric, note=note)
-
-
-def describe_exception(exc: BaseException) -> str:
-    text = str(exc).strip().replace("\n", " ")
-    if len(text) > 400:
-        text = text[:400] + " ..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def run_case(label: str, func: Callable[[], CaseResult | list[CaseResult]]) -> list[CaseResult]:
-    """Run one case; an exception becomes a failed case (a :class:`Skip` skips the whole check)."""
-    try:
-        result = func()
-    except Skip:
-        raise
-    except ModuleNotFoundError as exc:
-        top = (exc.name or "").split(".")[0]
-        if top and top != "sglang":
-            return [CaseResult(label, False, skipped=f"needs the Python package '{top}', which is not installed")]
-        return [CaseResult(label, False, error=describe_exception(exc))]
-    except Exception as exc:  # the backend failed: that is the finding
-        return [CaseResult(label, False, error=describe_exception(exc))]
-    return result if isinstance(result, list) else [result]
-
-
-def hint_for(cases: Iterable[CaseResult], capability: tuple[int, int]) -> str:
-    text = " ".join(c.error or "" for c in cases)
-    if "out of resource: shared memory" in text or "OutOfResources" in text:
-        return ("The kernel's block sizes need more shared memory per block than this GPU has "
-                f"({capability[0]}.{capability[1]}); SGLang picked sizes for a larger GPU. The sm120kit patch "
-                "series carries SM120 block sizes for SGLang's Triton kernels.")
-    if "no kernel image is available" in text:
-        return ("The library holds no machine code for this GPU; run `sm120kit verify` without --backend to see "
-                "which library lacks it in the environment report.")
-    return ""
-
-
-# -- importing the things under test ----------------------------------------------------------------------------
-
-
-def import_sglang_module(*names: str):
-    """Import the first of ``names`` that this SGLang release has (modules move between releases).
-
-    :class:`Skip` when SGLang is not installed, when no candidate exists in this release, or when the
-    module needs a third-party package that is not installed (named in the reason). Any other import
-    error propagates: SGLang is installed and broken, which the check reports as a failure.
-    """
-    if importlib.util.find_spec("sglang") is None:
-        raise Skip("SGLang is not installed")
-    for name in names:
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            missing = exc.name or ""
-            if missing.startswith("sglang") and (name == missing or name.startswith(missing + ".")):
-                continue  # this release keeps it elsewhere
-            raise Skip(f"{name} needs the Python package '{missing.split('.')[0]}', which is not installed") from exc
-    raise Skip(f"this SGLang release has none of: {', '.join(names)}")
-
-
-def import_installed(module: str, what: str):
-    """Import ``module`` if it is installed (:class:`Skip` if not); a broken install raises (a failure)."""
-    if importlib.util.find_spec(module) is None:
-        raise Skip(f"{what} is not installed")
-    return importlib.import_module(module)
-
-
-def call_with_known_params(func: Callable, what: str, values: dict[str, Any]) -> Any:
-    """Call ``func`` with the entries of ``values`` its signature names.
-
-    SGLang's kernel entry points gain parameters between releases (``k_scale``/``v_scale``,
-    ``sm_scale`` ...); this passes what the installed release accepts and refuses clearly when the
-    release wants a required parameter the check does not know.
-    """
-    import inspect
-
-    params = inspect.signature(func).parameters
-    kwargs = {k: v for k, v in values.items() if k in params}
-    missing = [n for n, p in params.items()
-               if n not in kwargs and p.default is inspect.Parameter.empty
-               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if missing:
-        raise RuntimeError(f"{what} of this SGLang release wants parameters sm120kit's check does not provide: "
-                           f"{', '.join(missing)}")
-    return func(**kwargs)
+__all__ = ["OK", "FAIL", "SKIPPED", "Check", "CheckContext", "CheckResult", "all_checks", "select_checks",
+           "run_checks", "gpu_context", "skipped_all"]
 
 
 # -- registry and runner ----------------------------------------------------------------------------------------
 
 
 def all_checks() -> tuple[Check, ...]:
-    from sm120kit.verify import check_flashinfer, check_sgl_kernel, check_sglang
-
     return check_sglang.CHECKS + check_sgl_kernel.CHECKS + check_flashinfer.CHECKS
 
 
