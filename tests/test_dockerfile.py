@@ -22,7 +22,7 @@ import click
 import pytest
 from dockerfile_parse import DockerfileParser
 
-from sm120kit.serve import recipes as recipes_mod
+from sm120kit.serve.docker import docker_build_args, patch_set
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "recipes" / "docker" / "Dockerfile"
@@ -246,7 +246,7 @@ def test_labels_record_sglang_version_commit_patch_set_and_arch():
     for key in ("io.sm120kit.sglang.commit", "io.sm120kit.patchset", "io.sm120kit.patchset.sha256",
                 "io.sm120kit.version", "io.sm120kit.kernel-built"):
         assert key in labels, f"label {key} missing"
-    args = recipes_mod.docker_build_args()
+    args = docker_build_args()
     given = {s.name: s for s in _stages(args)}["runtime"].labels
     assert given["io.sm120kit.patchset.sha256"] == args["SM120KIT_PATCHSET_SHA256"]
     assert given["io.sm120kit.patchset"] == args["SM120KIT_PATCHSET"]
@@ -314,7 +314,7 @@ def test_the_image_commands_run_on_sglang_0_5_23_laid_out_as_in_the_image(instal
             (tmp_path / Path(call.redirect).name).write_text(proc.stdout)
             if "--json" in call.argv:
                 json.loads(proc.stdout)  # the report the image keeps is valid JSON
-    series = recipes_mod.patch_set()
+    series = patch_set()
     if series:
         assert (package / ".sm120kit" / "state.json").is_file(), "sm120kit apply left no state record"
 

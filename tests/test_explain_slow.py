@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from sm120kit.serve import recipes
+from sm120kit.serve.recipe import load_recipe
 from sm120kit.errors import RecipeError
 from sm120kit.audit import slow_settings
 from sm120kit.audit.backends import resolve_many
@@ -186,7 +186,7 @@ def test_recipes_check_fails_on_a_slow_setting_unless_a_note_says_why(tmp_path):
     (folder / "planted.toml").write_text(RECIPE.format(name="planted", slow=""))
     (folder / "kept.toml").write_text(RECIPE.format(
         name="kept", slow='slow = "short prompts only; 8 splits measured fastest for them"'))
-    kept = recipes.load_recipe(folder / "kept.toml")
+    kept = load_recipe(folder / "kept.toml")
     assert kept.notes["triton-attention-num-kv-splits"].slow.startswith("short prompts")
     assert kept.to_json()["notes"]["triton-attention-num-kv-splits"]["slow"]
     proc = subprocess.run([sys.executable, "-m", "sm120kit", "recipes", "--check", "--dir", str(folder), "--json"],
@@ -205,7 +205,7 @@ def test_an_empty_slow_note_is_rejected(tmp_path):
     path = tmp_path / "empty.toml"
     path.write_text(RECIPE.format(name="empty", slow='slow = " "'))
     with pytest.raises(RecipeError, match="slow is empty"):
-        recipes.load_recipe(path)
+        load_recipe(path)
 
 
 def test_recipe_attention_kind_and_backends_from_flags():

@@ -19,10 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.serve import recipes
+from sm120kit.serve.checks import validate_against
+from sm120kit.serve.flags import check_flags, merge_flags, parse_extra, recipe_flags
+from sm120kit.serve.gpus import GpuInfo, check_gpus, detect_gpus
+from sm120kit.serve.recipe import find_recipe, list_recipes, load_recipe
+from sm120kit.serve.server_args import PROBE_MODULE, ServerArgsSpec, read_server_args
 from sm120kit.errors import RecipeError, UsageError
 
-SHIPPED = recipes.list_recipes()
+SHIPPED = list_recipes()
 PAIRS = [(r.name, v) for r in SHIPPED for v in r.sglang]
 DENSE = "qwen3-8b-rtx5090"
 MLA = "kimi-k2-thinking-8x-rtx-pro-6000"
@@ -31,14 +35,14 @@ MLA = "kimi-k2-thinking-8x-rtx-pro-6000"
 @pytest.fixture(scope="session")
 def server_args(release_dir):
     """``server_args("0.5.23")`` -> that release's parser, with every shipped recipe naming it parsed too."""
-    cache: dict[str, tuple[recipes.ServerArgsSpec, list[str]]] = {}
+    cache: dict[str, tuple[ServerArgsSpec, list[str]]] = {}
 
     def get(version: str):
         if version not in cache:
             named = [r for r in SHIPPED if version in r.sglang]
-            argvs = [["--model-path", r.model, *[t for u in recipes.recipe_flags(r) for t in u.argv]]
+            argvs = [["--model-path", r.model, *[t for u in recipe_flags(r) for t in u.argv]]
                      for r in named]
-            spec = recipes.read_server_args(sglang_root=release_dir(version), argvs=argvs)
+            spec = read_server_args(sglang_root=release_dir(version), argvs=argvs)
             cache[version] = (spec, [r.name for r in named])
         return cache[version]
 
@@ -133,23 +137,50 @@ def test_every_recipe_validates_against_each_sglang_release_it_names(server_args
     spec, parsed = server_args(version)
     assert spec.version == version
     recipe = next(r for r in SHIPPED if r.name == name)
-    recipes.validate_against(recipe, spec)  # raises RecipeError on an unknown, retired or malformed flag
+    validate_against(recipe, spec)  # raises RecipeError on an unknown, retired or malformed flag
     error = spec.argv_errors[parsed.index(name)]
     assert error is None, f"SGLang {version}'s own parser rejects {name}: {error}"
+
+
+def test_the_argument_parser_probe_is_a_program_run_with_python_m(release_dir, tmp_path):
+    """The probe is a module of its own, run as `python -m` in a fresh interpreter with PYTHONPATH at a
+    cached release: it writes SGLang's options and, per command line, the parse error and what it sets.
+    It imports only the standard library (and sglang), so it runs in any Python that runs SGLang."""
+    import ast
+    import importlib.util
+
+    source = Path(importlib.util.find_spec(PROBE_MODULE).origin)
+    imported = {a.name.split(".")[0] for n in ast.walk(ast.parse(source.read_text()))
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in (n.names if isinstance(n, ast.Import)
+                                                                        else [ast.alias(n.module or "")])}
+    assert imported <= {"argparse", "json", "os", "sys", "traceback", "sglang"}, imported
+
+    root = release_dir("0.5.23")
+    out = tmp_path / "args.json"
+    argvs = [["--model-path", "m", "--tp-size", "2"], ["--model-path", "m", "--no-such-flag"]]
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(root), str(source.parents[2])])}
+    proc = subprocess.run([sys.executable, "-m", PROBE_MODULE, str(out), json.dumps(argvs)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["version"] == "0.5.23" and Path(data["package_dir"]) == root / "sglang"
+    assert any("--tp-size" in o["flags"] for o in data["options"])
+    assert data["argv_errors"][0] is None and "--no-such-flag" in data["argv_errors"][1]
+    assert data["argv_given"][0]["tp_size"] == 2
 
 
 # --- strict loading ---------------------------------------------------------------------------------------
 def test_an_unknown_key_is_rejected_with_file_line_and_suggestion(tmp_path):
     path = _minimal(tmp_path, replace={"[gpus]": "[gpus]\ncapabilty = \"12.0\""})
     with pytest.raises(RecipeError) as info:
-        recipes.load_recipe(path)
+        load_recipe(path)
     text = info.value.render()
     assert f"{path}:{_line_of(path, 'capabilty')}" in text
     assert "unknown key 'capabilty' in [gpus]" in text and "Did you mean 'capability'?" in text
 
     path = _minimal(tmp_path, name="top", replace={"title = ": "titel = \"x\"\ntitle = "})
     with pytest.raises(RecipeError, match=rf"top.toml:{_line_of(path, 'titel')}: unknown key 'titel'"):
-        recipes.load_recipe(path)
+        load_recipe(path)
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -174,17 +205,17 @@ def test_malformed_recipes_are_rejected_naming_the_file(tmp_path, change, messag
         extra["extra_notes"] = f"[notes.\"{key}\"]\nwhy = \"w\"\nsources = [\"https://x.org\"]"
     path = _minimal(tmp_path, replace=replace, **extra)
     with pytest.raises(RecipeError, match=message) as info:
-        recipes.load_recipe(path)
+        load_recipe(path)
     assert str(path) in info.value.render()
 
 
 def test_a_backend_without_sm120_code_and_bad_toml_are_rejected(tmp_path):
     path = _minimal(tmp_path, replace={"attention-backend = \"triton\"": "attention-backend = \"fa3\""})
     with pytest.raises(RecipeError, match=r"attention-backend = \"fa3\" has no code for compute capability 12"):
-        recipes.load_recipe(path)
+        load_recipe(path)
     broken = _write(tmp_path, "broken", "name = \"broken\"\ntitle = \n")
     with pytest.raises(RecipeError, match=r"broken.toml: not valid TOML: .*line 2"):
-        recipes.load_recipe(broken)
+        load_recipe(broken)
 
 
 # --- flags against the parser ------------------------------------------------------------------------------
@@ -192,9 +223,9 @@ def test_removed_flags_and_unread_switches_name_the_release(server_args, tmp_pat
     spec, _ = server_args("0.5.23")
     path = _minimal(tmp_path, extra_flags="cuda-graph-max-bs = 64",
                     extra_notes="[notes.cuda-graph-max-bs]\nwhy = \"w\"\nsources = [\"https://x.org\"]")
-    recipe = recipes.load_recipe(path)
+    recipe = load_recipe(path)
     with pytest.raises(RecipeError) as info:
-        recipes.validate_against(recipe, spec)
+        validate_against(recipe, spec)
     text = info.value.render()
     assert f"{path}:{_line_of(path, 'cuda-graph-max-bs =')}" in text
     assert "--cuda-graph-max-bs is not a flag of SGLang 0.5.23" in text
@@ -207,22 +238,22 @@ def test_removed_flags_and_unread_switches_name_the_release(server_args, tmp_pat
                                 "sources = [\"https://x.org\"]")
     with pytest.raises(RecipeError, match=r"no file of SGLang 0\.5\.23 .* reads the environment variable "
                                           r"SGLANG_USE_CUTLASS_BACKEND_FOR_FP4_GEMM"):
-        recipes.validate_against(recipes.load_recipe(path), spec)
+        validate_against(load_recipe(path), spec)
 
 
 def test_extra_flags_parse_like_sglang_and_replace_the_recipes(server_args):
     spec, _ = server_args("0.5.23")
-    recipe = recipes.find_recipe(DENSE)
+    recipe = find_recipe(DENSE)
     warnings: list[str] = []
-    extra = recipes.parse_extra(["--port=9000", "--mem-fraction-static", "0.8", "--tp", "1",
+    extra = parse_extra(["--port=9000", "--mem-fraction-static", "0.8", "--tp", "1",
                                  "--cuda-graph-bs-decode", "1", "2", "--disable-cuda-graph"], spec, warnings)
     assert [(u.flag, u.values) for u in extra] == [
         ("--port", ("9000",)), ("--mem-fraction-static", ("0.8",)), ("--tp-size", ("1",)),
         ("--cuda-graph-bs-decode", ("1", "2")), ("--disable-cuda-graph", ())]
     assert any("--tp (command line) is read as --tp-size" in w for w in warnings)
-    deprecated = recipes.check_flags(extra, spec)
+    deprecated = check_flags(extra, spec)
     assert any("--disable-cuda-graph is deprecated in SGLang 0.5.23" in w for w in deprecated)
-    merged, overrides = recipes.merge_flags(recipes.recipe_flags(recipe), extra, spec)
+    merged, overrides = merge_flags(recipe_flags(recipe), extra, spec)
     flags = [u.flag for u in merged]
     assert flags.count("--mem-fraction-static") == 1 and flags.count("--tp-size") == 1
     assert any("--mem-fraction-static 0.8 (command line) replaces --mem-fraction-static 0.85" in o
@@ -232,7 +263,7 @@ def test_extra_flags_parse_like_sglang_and_replace_the_recipes(server_args):
                          (["--no-such-flag"], "--no-such-flag is not a flag of SGLang 0.5.23"),
                          (["stray"], "Unexpected argument 'stray'")):
         with pytest.raises(UsageError, match=message):
-            recipes.check_flags(recipes.parse_extra(bad, spec), spec)
+            check_flags(parse_extra(bad, spec), spec)
 
 
 # --- GPUs ----------------------------------------------------------------------------------------------------
@@ -240,10 +271,10 @@ def test_gpu_mismatch_warnings_with_a_stand_in_nvidia_smi(tmp_path, monkeypatch)
     """This machine has no NVIDIA GPU: a stand-in nvidia-smi prints what the real one prints for the
     query sm120kit makes (name, compute capability, memory), so the detection runs through the runner
     for real and the comparison sees a card. Without it on PATH, the check reports no GPU."""
-    spec = recipes.find_recipe(MLA).gpus
+    spec = find_recipe(MLA).gpus
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert recipes.detect_gpus() is None
-    assert "no NVIDIA GPU found" in recipes.check_gpus(spec, None)[0]
+    assert detect_gpus() is None
+    assert "no NVIDIA GPU found" in check_gpus(spec, None)[0]
 
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
@@ -251,20 +282,20 @@ def test_gpu_mismatch_warnings_with_a_stand_in_nvidia_smi(tmp_path, monkeypatch)
                     "echo 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 97887'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    found = recipes.detect_gpus()
-    assert found == (recipes.GpuInfo("NVIDIA GeForce RTX 4090", (8, 9), 24564),
-                     recipes.GpuInfo("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (12, 0), 97887))
-    warnings = recipes.check_gpus(spec, found)
+    found = detect_gpus()
+    assert found == (GpuInfo("NVIDIA GeForce RTX 4090", (8, 9), 24564),
+                     GpuInfo("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (12, 0), 97887))
+    warnings = check_gpus(spec, found)
     assert any("2 GPU(s) found, the recipe expects 8" in w for w in warnings)
     assert any("GPU 0 is 'NVIDIA GeForce RTX 4090'" in w for w in warnings)
     assert any("GPU 0 has compute capability 8.9, the recipe is for 12.0" in w for w in warnings)
     assert not any("GPU 1" in w for w in warnings)
-    assert recipes.check_gpus(spec, found[1:] * 8) == []
+    assert check_gpus(spec, found[1:] * 8) == []
 
     # Drivers before 510 know no compute_cap field and reject the whole query: ask again without it.
     fake.write_text("#!/bin/sh\ncase \"$1\" in *compute_cap*) echo 'invalid field compute_cap' >&2; exit 2;; esac\n"
                     "echo 'NVIDIA GeForce RTX 5090, 32607'\n")
-    assert recipes.detect_gpus() == (recipes.GpuInfo("NVIDIA GeForce RTX 5090", None, 32607),)
+    assert detect_gpus() == (GpuInfo("NVIDIA GeForce RTX 5090", None, 32607),)
 
 
 # --- the CLI -------------------------------------------------------------------------------------------------
@@ -361,12 +392,13 @@ def test_recipes_lists_shows_and_checks(tmp_path):
 
 def test_serve_replaces_itself_with_the_server_command(release_dir, tmp_path):
     """Without --dry-run, serve execs the command. SGLang's server cannot start without a GPU, so --python
-    names a stand-in interpreter: it hands `-c` (the argument-parser probe) to the real Python and, for
-    the server command, prints the argv and environment it was started with instead of serving."""
+    names a stand-in interpreter: it hands the argument-parser probe (`-m sm120kit.serve.server_args_probe`)
+    to the real Python and, for the server command, prints the argv and environment it was started with
+    instead of serving."""
     stand_in = tmp_path / "python"
     stand_in.write_text(
         "#!/bin/sh\n"
-        f'if [ "$1" = "-c" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n'
+        f'if [ "$2" = "{PROBE_MODULE}" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n'
         'echo "ARGV $*"\necho "NCCL_PROTO=$NCCL_PROTO PYTHONPATH=$PYTHONPATH"\n')
     stand_in.chmod(0o755)
     root = release_dir("0.5.23")

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from packaging.version import Version
 
-from sm120kit.serve import recipes
+from sm120kit.serve import checks, docker, flags, launch, recipe as recipe_mod, server_args
 from sm120kit.sglang import releases
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
@@ -40,9 +40,9 @@ def serve(app: AppContext, recipe_name: str, model: str | None, dry_run: bool, s
     # stdout carries only the result (the command, or the JSON plan), so that
     # eval "$(sm120kit serve ... --dry-run)" works; progress, overrides and warnings go to stderr.
     console = app.console(json_mode, stream=sys.stderr)
-    recipe = recipes.find_recipe(recipe_name)
+    recipe = recipe_mod.find_recipe(recipe_name)
     root = find_target(sglang_path).root if sglang_path else None
-    plan = recipes.plan_launch(recipe, model=model, extra=sglang_args, python=python, sglang_root=root,
+    plan = launch.plan_launch(recipe, model=model, extra=sglang_args, python=python, sglang_root=root,
                                console=console)
     for line in plan.overrides:
         console.info(f"override: {line}")
@@ -56,7 +56,7 @@ def serve(app: AppContext, recipe_name: str, model: str | None, dry_run: bool, s
         return
     if not json_mode:
         console.info(f"starting SGLang {plan.sglang_version} with recipe {recipe.name} ...")
-    recipes.launch(plan)
+    launch.launch(plan)
 
 
 @cli.command("recipes")
@@ -75,11 +75,11 @@ def recipes_command(app: AppContext, name: str | None, check: bool, docker_args:
     """List the serving recipes, show one (NAME), or check them against SGLang releases."""
     console = app.console(json_mode)
     if docker_args:
-        args = recipes.docker_build_args()
+        args = docker.docker_build_args()
         emit(json_mode, {"build_args": args},
              lambda: [click.echo(f"--build-arg {key}={value}") for key, value in args.items()])
         return
-    chosen = [recipes.find_recipe(name, folder)] if name else recipes.list_recipes(folder)
+    chosen = [recipe_mod.find_recipe(name, folder)] if name else recipe_mod.list_recipes(folder)
     if check:
         _check(console, chosen, json_mode)
         return
@@ -92,7 +92,7 @@ def recipes_command(app: AppContext, name: str | None, check: bool, docker_args:
          lambda: console.table(["recipe", "GPUs", "model", "SGLang"], rows))
 
 
-def _show(console, recipe: recipes.Recipe) -> None:
+def _show(console, recipe: recipe_mod.Recipe) -> None:
     console.info(f"{recipe.name}: {recipe.title}")
     console.info(f"  file: {recipe.path}")
     console.info(f"  model: {recipe.model} ({recipe.model_info['architecture']}; "
@@ -104,7 +104,7 @@ def _show(console, recipe: recipes.Recipe) -> None:
     console.info("")
     rows = []
     for setting in recipe.flags:
-        rows.append(["--" + setting.name, " ".join(recipes._render(setting.value)) or "(switch)",
+        rows.append(["--" + setting.name, " ".join(flags.render(setting.value)) or "(switch)",
                      recipe.notes[setting.name].why.replace("\n", " ")])
     for setting in recipe.env:
         rows.append([setting.name, setting.value, recipe.notes[setting.name].why.replace("\n", " ")])
@@ -116,22 +116,22 @@ def _show(console, recipe: recipes.Recipe) -> None:
             console.info(f"  {key}: {src}")
 
 
-def _check(console, chosen: list[recipes.Recipe], json_mode: bool) -> None:
+def _check(console, chosen: list[recipe_mod.Recipe], json_mode: bool) -> None:
     wanted = sorted({v for r in chosen for v in r.sglang}, key=Version)
     results = []
     for i, version in enumerate(wanted, 1):
         root = releases.fetch_release(version, console=console)
         named = [r for r in chosen if version in r.sglang]
-        argvs = [["--model-path", r.model, *[t for u in recipes.recipe_flags(r) for t in u.argv]] for r in named]
-        spec = recipes.read_server_args(sglang_root=root, argvs=argvs, console=console)
+        argvs = [["--model-path", r.model, *[t for u in flags.recipe_flags(r) for t in u.argv]] for r in named]
+        spec = server_args.read_server_args(sglang_root=root, argvs=argvs, console=console)
         given = list(spec.argv_given) + [None] * (len(named) - len(spec.argv_given))
         for recipe, parse_error, recipe_given in zip(named, spec.argv_errors, given):
             try:
-                warnings = recipes.validate_against(recipe, spec)
+                warnings = checks.validate_against(recipe, spec)
                 if parse_error:
                     raise RecipeError(f"{recipe.path}: {spec.label}'s argument parser rejects the recipe: "
                                       f"{parse_error}")
-                warnings += recipes.check_slow(recipe, spec, recipe_given)
+                warnings += checks.check_slow(recipe, spec, recipe_given)
                 results.append({"recipe": recipe.name, "sglang": version, "ok": True, "warnings": warnings,
                                 "error": None})
             except RecipeError as exc:
