@@ -29,6 +29,7 @@ from typing import Callable
 
 from sm120kit.kernel import deps as deps_mod
 from sm120kit import runner
+from sm120kit.hardware import arch as hw_arch
 from sm120kit.hardware import fatbin
 from sm120kit.errors import BuildError, IOFailure, MissingDependency, UsageError
 from sm120kit.kernel.source import KernelSource
@@ -100,13 +101,14 @@ class BuildArch:
 
 
 def parse_build_arch(text: str) -> BuildArch:
-    """``12.0a``, ``12.1a``, ``12.0f``, ``12.0``, ``sm_120a`` or ``120a`` -> :class:`BuildArch`."""
-    raw = text.strip().lower()
-    m = re.fullmatch(r"(\d+)\.(\d)([af]?)", raw) or re.fullmatch(r"(?:sm_|compute_)?(\d+)(\d)([af]?)", raw)
-    if m is None:
-        raise UsageError(f"--arch {text!r} is not a target: use 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or 12.1a "
-                         "(DGX Spark); 12.0f/12.1f and plain 12.0/12.1 are accepted too.")
-    arch = BuildArch(int(m.group(1)), int(m.group(2)), m.group(3))
+    """``12.0a``, ``12.1a``, ``12.0f``, ``12.0``, ``sm_120a`` or ``120a`` -> :class:`BuildArch`
+    (:func:`sm120kit.hardware.arch.parse_arch`)."""
+    try:
+        parsed = hw_arch.parse_arch(text)
+    except hw_arch.NotAnArch as exc:
+        raise UsageError(f"--arch {exc.message} sm120kit builds 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or "
+                         "12.1a (DGX Spark); 12.0f/12.1f and plain 12.0/12.1 are accepted too.") from None
+    arch = BuildArch(parsed.major, parsed.minor, parsed.variant)
     if arch.major != 12 or arch.minor not in (0, 1):
         raise UsageError(f"--arch {text} is not an SM12x target; sm120kit builds kernels for 12.0 and 12.1 "
                          "(RTX PRO 6000 Blackwell / RTX 5090, DGX Spark).")

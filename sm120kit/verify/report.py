@@ -58,35 +58,18 @@ class ArchEntry:
         return f"{prefix}_{self.capability[0]}{self.capability[1]}{self.suffix}"
 
 
-_ARCH_RE = re.compile(r"^(?P<kind>sm|compute|lto)?_?(?P<num>\d+(?:\.\d+)?)(?P<suffix>[af]?)(?P<ptx>\+ptx)?$")
-
-
 def parse_arch_entries(text: str, *, kind: str | None = None) -> list[ArchEntry]:
-    """Parse one arch name in any of the spellings the tools use.
+    """Parse one arch name in any of the spellings the tools use (:func:`sm120kit.hardware.arch.parse_arch`).
 
     ``sm_120a`` and ``12.0a`` are SASS, ``compute_120`` is PTX, ``9.0+PTX`` (TORCH_CUDA_ARCH_LIST) is both.
     ``kind`` overrides the kind (the fat-binary reader names PTX entries ``sm_XY`` as cuobjdump does).
-    ValueError for anything else.
+    Targets newer than sm120kit's table of capabilities are kept. ValueError for anything else.
     """
-    raw = text.strip().lower()
-    match = _ARCH_RE.match(raw)
-    if not match:
-        raise ValueError(f"not an architecture name: {text!r}")
-    num = match.group("num")
-    if "." in num:
-        major_s, minor_s = num.split(".", 1)
-        capability = (int(major_s), int(minor_s))
-    else:
-        value = int(num)
-        if value < 10:
-            raise ValueError(f"not an architecture name: {text!r}")
-        capability = (value // 10, value % 10)
-    suffix = match.group("suffix")
-    prefix = match.group("kind")
-    base_kind = kind or ("ptx" if prefix == "compute" else "sass")
-    entries = [ArchEntry(capability, suffix, base_kind)]
-    if match.group("ptx"):
-        entries.append(ArchEntry(capability, suffix, "ptx"))
+    parsed = arch.parse_arch(text, known_only=False, allow_plus_ptx=True)
+    base_kind = kind or ("ptx" if parsed.prefix == "compute" else "sass")
+    entries = [ArchEntry(parsed.capability, parsed.variant, base_kind)]
+    if parsed.plus_ptx:
+        entries.append(ArchEntry(parsed.capability, parsed.variant, "ptx"))
     return entries
 
 
