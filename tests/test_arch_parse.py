@@ -58,3 +58,21 @@ def test_verify_refuses_unknown_arch(capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert "'99'" in err and "9.9" in err and "sm_120a" in err
+
+
+@pytest.mark.parametrize("machine, expected", [("x86_64", (13, 0)), ("aarch64", (12, 9)), ("arm64", (12, 9))])
+def test_every_consumer_agrees_on_the_minimum_cuda_of_12_1(machine, expected):
+    from sm120kit.kernel import build
+    from sm120kit.verify import report
+
+    assert arch.min_cuda((12, 1), machine=machine) == expected
+    assert build.parse_build_arch("12.1a").min_cuda(machine) == expected
+    assert report.min_tool_release((12, 1), machine) == expected
+
+
+def test_minimum_cuda_of_the_other_targets():
+    from sm120kit.kernel import build
+
+    assert arch.min_cuda((12, 0), machine="x86_64") == build.parse_build_arch("12.0a").min_cuda("x86_64") == (12, 8)
+    assert arch.min_cuda((12, 0), variant="f") == build.parse_build_arch("12.0f").min_cuda() == (12, 9)
+    assert arch.min_cuda((13, 7)) is None

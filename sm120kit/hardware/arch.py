@@ -22,7 +22,7 @@ class GpuFamily:
     capability: tuple[int, int]
     shared_memory_per_block: int | None  # opt-in bytes per block
     sass_arch: str  # the arch-specific target nvcc and Triton emit (sm_XXa)
-    min_cuda: tuple[int, int]
+    min_cuda: tuple[int, int]  # on any platform; min_cuda() adds the per-platform table
     cards: tuple[str, ...]
     lacks: tuple[str, ...] = ()
 
@@ -57,6 +57,47 @@ def family(capability: tuple[int, int]) -> GpuFamily | None:
 
 def is_sm12x(capability: tuple[int, int]) -> bool:
     return capability[0] == 12
+
+
+# -- minimum CUDA per architecture -------------------------------------------------------------------------
+
+MIN_CUDA_BY_MACHINE: dict[tuple[int, int], dict[str, tuple[int, int]]] = {
+    (12, 1): {"x86_64": (13, 0), "aarch64": (12, 9)},
+}
+"""Where the minimum CUDA release for a capability differs by platform (``platform.machine()``, normalised).
+sm_121 wants CUDA 13 (the sm_121a targets of sgl-kernel's CMakeLists and the cu130 wheels); the DGX Spark's
+aarch64 CUDA 12.9 already targets it. Capabilities not listed take ``GpuFamily.min_cuda``."""
+
+MIN_CUDA_FAMILY_TARGET = (12, 9)
+"""The ``f`` (family) targets such as ``sm_120f`` need CUDA >= 12.9 (nvcc 12.9 release notes)."""
+
+FLASHINFER_JIT_MIN_CUDA_SM12X = (12, 9)
+"""FlashInfer compiles its JIT kernels for SM12x only with CUDA >= 12.9 (its ``_normalize_cuda_arch``)."""
+
+_MACHINES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+
+
+def normalize_machine(machine: str | None = None) -> str:
+    """``platform.machine()`` (or ``machine``) in the spelling of :data:`MIN_CUDA_BY_MACHINE`."""
+    raw = (machine or platform.machine()).lower()
+    return _MACHINES.get(raw, raw)
+
+
+def min_cuda(capability: tuple[int, int], *, variant: str = "", machine: str | None = None) -> tuple[int, int] | None:
+    """The oldest CUDA release whose tools target ``capability`` (with ``variant`` "a"/"f") on ``machine``
+    (default: this one); None for a capability without a family here. Sources: the ``GpuFamily`` table,
+    :data:`MIN_CUDA_BY_MACHINE`, :data:`MIN_CUDA_FAMILY_TARGET`."""
+    capability = (int(capability[0]), int(capability[1]))
+    fam = family(capability)
+    if fam is None:
+        return None
+    need = fam.min_cuda
+    by_machine = MIN_CUDA_BY_MACHINE.get(capability)
+    if by_machine:
+        need = by_machine.get(normalize_machine(machine), max(by_machine.values()))
+    if variant == "f":
+        need = max(need, MIN_CUDA_FAMILY_TARGET)
+    return need
 
 
 # -- architecture names -----------------------------------------------------------------------------------

@@ -90,14 +90,8 @@ class BuildArch:
         return f"{self.major}.{self.minor}{self.variant}"
 
     def min_cuda(self, machine: str | None = None) -> tuple[int, int]:
-        """12.0a: CUDA 12.8; the f family: 12.9; 12.1 on x86-64: 13.0 (12.9 on aarch64, DGX Spark)."""
-        machine = machine or platform.machine()
-        need = (12, 8)
-        if self.variant == "f":
-            need = (12, 9)
-        if self.minor == 1:
-            need = max(need, (12, 9) if machine in ("aarch64", "arm64") else (13, 0))
-        return need
+        """The oldest CUDA that builds this target on ``machine`` (:func:`sm120kit.hardware.arch.min_cuda`)."""
+        return hw_arch.min_cuda((self.major, self.minor), variant=self.variant, machine=machine) or (12, 8)
 
 
 def parse_build_arch(text: str) -> BuildArch:
@@ -139,6 +133,13 @@ class Toolchain:
         return data
 
 
+def _cuda_needed_text() -> str:
+    """``12.8 or newer (13.0 for 12.1a on x86_64, 12.9 on aarch64)``, from the table in hardware/arch.py."""
+    base = hw_arch.min_cuda((12, 0))
+    spark = ", ".join(f"{v[0]}.{v[1]} on {m}" for m, v in hw_arch.MIN_CUDA_BY_MACHINE[(12, 1)].items())
+    return f"{base[0]}.{base[1]} or newer (for 12.1a: {spark})"
+
+
 def find_nvcc(env: dict[str, str] | None = None) -> str:
     env = dict(os.environ if env is None else env)
     if env.get("CUDACXX"):
@@ -154,7 +155,7 @@ def find_nvcc(env: dict[str, str] | None = None) -> str:
             return str(Path(env[var]) / "bin" / "nvcc")
     raise MissingDependency(
         "nvcc (the CUDA compiler) was not found: not in CUDACXX, not on PATH, not in $CUDA_HOME/bin.",
-        hint="Install the CUDA toolkit 12.8 or newer (13.0 for 12.1a on x86-64) and put its bin/ on PATH, "
+        hint=f"Install the CUDA toolkit {_cuda_needed_text()} and put its bin/ on PATH, "
         "e.g. export PATH=/usr/local/cuda/bin:$PATH.",
     )
 

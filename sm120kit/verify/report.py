@@ -37,9 +37,6 @@ ENV_NAMES = ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "TRITON_PTXAS_
              "TRITON_PTXAS_BLACKWELL_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES")
 ENV_PREFIXES = ("SGLANG_", "NCCL_", "SGL_")
 
-FLASHINFER_JIT_MIN_CUDA_SM12X = (12, 9)
-"""FlashInfer compiles its JIT kernels for SM12x only with CUDA >= 12.9 (its ``_normalize_cuda_arch``)."""
-
 
 # -- architecture names and binary compatibility ---------------------------------------------------------
 
@@ -677,21 +674,23 @@ def _family_or_default(capability: tuple[int, int]) -> arch.GpuFamily | None:
     return arch.family(capability)
 
 
-def min_tool_release(capability: tuple[int, int]) -> tuple[int, int]:
-    """The oldest CUDA release whose tools target ``capability`` (sm120kit.hardware.arch; 12.0 for unknown ones)."""
-    fam = _family_or_default(capability)
-    return fam.min_cuda if fam else (12, 0)
+def min_tool_release(capability: tuple[int, int], machine: str | None = None) -> tuple[int, int]:
+    """The oldest CUDA release whose tools target ``capability`` on ``machine`` (default: this one), from
+    :func:`sm120kit.hardware.arch.min_cuda`; 12.0 for capabilities without a family there."""
+    return arch.min_cuda(capability, machine=machine) or (12, 0)
 
 
 def assess(*, judged: tuple[int, int], gpu: GpuInfo | None, driver: DriverInfo, nvcc: ToolInfo,
            triton_ptxas: ToolInfo, torch: TorchInfo, triton: PackageInfo, sglang: SglangInfo,
-           sgl_kernel: SglKernelInfo, flashinfer: FlashInferInfo, env: Mapping[str, str]) -> tuple[Flag, ...]:
-    """Every mismatch between this environment and a GPU of capability ``judged``."""
+           sgl_kernel: SglKernelInfo, flashinfer: FlashInferInfo, env: Mapping[str, str],
+           machine: str | None = None) -> tuple[Flag, ...]:
+    """Every mismatch between this environment and a GPU of capability ``judged`` (on ``machine``, default:
+    this one; the minimum CUDA of 12.1 differs between x86-64 and aarch64)."""
     flags: list[Flag] = []
     label = f"{judged[0]}.{judged[1]}"
     fam = _family_or_default(judged)
     target = fam.sass_arch if fam else f"sm_{judged[0]}{judged[1]}"
-    need = min_tool_release(judged)
+    need = min_tool_release(judged, machine)
     sm12x = judged[0] == 12
 
     if gpu is not None and gpu.platform == "hip":
@@ -762,15 +761,17 @@ def assess(*, judged: tuple[int, int], gpu: GpuInfo | None, driver: DriverInfo, 
                           f"nvcc {nvcc.version} cannot target {target} (needs CUDA {fmt_version(need)}+); JIT-compiled "
                           "kernels (FlashInfer, SGLang's JIT kernels) cannot be built for this GPU.",
                           f"Install CUDA {fmt_version(need)}+ and put its bin/ first on PATH (or set CUDA_HOME)."))
-    if sm12x and flashinfer.installed and nvcc.found and nvcc.release < FLASHINFER_JIT_MIN_CUDA_SM12X \
+    if sm12x and flashinfer.installed and nvcc.found and nvcc.release < arch.FLASHINFER_JIT_MIN_CUDA_SM12X \
             and nvcc.release >= need:
         flags.append(Flag(ERROR, "flashinfer", f"FlashInfer compiles JIT kernels for SM12x only with CUDA "
-                          f"{fmt_version(FLASHINFER_JIT_MIN_CUDA_SM12X)}+; nvcc here is {nvcc.version}.",
-                          "Install CUDA 12.9+ (or set FLASHINFER_CUDA_ARCH_LIST=12.0a, which FlashInfer takes as is)."))
+                          f"{fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+; nvcc here is {nvcc.version}.",
+                          f"Install CUDA {fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+ (or set "
+                          "FLASHINFER_CUDA_ARCH_LIST=12.0a, which FlashInfer takes as is)."))
     if not nvcc.found and flashinfer.installed and not flashinfer.prebuilt:
         flags.append(Flag(WARNING, "nvcc", "nvcc was not found and no prebuilt FlashInfer kernels "
                           "(flashinfer-cubin / flashinfer-jit-cache) are installed: FlashInfer's JIT cannot build "
-                          "its kernels.", "Install the CUDA toolkit (12.9+ for SM12x) or flashinfer-jit-cache."))
+                          "its kernels.", f"Install the CUDA toolkit ({fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+ for "
+                          "SM12x) or flashinfer-jit-cache."))
 
     # sgl_kernel
     if not sgl_kernel.installed:
