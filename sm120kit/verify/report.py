@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -30,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from sm120kit import runner
 from sm120kit.hardware import arch
 from sm120kit.errors import MissingDependency, NotSglangTree, Sm120kitError, ToolFailed
+from sm120kit.sglang.metadata import dist_metadata_files, installed_version, version_in_file
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -440,7 +440,7 @@ def probe_triton(sm: int) -> tuple[PackageInfo, ToolInfo]:
     if spec is None or not spec.submodule_search_locations:
         return PackageInfo("triton", None), ToolInfo("ptxas (Triton)", None, error="triton is not installed")
     triton_dir = Path(list(spec.submodule_search_locations)[0])
-    version = _dist_version("triton", "pytorch-triton", "triton-nightly")
+    version = installed_version("triton", "pytorch-triton", "triton-nightly")
     has_knob = False
     try:
         import triton.knobs as knobs  # noqa: PLC0415
@@ -459,15 +459,6 @@ def probe_triton(sm: int) -> tuple[PackageInfo, ToolInfo]:
         return package, ToolInfo("ptxas (Triton)", None, source=source, error=f"{path} does not exist")
     tool = probe_tool("ptxas", path, source)
     return package, ToolInfo("ptxas (Triton)", tool.path, tool.release, tool.version, tool.source, tool.error)
-
-
-def _dist_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def _package_dir(name: str) -> Path | None:
@@ -513,13 +504,11 @@ def _fatbin_reader():
 
 def probe_sgl_kernel(capability: tuple[int, int] | None) -> SglKernelInfo:
     package_dir = _package_dir("sgl_kernel")
-    version = _dist_version("sglang-kernel", "sgl-kernel")
+    version = installed_version("sglang-kernel", "sgl-kernel")
     if package_dir is None:
         return SglKernelInfo(version, None)
     if version is None:
-        match = re.search(r"""__version__\s*=\s*['"]([^'"]+)""",
-                          (package_dir / "version.py").read_text() if (package_dir / "version.py").is_file() else "")
-        version = match.group(1) if match else None
+        version = version_in_file(package_dir / "version.py")
     variant, variant_lib, reason = sgl_kernel_variant(package_dir, capability)
     reader = _fatbin_reader()
     libraries = []
@@ -547,9 +536,9 @@ def format_flashinfer_arch(item: Any) -> str:
 
 def probe_flashinfer() -> FlashInferInfo:
     package_dir = _package_dir("flashinfer")
-    version = _dist_version("flashinfer-python", "flashinfer")
+    version = installed_version("flashinfer-python", "flashinfer")
     prebuilt = tuple(f"{n} {v}" for n in ("flashinfer-cubin", "flashinfer-jit-cache")
-                     if (v := _dist_version(n)) is not None)
+                     if (v := installed_version(n)) is not None)
     if package_dir is None:
         return FlashInferInfo(version, None, prebuilt=prebuilt)
     env_list = os.environ.get("FLASHINFER_CUDA_ARCH_LIST")
@@ -602,7 +591,7 @@ def parse_pins(metadata_text: str) -> dict[str, str]:
 
 
 def read_pins(package_dir: Path) -> dict[str, str]:
-    for meta in sorted(package_dir.parent.glob("sglang-*.dist-info/METADATA")):
+    for meta in dist_metadata_files(package_dir.parent, "sglang"):
         try:
             return parse_pins(meta.read_text(errors="replace"))
         except OSError:
