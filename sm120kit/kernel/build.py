@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import shutil
 import sys
