@@ -299,7 +299,9 @@ GOOD = dict(
 
 
 def _assess(**changes):
-    return assess(**{**GOOD, **changes})
+    # Judged on aarch64 unless a test says otherwise: 12.1 is the DGX Spark, whose minimum CUDA is 12.9 there
+    # (13.0 on x86-64); nothing else depends on the machine.
+    return assess(**{**GOOD, "machine": "aarch64", **changes})
 
 
 def _errors(flags):
@@ -340,14 +342,15 @@ def test_torch_arch_list_coverage_differs_between_12_0_and_12_1():
     assert not _torch_errors(_assess(torch=plain, judged=(12, 1)))
 
 
-@pytest.mark.parametrize("release, judged, bad", [
-    ((12, 4), (12, 0), True), ((12, 8), (12, 0), False), ((12, 8), (12, 1), True), ((12, 9), (12, 1), False),
-    ((12, 4), (9, 0), False),
+@pytest.mark.parametrize("release, judged, bad, machine", [
+    ((12, 4), (12, 0), True, "x86_64"), ((12, 8), (12, 0), False, "x86_64"), ((12, 8), (12, 1), True, "aarch64"),
+    ((12, 9), (12, 1), False, "aarch64"), ((12, 9), (12, 1), True, "x86_64"), ((13, 0), (12, 1), False, "x86_64"),
+    ((12, 4), (9, 0), False, "x86_64"),
 ])
-def test_triton_ptxas_too_old_for_the_target(release, judged, bad):
+def test_triton_ptxas_too_old_for_the_target(release, judged, bad, machine):
     tool = ToolInfo("ptxas (Triton)", "/t/ptxas", release, f"{release[0]}.{release[1]}.0", "bundled with triton")
     kernel = dataclasses.replace(GOOD["sgl_kernel"], libraries=())
-    flags = [f for f in _assess(triton_ptxas=tool, judged=judged, sgl_kernel=kernel,
+    flags = [f for f in _assess(triton_ptxas=tool, judged=judged, sgl_kernel=kernel, machine=machine,
                                 torch=TorchInfo("2.9.1", "13.0", None, ("sm_90", "sm_120", "sm_121")))
              if f.component == "triton"]
     assert bool(flags) is bad

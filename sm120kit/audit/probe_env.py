@@ -11,12 +11,10 @@ the resolution probe puts that folder on ``sys.path`` ahead of site-packages. Th
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.markers import UndefinedEnvironmentName
@@ -26,6 +24,7 @@ from packaging.version import Version
 
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, ToolFailed
+from sm120kit.sglang.metadata import dist_metadata_files, installed_version, read_dist_metadata
 from sm120kit.util.cache import cache_dir
 
 # Packages whose version decides whether a release's server arguments import at all.
@@ -44,17 +43,12 @@ class Overlay:
                 "reason": self.reason}
 
 
-def _requirements_from_metadata(text: str) -> list[str]:
-    headers = HeaderParser().parsestr(text)
-    return headers.get_all("Requires-Dist") or []
-
-
 def release_requirements(root: Path, repo_root: Path | None = None) -> dict[str, Requirement]:
     """The release's requirements on :data:`OVERLAY_PACKAGES` (extras included: 0.5.2 puts transformers in
     its ``runtime-common`` extra), from its dist-info or, for a git clone, ``python/pyproject.toml``."""
     lines: list[str] = []
-    for meta in sorted(root.glob("sglang-*.dist-info/METADATA")):
-        lines += _requirements_from_metadata(meta.read_text(encoding="utf-8", errors="replace"))
+    for meta in dist_metadata_files(root, "sglang"):
+        lines += read_dist_metadata(meta).get_all("Requires-Dist") or []
     if not lines:
         for pyproject in ([repo_root / "python" / "pyproject.toml"] if repo_root else []) + [
                 root / "pyproject.toml", root.parent / "pyproject.toml"]:
@@ -87,13 +81,6 @@ def _pyproject_requirements(path: Path) -> list[str]:
     return lines
 
 
-def installed_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _satisfied(req: Requirement, version: str | None) -> bool:
     return version is not None and (not req.specifier or req.specifier.contains(Version(version),
                                                                                   prereleases=True))
@@ -123,8 +110,8 @@ def dependency_overlay(root: Path, repo_root: Path | None = None, *, console=Non
 
 def _dists(folder: Path) -> dict[str, tuple[str, list[str]]]:
     found = {}
-    for meta in folder.glob("*.dist-info/METADATA"):
-        headers = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
+    for meta in dist_metadata_files(folder):
+        headers = read_dist_metadata(meta)
         found[canonicalize_name(headers["Name"])] = (headers["Version"], headers.get_all("Requires-Dist") or [])
     return found
 

@@ -27,6 +27,7 @@ from sm120kit import __version__, runner
 from sm120kit.sglang import releases
 from sm120kit.hardware.arch import parse_capability
 from sm120kit.errors import MissingDependency, ToolFailed, UsageError
+from sm120kit.sglang.metadata import installed_version
 from sm120kit.sglang.target import Target, find_target
 from sm120kit.sglang import launchers as launcher_table
 from sm120kit.audit.cache import AuditCache, digest, files_digest
@@ -202,16 +203,13 @@ def _probe_fingerprint() -> str:
 
 
 def _library_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
     found = {}
     for name in ("triton", "torch"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
+        found[name] = installed_version(name)
+        if found[name] is None:
             raise MissingDependency(
                 f"The shared-memory audit needs the Python package '{name}', which is not installed.",
-                hint="Install the audit extra: pip install 'sm120kit[audit]'.") from None
+                hint="Install the audit extra: pip install 'sm120kit[audit]'.")
     return found
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
@@ -10,6 +9,7 @@ import click
 from sm120kit.kernel import build as build_mod
 from sm120kit.kernel import deps as deps_mod
 from sm120kit.hardware import fatbin
+from sm120kit.hardware.arch import NotAnArch, parse_arch
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app
 from sm120kit.errors import CheckFailed, UsageError
@@ -40,11 +40,10 @@ def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
 
 def _sass_name(text: str) -> str:
     """``sm_120a``, ``12.0a`` or ``90a`` -> ``sm_120a`` / ``sm_90a``."""
-    raw = text.strip().lower()
-    m = re.fullmatch(r"(\d+)\.(\d)([af]?)", raw) or re.fullmatch(r"(?:sm_)?(\d+)(\d)([af]?)", raw)
-    if not m:
-        raise UsageError(f"--require {text!r} is not an architecture (expected e.g. sm_120a or 12.0a).")
-    return f"sm_{m.group(1)}{m.group(2)}{m.group(3)}"
+    try:
+        return parse_arch(text).sass
+    except NotAnArch as exc:
+        raise UsageError(f"--require {exc.message}") from None
 
 
 @cli.command("build-kernel")

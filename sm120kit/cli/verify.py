@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sm120kit.hardware.arch import parse_capability
+from sm120kit.hardware.arch import NotAnArch, parse_capability
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, json_option, pass_app
 from sm120kit.errors import UsageError
@@ -21,8 +21,8 @@ def _arch(value: str | None) -> tuple[int, int] | None:
         return None
     try:
         return parse_capability(value)
-    except ValueError:
-        raise UsageError(f"--arch {value!r} is not a compute capability.", hint="Use e.g. 12.0, 12.1 or 9.0.")
+    except NotAnArch as exc:
+        raise UsageError(f"--arch {exc.message}") from None
 
 
 @cli.command("verify")

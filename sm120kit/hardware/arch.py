@@ -5,7 +5,11 @@ Facts live here once; checks, audits and patches read them from here.
 
 from __future__ import annotations
 
+import platform
+import re
 from dataclasses import dataclass
+
+from sm120kit.errors import UsageError
 
 SM120_SHARED_MEMORY_PER_BLOCK = 101376
 """Opt-in shared memory per block on 12.0/12.1 (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
@@ -18,7 +22,7 @@ class GpuFamily:
     capability: tuple[int, int]
     shared_memory_per_block: int | None  # opt-in bytes per block
     sass_arch: str  # the arch-specific target nvcc and Triton emit (sm_XXa)
-    min_cuda: tuple[int, int]
+    min_cuda: tuple[int, int]  # on any platform; min_cuda() adds the per-platform table
     cards: tuple[str, ...]
     lacks: tuple[str, ...] = ()
 
@@ -55,12 +59,133 @@ def is_sm12x(capability: tuple[int, int]) -> bool:
     return capability[0] == 12
 
 
-def parse_capability(text: str) -> tuple[int, int]:
-    """``"12.0"``, ``"12.1a"``, ``"120"`` or ``"sm_120a"`` -> ``(12, 0)``; ValueError otherwise."""
-    raw = text.strip().lower().removeprefix("sm_").removeprefix("compute_").rstrip("af")
-    if "." in raw:
-        major, minor = raw.split(".", 1)
-        return int(major), int(minor)
-    if raw.isdigit() and len(raw) in (2, 3):
-        return int(raw[:-1]), int(raw[-1])
-    raise ValueError(f"not a compute capability: {text!r}")
+# -- minimum CUDA per architecture -------------------------------------------------------------------------
+
+MIN_CUDA_BY_MACHINE: dict[tuple[int, int], dict[str, tuple[int, int]]] = {
+    (12, 1): {"x86_64": (13, 0), "aarch64": (12, 9)},
+}
+"""Where the minimum CUDA release for a capability differs by platform (``platform.machine()``, normalised).
+sm_121 wants CUDA 13 (the sm_121a targets of sgl-kernel's CMakeLists and the cu130 wheels); the DGX Spark's
+aarch64 CUDA 12.9 already targets it. Capabilities not listed take ``GpuFamily.min_cuda``."""
+
+MIN_CUDA_FAMILY_TARGET = (12, 9)
+"""The ``f`` (family) targets such as ``sm_120f`` need CUDA >= 12.9 (nvcc 12.9 release notes)."""
+
+FLASHINFER_JIT_MIN_CUDA_SM12X = (12, 9)
+"""FlashInfer compiles its JIT kernels for SM12x only with CUDA >= 12.9 (its ``_normalize_cuda_arch``)."""
+
+_MACHINES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+
+
+def normalize_machine(machine: str | None = None) -> str:
+    """``platform.machine()`` (or ``machine``) in the spelling of :data:`MIN_CUDA_BY_MACHINE`."""
+    raw = (machine or platform.machine()).lower()
+    return _MACHINES.get(raw, raw)
+
+
+def min_cuda(capability: tuple[int, int], *, variant: str = "", machine: str | None = None) -> tuple[int, int] | None:
+    """The oldest CUDA release whose tools target ``capability`` (with ``variant`` "a"/"f") on ``machine``
+    (default: this one); None for a capability without a family here. Sources: the ``GpuFamily`` table,
+    :data:`MIN_CUDA_BY_MACHINE`, :data:`MIN_CUDA_FAMILY_TARGET`."""
+    capability = (int(capability[0]), int(capability[1]))
+    fam = family(capability)
+    if fam is None:
+        return None
+    need = fam.min_cuda
+    by_machine = MIN_CUDA_BY_MACHINE.get(capability)
+    if by_machine:
+        need = by_machine.get(normalize_machine(machine), max(by_machine.values()))
+    if variant == "f":
+        need = max(need, MIN_CUDA_FAMILY_TARGET)
+    return need
+
+
+# -- architecture names -----------------------------------------------------------------------------------
+
+KNOWN_CAPABILITIES: tuple[tuple[int, int], ...] = (
+    (3, 0), (3, 2), (3, 5), (3, 7), (5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5),
+    (8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0), (10, 0), (10, 1), (10, 3), (11, 0), (12, 0), (12, 1),
+)
+"""Every compute capability NVIDIA has shipped or nvcc targets (CUDA C Programming Guide, "Compute
+Capabilities"; ``nvcc --list-gpu-arch`` of CUDA 12.x and 13.0, where 10.1 became 11.0)."""
+
+ACCEPTED_FORMS = "12.0, 12.0a, 12.0f, 120, 120a, sm_120a, compute_120a"
+
+_ARCH_RE = re.compile(r"(?:(?P<prefix>sm|compute|lto)_)?(?P<num>\d+(?:\.\d+)?)(?P<variant>[af]?)(?P<ptx>\+ptx)?")
+
+
+class NotAnArch(UsageError, ValueError):
+    """A string that is not an architecture name, or names no known compute capability. A UsageError for the
+    command line and a ValueError for callers that parse data."""
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One architecture name, as written: ``sm_120a`` -> capability (12, 0), variant "a", prefix "sm"."""
+
+    capability: tuple[int, int]
+    variant: str = ""  # "" | "a" (arch-specific) | "f" (family)
+    prefix: str = ""  # "sm" | "compute" | "lto" | "" (a bare number such as 12.0)
+    plus_ptx: bool = False  # TORCH_CUDA_ARCH_LIST's "9.0+PTX"
+
+    @property
+    def major(self) -> int:
+        return self.capability[0]
+
+    @property
+    def minor(self) -> int:
+        return self.capability[1]
+
+    @property
+    def sm(self) -> int:
+        return self.major * 10 + self.minor
+
+    @property
+    def label(self) -> str:
+        return f"{self.major}.{self.minor}{self.variant}"
+
+    @property
+    def sass(self) -> str:
+        return f"sm_{self.sm}{self.variant}"
+
+    @property
+    def ptx(self) -> str:
+        return f"compute_{self.sm}{self.variant}"
+
+
+def _refuse(text: str, why: str) -> NotAnArch:
+    known = ", ".join(f"{a}.{b}" for a, b in KNOWN_CAPABILITIES)
+    return NotAnArch(f"{text!r} {why}. An architecture is written as one of {ACCEPTED_FORMS} (a, f: the "
+                     f"arch-specific and family targets), for a known NVIDIA compute capability: {known}.")
+
+
+def parse_arch(text: str, *, known_only: bool = True, allow_plus_ptx: bool = False) -> Arch:
+    """The one parser of architecture names: ``"12.0"``, ``"12.0a"``, ``"120"``, ``"sm_120a"``,
+    ``"compute_120a"`` (and ``"lto_120"``; ``"9.0+PTX"`` with ``allow_plus_ptx``) -> :class:`Arch`.
+
+    ``known_only`` (the default) refuses capabilities not in :data:`KNOWN_CAPABILITIES` (``"99"``, ``"12.7"``);
+    readers of compiled target lists pass False so a newer target than this table does not stop them.
+    Raises :class:`NotAnArch` (a UsageError and a ValueError).
+    """
+    raw = str(text).strip().lower()
+    m = _ARCH_RE.fullmatch(raw)
+    if m is None or (m.group("ptx") and not allow_plus_ptx):
+        raise _refuse(str(text), "is not an architecture name")
+    num = m.group("num")
+    if "." in num:
+        major_s, minor_s = num.split(".", 1)
+        capability = (int(major_s), int(minor_s))
+    elif len(num) in (2, 3):
+        capability = (int(num[:-1]), int(num[-1]))
+    else:
+        raise _refuse(str(text), "is not an architecture name")
+    if known_only and capability not in KNOWN_CAPABILITIES:
+        raise _refuse(str(text), f"names compute capability {capability[0]}.{capability[1]}, which is not a known "
+                      "NVIDIA one")
+    return Arch(capability, m.group("variant"), m.group("prefix") or "", bool(m.group("ptx")))
+
+
+def parse_capability(text: str, *, known_only: bool = True) -> tuple[int, int]:
+    """``"12.0"``, ``"12.1a"``, ``"120"`` or ``"sm_120a"`` -> ``(12, 0)``; :class:`NotAnArch` (a ValueError)
+    otherwise."""
+    return parse_arch(text, known_only=known_only).capability

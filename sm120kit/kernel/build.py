@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import shutil
 import sys
@@ -29,6 +28,7 @@ from typing import Callable
 
 from sm120kit.kernel import deps as deps_mod
 from sm120kit import runner
+from sm120kit.hardware import arch as hw_arch
 from sm120kit.hardware import fatbin
 from sm120kit.errors import BuildError, IOFailure, MissingDependency, UsageError
 from sm120kit.kernel.source import KernelSource
@@ -89,24 +89,19 @@ class BuildArch:
         return f"{self.major}.{self.minor}{self.variant}"
 
     def min_cuda(self, machine: str | None = None) -> tuple[int, int]:
-        """12.0a: CUDA 12.8; the f family: 12.9; 12.1 on x86-64: 13.0 (12.9 on aarch64, DGX Spark)."""
-        machine = machine or platform.machine()
-        need = (12, 8)
-        if self.variant == "f":
-            need = (12, 9)
-        if self.minor == 1:
-            need = max(need, (12, 9) if machine in ("aarch64", "arm64") else (13, 0))
-        return need
+        """The oldest CUDA that builds this target on ``machine`` (:func:`sm120kit.hardware.arch.min_cuda`)."""
+        return hw_arch.min_cuda((self.major, self.minor), variant=self.variant, machine=machine) or (12, 8)
 
 
 def parse_build_arch(text: str) -> BuildArch:
-    """``12.0a``, ``12.1a``, ``12.0f``, ``12.0``, ``sm_120a`` or ``120a`` -> :class:`BuildArch`."""
-    raw = text.strip().lower()
-    m = re.fullmatch(r"(\d+)\.(\d)([af]?)", raw) or re.fullmatch(r"(?:sm_|compute_)?(\d+)(\d)([af]?)", raw)
-    if m is None:
-        raise UsageError(f"--arch {text!r} is not a target: use 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or 12.1a "
-                         "(DGX Spark); 12.0f/12.1f and plain 12.0/12.1 are accepted too.")
-    arch = BuildArch(int(m.group(1)), int(m.group(2)), m.group(3))
+    """``12.0a``, ``12.1a``, ``12.0f``, ``12.0``, ``sm_120a`` or ``120a`` -> :class:`BuildArch`
+    (:func:`sm120kit.hardware.arch.parse_arch`)."""
+    try:
+        parsed = hw_arch.parse_arch(text)
+    except hw_arch.NotAnArch as exc:
+        raise UsageError(f"--arch {exc.message} sm120kit builds 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or "
+                         "12.1a (DGX Spark); 12.0f/12.1f and plain 12.0/12.1 are accepted too.") from None
+    arch = BuildArch(parsed.major, parsed.minor, parsed.variant)
     if arch.major != 12 or arch.minor not in (0, 1):
         raise UsageError(f"--arch {text} is not an SM12x target; sm120kit builds kernels for 12.0 and 12.1 "
                          "(RTX PRO 6000 Blackwell / RTX 5090, DGX Spark).")
@@ -137,6 +132,13 @@ class Toolchain:
         return data
 
 
+def _cuda_needed_text() -> str:
+    """``12.8 or newer (13.0 for 12.1a on x86_64, 12.9 on aarch64)``, from the table in hardware/arch.py."""
+    base = hw_arch.min_cuda((12, 0))
+    spark = ", ".join(f"{v[0]}.{v[1]} on {m}" for m, v in hw_arch.MIN_CUDA_BY_MACHINE[(12, 1)].items())
+    return f"{base[0]}.{base[1]} or newer (for 12.1a: {spark})"
+
+
 def find_nvcc(env: dict[str, str] | None = None) -> str:
     env = dict(os.environ if env is None else env)
     if env.get("CUDACXX"):
@@ -152,7 +154,7 @@ def find_nvcc(env: dict[str, str] | None = None) -> str:
             return str(Path(env[var]) / "bin" / "nvcc")
     raise MissingDependency(
         "nvcc (the CUDA compiler) was not found: not in CUDACXX, not on PATH, not in $CUDA_HOME/bin.",
-        hint="Install the CUDA toolkit 12.8 or newer (13.0 for 12.1a on x86-64) and put its bin/ on PATH, "
+        hint=f"Install the CUDA toolkit {_cuda_needed_text()} and put its bin/ on PATH, "
         "e.g. export PATH=/usr/local/cuda/bin:$PATH.",
     )
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from sm120kit import runner
 from sm120kit.errors import UsageError
+from sm120kit.sglang.gitrepo import release_of_commit
+from sm120kit.sglang.metadata import read_stated_version, version_in_file
 
 try:  # Python 3.11+
     import tomllib as _toml
@@ -30,7 +32,6 @@ CLONE_LAYOUTS = (
 
 _OPTION_RE = re.compile(r"^\s*option\s*\(\s*([A-Za-z0-9_]+)", re.M)
 _MIN_CMAKE_RE = re.compile(r"cmake_minimum_required\s*\(\s*VERSION\s+([0-9.]+)", re.I)
-_VERSION_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)
 
 
 @dataclass(frozen=True)
@@ -126,15 +127,9 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def _sglang_version(repo_root: Path) -> str | None:
-    version_file = repo_root / "python" / "sglang" / "version.py"
-    if version_file.is_file():
-        match = _VERSION_RE.search(version_file.read_text(encoding="utf-8", errors="replace"))
-        if match:
-            return match.group(1)
-    described = _git(repo_root, "describe", "--tags", "--abbrev=0")
-    if described and described.startswith("v"):
-        return described[1:]
-    return None
+    """The release the clone's ``python/sglang`` states, else the nearest release tag before HEAD."""
+    stated, _ = read_stated_version(repo_root / "python" / "sglang")
+    return stated or release_of_commit(repo_root, "HEAD").release
 
 
 def find_kernel_source(src: str | Path | None = None) -> KernelSource:
@@ -174,9 +169,8 @@ def find_kernel_source(src: str | Path | None = None) -> KernelSource:
     version = project.get("version")
     if version is None:
         for candidate in sorted(kernel_dir.glob("python/*/version.py")):
-            match = _VERSION_RE.search(candidate.read_text(encoding="utf-8", errors="replace"))
-            if match:
-                version = match.group(1)
+            version = version_in_file(candidate)
+            if version:
                 break
     files = cmake_files(kernel_dir)
     texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]

@@ -17,8 +17,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from sm120kit import __version__
 from sm120kit.patching import treepath
 from sm120kit.util.atomicfile import deferred_signals, fsync_dir, remove, write_atomic
@@ -29,6 +27,7 @@ from sm120kit.patching.series import Series
 from sm120kit.patching.plan import FileChange, PatchPlan, SeriesPlan, plan_series
 from sm120kit.patching.state import (FileRecord, Journal, JournalEntry, PatchRecord, StateRecord, StateStore, now,
                             sha256, temp_path)
+from sm120kit.sglang.gitrepo import release_of_commit
 from sm120kit.sglang.target import Target, find_target
 
 __all__ = ["ApplyResult", "FileChange", "HunkResult", "PatchPlan", "RevertResult", "SeriesPlan",
@@ -44,15 +43,6 @@ _ERROR_KIND = {EXIT_CONFLICT: ConflictError.kind, EXIT_STATE: StateDamagedError.
 
 
 # -- the tree's release ----------------------------------------------------------------------------------
-
-def _as_release(tag: str) -> str | None:
-    text = tag[1:] if tag.startswith("v") else tag
-    try:
-        Version(text)
-    except InvalidVersion:
-        return None
-    return text
-
 
 def release_of(target: Target) -> tuple[str | None, bool]:
     """The target's SGLang release and whether the tree is exactly that release.
@@ -73,24 +63,18 @@ def release_and_source(target: Target) -> tuple[str | None, bool, str]:
     stated = f"stated by {target.version_source}" if target.version_source else "stated by the tree"
     if target.commit is None or target.repo_root is None:
         return version, version is not None, stated if version else "unknown: the tree states none"
-    try:
-        import git
-
-        repo = git.Repo(target.repo_root)
-        at_head = [t.strip() for t in repo.git.tag("--points-at", "HEAD").splitlines() if t.strip()]
-    except Exception:  # noqa: BLE001 - tags unreadable: a commit between releases
+    found = release_of_commit(target.repo_root, "HEAD")
+    if not found.readable:  # tags unreadable: a commit between releases
         return version, False, stated if version else "unknown: the tree states none, its tags are unreadable"
-    tagged = [r for r in (_as_release(t) for t in at_head) if r]
     if version is not None:
-        return version, version in tagged, stated
-    if tagged:
-        return tagged[0], True, f"from the tag at HEAD ({at_head[0] if len(at_head) == 1 else 'v' + tagged[0]})"
-    try:
-        nearest = repo.git.describe("--tags", "--abbrev=0", "--match", "v[0-9]*", "HEAD").strip()
-    except Exception:  # noqa: BLE001 - no release tag before HEAD
+        return version, version in {r for _, r in found.tagged}, stated
+    if found.exact:
+        tag = found.tagged[0][0] if len(found.tagged) == 1 else f"v{found.release}"
+        return found.release, True, f"from the tag at HEAD ({tag})"
+    if found.nearest is None:
         return None, False, "unknown: the tree states none and no release tag is in HEAD's history"
-    return _as_release(nearest), False, (f"from the nearest release tag in HEAD's history, {nearest} (git "
-                                         "describe): the tree states none")
+    return found.release, False, (f"from the nearest release tag in HEAD's history, {found.tag} (git "
+                                  "describe): the tree states none")
 
 
 # -- results ---------------------------------------------------------------------------------------------

@@ -108,16 +108,10 @@ class SglangClone:
                           check=False, what="git rev-parse").ok
 
     def release_at(self, sha: str) -> tuple[str | None, bool]:
-        """The release a commit is (a ``v<version>`` tag on it: exact) or follows (the nearest such tag)."""
-        tags = runner.run(["git", "-C", self.root, "tag", "--points-at", sha], what="git tag").stdout.split()
-        for tag in tags:
-            version = _release_tag(tag)
-            if version:
-                return version, True
-        found = runner.run(["git", "-C", self.root, "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*",
-                            sha], check=False, what="git describe")
-        version = _release_tag(found.stdout.strip()) if found.ok else None
-        return version, False
+        """The release a commit is (a ``v<version>`` tag on it: exact) or follows (the nearest such tag);
+        :func:`release_of_commit`."""
+        found = release_of_commit(self.root, sha)
+        return found.release, found.exact
 
     # -- worktrees ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -178,8 +172,9 @@ class SglangClone:
         return commits[:limit]
 
 
-def _release_tag(tag: str) -> str | None:
-    match = re.fullmatch(r"v(\d+\.\d+.*)", tag)
+def release_tag(tag: str) -> str | None:
+    """``v0.5.23`` -> ``"0.5.23"``; None for a tag that does not name a release (``v<version>``)."""
+    match = re.fullmatch(r"v(\d+\.\d+.*)", tag.strip())
     if not match:
         return None
     try:
@@ -187,3 +182,47 @@ def _release_tag(tag: str) -> str | None:
     except InvalidVersion:
         return None
     return match.group(1)
+
+
+@dataclass(frozen=True)
+class CommitRelease:
+    """The release tags of one commit: those on it, else the nearest one in its history."""
+
+    tagged: tuple[tuple[str, str], ...] = ()  # (tag, release) of each release tag on the commit
+    nearest: tuple[str, str] | None = None  # (tag, release) of the nearest one before it, when none is on it
+    readable: bool = True  # False when git could not list the tags (no git, not a repository)
+
+    @property
+    def release(self) -> str | None:
+        if self.tagged:
+            return self.tagged[0][1]
+        return self.nearest[1] if self.nearest else None
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.tagged)
+
+    @property
+    def tag(self) -> str | None:
+        if self.tagged:
+            return self.tagged[0][0]
+        return self.nearest[0] if self.nearest else None
+
+
+def release_of_commit(root: str | Path, rev: str = "HEAD") -> CommitRelease:
+    """The one reader of a commit's release: the ``v<version>`` tags on ``rev`` in the repository at ``root``
+    (the commit is exactly that release), else the nearest such tag in its history (``git describe``)."""
+    try:
+        listed = runner.run(["git", "-C", root, "tag", "--points-at", rev], check=False, what="git tag")
+    except (MissingDependency, ToolFailed):
+        return CommitRelease(readable=False)
+    if not listed.ok:
+        return CommitRelease(readable=False)
+    tagged = tuple((t, r) for t in listed.stdout.split() if (r := release_tag(t)))
+    if tagged:
+        return CommitRelease(tagged=tagged)
+    found = runner.run(["git", "-C", root, "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*", rev],
+                       check=False, what="git describe")
+    tag = found.stdout.strip() if found.ok else ""
+    release = release_tag(tag) if tag else None
+    return CommitRelease(nearest=(tag, release) if release else None)

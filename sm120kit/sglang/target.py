@@ -8,17 +8,12 @@ interpreter would import, found with importlib's finder without importing it).
 from __future__ import annotations
 
 import importlib.machinery
-import re
 import sys
 from dataclasses import dataclass, field
-from email.parser import HeaderParser
 from pathlib import Path
 
 from sm120kit.errors import NotSglangTree
-
-# `__version__ = "0.5.2"` (version.py up to 0.5.9) or `__version__ = version = '0.5.23'` (the _version.py
-# that setuptools-scm / vcs-versioning writes from 0.5.10 on).
-_VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
+from sm120kit.sglang.metadata import read_stated_version
 
 
 @dataclass(frozen=True)
@@ -57,52 +52,6 @@ class Target:
 
 def _looks_like_package(path: Path) -> bool:
     return path.name == "sglang" and (path / "__init__.py").is_file() and (path / "srt").is_dir()
-
-
-def read_version(package_dir: Path) -> str | None:
-    """The release the tree states (see :func:`read_stated_version`), or ``None``."""
-    return read_stated_version(package_dir)[0]
-
-
-def _pyproject_version(path: Path) -> str | None:
-    """A static ``[project] version`` (SGLang's ``python/pyproject.toml`` up to 0.5.9; later ones are
-    dynamic, from git tags)."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    project = data.get("project")
-    if not isinstance(project, dict) or project.get("name") != "sglang":
-        return None
-    version = project.get("version")
-    return version if isinstance(version, str) and version.strip() else None
-
-
-def read_stated_version(package_dir: Path) -> tuple[str | None, str | None]:
-    """(release, the file that states it): ``sglang/version.py`` or ``sglang/_version.py`` (a literal
-    ``__version__``), else a static version in the ``pyproject.toml`` beside the package (a clone's
-    ``python/`` folder), else a ``sglang-*.dist-info`` beside it. ``(None, None)`` when none states one."""
-    for name in ("version.py", "_version.py"):
-        version_file = package_dir / name
-        if version_file.is_file():
-            match = _VERSION_RE.search(version_file.read_text(encoding="utf-8", errors="replace"))
-            if match:
-                return match.group(1), f"{package_dir.name}/{name}"
-    pyproject = package_dir.parent / "pyproject.toml"
-    if pyproject.is_file():
-        version = _pyproject_version(pyproject)
-        if version:
-            return version, "pyproject.toml"
-    for meta in sorted(package_dir.parent.glob("sglang-*.dist-info/METADATA")):
-        headers = HeaderParser().parsestr(meta.read_text(encoding="utf-8", errors="replace"))
-        if headers.get("Version"):
-            return headers["Version"], f"{meta.parent.name}/METADATA"
-    return None, None
 
 
 def _importable_package() -> Path | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -30,15 +29,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from sm120kit import runner
 from sm120kit.hardware import arch
 from sm120kit.errors import MissingDependency, NotSglangTree, Sm120kitError, ToolFailed
+from sm120kit.sglang.metadata import dist_metadata_files, installed_version, version_in_file
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
 ENV_NAMES = ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "TRITON_PTXAS_PATH",
              "TRITON_PTXAS_BLACKWELL_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES")
 ENV_PREFIXES = ("SGLANG_", "NCCL_", "SGL_")
-
-FLASHINFER_JIT_MIN_CUDA_SM12X = (12, 9)
-"""FlashInfer compiles its JIT kernels for SM12x only with CUDA >= 12.9 (its ``_normalize_cuda_arch``)."""
 
 
 # -- architecture names and binary compatibility ---------------------------------------------------------
@@ -58,35 +55,18 @@ class ArchEntry:
         return f"{prefix}_{self.capability[0]}{self.capability[1]}{self.suffix}"
 
 
-_ARCH_RE = re.compile(r"^(?P<kind>sm|compute|lto)?_?(?P<num>\d+(?:\.\d+)?)(?P<suffix>[af]?)(?P<ptx>\+ptx)?$")
-
-
 def parse_arch_entries(text: str, *, kind: str | None = None) -> list[ArchEntry]:
-    """Parse one arch name in any of the spellings the tools use.
+    """Parse one arch name in any of the spellings the tools use (:func:`sm120kit.hardware.arch.parse_arch`).
 
     ``sm_120a`` and ``12.0a`` are SASS, ``compute_120`` is PTX, ``9.0+PTX`` (TORCH_CUDA_ARCH_LIST) is both.
     ``kind`` overrides the kind (the fat-binary reader names PTX entries ``sm_XY`` as cuobjdump does).
-    ValueError for anything else.
+    Targets newer than sm120kit's table of capabilities are kept. ValueError for anything else.
     """
-    raw = text.strip().lower()
-    match = _ARCH_RE.match(raw)
-    if not match:
-        raise ValueError(f"not an architecture name: {text!r}")
-    num = match.group("num")
-    if "." in num:
-        major_s, minor_s = num.split(".", 1)
-        capability = (int(major_s), int(minor_s))
-    else:
-        value = int(num)
-        if value < 10:
-            raise ValueError(f"not an architecture name: {text!r}")
-        capability = (value // 10, value % 10)
-    suffix = match.group("suffix")
-    prefix = match.group("kind")
-    base_kind = kind or ("ptx" if prefix == "compute" else "sass")
-    entries = [ArchEntry(capability, suffix, base_kind)]
-    if match.group("ptx"):
-        entries.append(ArchEntry(capability, suffix, "ptx"))
+    parsed = arch.parse_arch(text, known_only=False, allow_plus_ptx=True)
+    base_kind = kind or ("ptx" if parsed.prefix == "compute" else "sass")
+    entries = [ArchEntry(parsed.capability, parsed.variant, base_kind)]
+    if parsed.plus_ptx:
+        entries.append(ArchEntry(parsed.capability, parsed.variant, "ptx"))
     return entries
 
 
@@ -460,7 +440,7 @@ def probe_triton(sm: int) -> tuple[PackageInfo, ToolInfo]:
     if spec is None or not spec.submodule_search_locations:
         return PackageInfo("triton", None), ToolInfo("ptxas (Triton)", None, error="triton is not installed")
     triton_dir = Path(list(spec.submodule_search_locations)[0])
-    version = _dist_version("triton", "pytorch-triton", "triton-nightly")
+    version = installed_version("triton", "pytorch-triton", "triton-nightly")
     has_knob = False
     try:
         import triton.knobs as knobs  # noqa: PLC0415
@@ -479,15 +459,6 @@ def probe_triton(sm: int) -> tuple[PackageInfo, ToolInfo]:
         return package, ToolInfo("ptxas (Triton)", None, source=source, error=f"{path} does not exist")
     tool = probe_tool("ptxas", path, source)
     return package, ToolInfo("ptxas (Triton)", tool.path, tool.release, tool.version, tool.source, tool.error)
-
-
-def _dist_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def _package_dir(name: str) -> Path | None:
@@ -533,13 +504,11 @@ def _fatbin_reader():
 
 def probe_sgl_kernel(capability: tuple[int, int] | None) -> SglKernelInfo:
     package_dir = _package_dir("sgl_kernel")
-    version = _dist_version("sglang-kernel", "sgl-kernel")
+    version = installed_version("sglang-kernel", "sgl-kernel")
     if package_dir is None:
         return SglKernelInfo(version, None)
     if version is None:
-        match = re.search(r"""__version__\s*=\s*['"]([^'"]+)""",
-                          (package_dir / "version.py").read_text() if (package_dir / "version.py").is_file() else "")
-        version = match.group(1) if match else None
+        version = version_in_file(package_dir / "version.py")
     variant, variant_lib, reason = sgl_kernel_variant(package_dir, capability)
     reader = _fatbin_reader()
     libraries = []
@@ -567,9 +536,9 @@ def format_flashinfer_arch(item: Any) -> str:
 
 def probe_flashinfer() -> FlashInferInfo:
     package_dir = _package_dir("flashinfer")
-    version = _dist_version("flashinfer-python", "flashinfer")
+    version = installed_version("flashinfer-python", "flashinfer")
     prebuilt = tuple(f"{n} {v}" for n in ("flashinfer-cubin", "flashinfer-jit-cache")
-                     if (v := _dist_version(n)) is not None)
+                     if (v := installed_version(n)) is not None)
     if package_dir is None:
         return FlashInferInfo(version, None, prebuilt=prebuilt)
     env_list = os.environ.get("FLASHINFER_CUDA_ARCH_LIST")
@@ -622,7 +591,7 @@ def parse_pins(metadata_text: str) -> dict[str, str]:
 
 
 def read_pins(package_dir: Path) -> dict[str, str]:
-    for meta in sorted(package_dir.parent.glob("sglang-*.dist-info/METADATA")):
+    for meta in dist_metadata_files(package_dir.parent, "sglang"):
         try:
             return parse_pins(meta.read_text(errors="replace"))
         except OSError:
@@ -694,21 +663,23 @@ def _family_or_default(capability: tuple[int, int]) -> arch.GpuFamily | None:
     return arch.family(capability)
 
 
-def min_tool_release(capability: tuple[int, int]) -> tuple[int, int]:
-    """The oldest CUDA release whose tools target ``capability`` (sm120kit.hardware.arch; 12.0 for unknown ones)."""
-    fam = _family_or_default(capability)
-    return fam.min_cuda if fam else (12, 0)
+def min_tool_release(capability: tuple[int, int], machine: str | None = None) -> tuple[int, int]:
+    """The oldest CUDA release whose tools target ``capability`` on ``machine`` (default: this one), from
+    :func:`sm120kit.hardware.arch.min_cuda`; 12.0 for capabilities without a family there."""
+    return arch.min_cuda(capability, machine=machine) or (12, 0)
 
 
 def assess(*, judged: tuple[int, int], gpu: GpuInfo | None, driver: DriverInfo, nvcc: ToolInfo,
            triton_ptxas: ToolInfo, torch: TorchInfo, triton: PackageInfo, sglang: SglangInfo,
-           sgl_kernel: SglKernelInfo, flashinfer: FlashInferInfo, env: Mapping[str, str]) -> tuple[Flag, ...]:
-    """Every mismatch between this environment and a GPU of capability ``judged``."""
+           sgl_kernel: SglKernelInfo, flashinfer: FlashInferInfo, env: Mapping[str, str],
+           machine: str | None = None) -> tuple[Flag, ...]:
+    """Every mismatch between this environment and a GPU of capability ``judged`` (on ``machine``, default:
+    this one; the minimum CUDA of 12.1 differs between x86-64 and aarch64)."""
     flags: list[Flag] = []
     label = f"{judged[0]}.{judged[1]}"
     fam = _family_or_default(judged)
     target = fam.sass_arch if fam else f"sm_{judged[0]}{judged[1]}"
-    need = min_tool_release(judged)
+    need = min_tool_release(judged, machine)
     sm12x = judged[0] == 12
 
     if gpu is not None and gpu.platform == "hip":
@@ -779,15 +750,17 @@ def assess(*, judged: tuple[int, int], gpu: GpuInfo | None, driver: DriverInfo, 
                           f"nvcc {nvcc.version} cannot target {target} (needs CUDA {fmt_version(need)}+); JIT-compiled "
                           "kernels (FlashInfer, SGLang's JIT kernels) cannot be built for this GPU.",
                           f"Install CUDA {fmt_version(need)}+ and put its bin/ first on PATH (or set CUDA_HOME)."))
-    if sm12x and flashinfer.installed and nvcc.found and nvcc.release < FLASHINFER_JIT_MIN_CUDA_SM12X \
+    if sm12x and flashinfer.installed and nvcc.found and nvcc.release < arch.FLASHINFER_JIT_MIN_CUDA_SM12X \
             and nvcc.release >= need:
         flags.append(Flag(ERROR, "flashinfer", f"FlashInfer compiles JIT kernels for SM12x only with CUDA "
-                          f"{fmt_version(FLASHINFER_JIT_MIN_CUDA_SM12X)}+; nvcc here is {nvcc.version}.",
-                          "Install CUDA 12.9+ (or set FLASHINFER_CUDA_ARCH_LIST=12.0a, which FlashInfer takes as is)."))
+                          f"{fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+; nvcc here is {nvcc.version}.",
+                          f"Install CUDA {fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+ (or set "
+                          "FLASHINFER_CUDA_ARCH_LIST=12.0a, which FlashInfer takes as is)."))
     if not nvcc.found and flashinfer.installed and not flashinfer.prebuilt:
         flags.append(Flag(WARNING, "nvcc", "nvcc was not found and no prebuilt FlashInfer kernels "
                           "(flashinfer-cubin / flashinfer-jit-cache) are installed: FlashInfer's JIT cannot build "
-                          "its kernels.", "Install the CUDA toolkit (12.9+ for SM12x) or flashinfer-jit-cache."))
+                          "its kernels.", f"Install the CUDA toolkit ({fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+ for "
+                          "SM12x) or flashinfer-jit-cache."))
 
     # sgl_kernel
     if not sgl_kernel.installed:
