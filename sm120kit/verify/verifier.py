@@ -13,7 +13,7 @@ import importlib.util
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from sm120kit.errors import Sm120kitError
 from sm120kit.verify import checks as checks_mod
