@@ -41,3 +41,22 @@ def test_contracts_cover_every_package() -> None:
     packages = {f"sm120kit.{p.name}" for p in (REPO / "sm120kit").iterdir() if (p / "__init__.py").is_file()}
     packages |= {"sm120kit.errors", "sm120kit.runner"}
     assert packages <= named, f"not in the layers contract: {sorted(packages - named)}"
+
+
+# Class names that may appear more than once in sm120kit, each with the reason. Empty: every class name
+# says what the class is, so two different things never read alike in code, tracebacks and docs.
+SHARED_CLASS_NAMES: dict[str, str] = {}
+
+
+def test_no_two_classes_share_a_name() -> None:
+    import ast
+    from collections import defaultdict
+
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted((REPO / "sm120kit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert where, "no classes found: the walk read nothing"
+    shared = {name: places for name, places in where.items() if len(places) > 1 and name not in SHARED_CLASS_NAMES}
+    assert not shared, f"classes that share a name (rename one, or list it in SHARED_CLASS_NAMES): {shared}"

@@ -21,7 +21,7 @@ import pytest
 
 from sm120kit.serve.checks import validate_against
 from sm120kit.serve.flags import check_flags, merge_flags, parse_extra, recipe_flags
-from sm120kit.serve.gpus import GpuInfo, check_gpus, detect_gpus
+from sm120kit.serve.gpus import ListedGpu, check_gpus, detect_gpus
 from sm120kit.serve.recipe import find_recipe, list_recipes, load_recipe
 from sm120kit.serve.server_args import PROBE_MODULE, ServerArgsSpec, read_server_args
 from sm120kit.errors import RecipeError, UsageError
@@ -283,8 +283,8 @@ def test_gpu_mismatch_warnings_with_a_stand_in_nvidia_smi(tmp_path, monkeypatch)
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     found = detect_gpus()
-    assert found == (GpuInfo("NVIDIA GeForce RTX 4090", (8, 9), 24564),
-                     GpuInfo("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (12, 0), 97887))
+    assert found == (ListedGpu("NVIDIA GeForce RTX 4090", (8, 9), 24564),
+                     ListedGpu("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (12, 0), 97887))
     warnings = check_gpus(spec, found)
     assert any("2 GPU(s) found, the recipe expects 8" in w for w in warnings)
     assert any("GPU 0 is 'NVIDIA GeForce RTX 4090'" in w for w in warnings)
@@ -295,7 +295,7 @@ def test_gpu_mismatch_warnings_with_a_stand_in_nvidia_smi(tmp_path, monkeypatch)
     # Drivers before 510 know no compute_cap field and reject the whole query: ask again without it.
     fake.write_text("#!/bin/sh\ncase \"$1\" in *compute_cap*) echo 'invalid field compute_cap' >&2; exit 2;; esac\n"
                     "echo 'NVIDIA GeForce RTX 5090, 32607'\n")
-    assert detect_gpus() == (GpuInfo("NVIDIA GeForce RTX 5090", None, 32607),)
+    assert detect_gpus() == (ListedGpu("NVIDIA GeForce RTX 5090", None, 32607),)
 
 
 # --- the CLI -------------------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ tokens = [64]
 """
 
 
-def _matrix(tmp_path: Path, text: str) -> shapes.Matrix:
+def _matrix(tmp_path: Path, text: str) -> shapes.ShapeMatrix:
     path = tmp_path / "matrix.toml"
     path.write_text(text)
     return shapes.load_matrix([path], include_default=False)

@@ -56,12 +56,12 @@ json.dump(table, open(name + ".json", "w"), indent=4)
 
 def _stand_in_for_sm120_gpu(python):
     """Stands in for the probe on a 12.0 GPU (this machine has none)."""
-    return tune_moe.GpuInfo(WORKSTATION, (12, 0)), None
+    return tune_moe.TargetGpu(WORKSTATION, (12, 0)), None
 
 
 def _stand_in_for_h200(python):
     """Stands in for the probe on a Hopper GPU (this machine has none)."""
-    return tune_moe.GpuInfo("NVIDIA H200", (9, 0)), None
+    return tune_moe.TargetGpu("NVIDIA H200", (9, 0)), None
 
 
 @pytest.fixture

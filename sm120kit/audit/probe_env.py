@@ -11,9 +11,7 @@ the resolution probe puts that folder on ``sys.path`` ahead of site-packages. Th
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from packaging.version import Version
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, ToolFailed
 from sm120kit.sglang.metadata import dist_metadata_files, installed_version, read_dist_metadata
+from sm120kit.util.atomicfile import make_temp_dir, replace_folder, sweep_temp_dirs
 from sm120kit.util.cache import cache_dir
 
 # Packages whose version decides whether a release's server arguments import at all.
@@ -154,7 +153,8 @@ def _pip_target(folder: Path, specs: list[str]) -> None:
 
 def _build(folder: Path, needed: list[Requirement], console) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name[:40]}-", dir=folder.parent))
+    sweep_temp_dirs(folder.parent, folder.name)
+    tmp = make_temp_dir(folder.parent, folder.name)
     try:
         specs = [str(r) for r in needed]
         if console:
@@ -174,9 +174,7 @@ def _build(folder: Path, needed: list[Requirement], console) -> None:
         if (folder / ".complete").is_file():  # another process finished the same overlay first
             shutil.rmtree(tmp, ignore_errors=True)
             return
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
+        replace_folder(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

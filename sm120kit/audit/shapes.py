@@ -83,7 +83,10 @@ class GroupedMoeModel:
 
 
 @dataclass(frozen=True)
-class Matrix:
+class ShapeMatrix:
+    """The audit's shape matrix: the model shapes (attention, MoE, grouped MoE) the launchers are probed with,
+    and the files they came from."""
+
     attention: tuple[AttentionModel, ...]
     moe: tuple[MoeModel, ...]
     files: tuple[str, ...]
@@ -273,7 +276,7 @@ def _read(path: Path) -> dict:
         raise UsageError(f"{path} is not valid TOML: {exc}.") from None
 
 
-def load_matrix(extra: Iterable[str | Path] = (), *, include_default: bool = True) -> Matrix:
+def load_matrix(extra: Iterable[str | Path] = (), *, include_default: bool = True) -> ShapeMatrix:
     """The packaged matrix plus ``extra`` files (an entry named like an earlier one replaces it)."""
     paths = ([DEFAULT_MATRIX] if include_default else []) + [Path(p) for p in extra]
     attention: dict[str, AttentionModel] = {}
@@ -294,11 +297,11 @@ def load_matrix(extra: Iterable[str | Path] = (), *, include_default: bool = Tru
         for index, table in enumerate(data.get("moe", [])):
             model = _moe(_Entry(table, f"{path} [[moe]] #{index + 1}"), str(path))
             moe[model.name] = model
-    return Matrix(tuple(attention.values()), tuple(moe.values()), tuple(str(p) for p in paths),
-                  tuple(grouped.values()))
+    return ShapeMatrix(tuple(attention.values()), tuple(moe.values()), tuple(str(p) for p in paths),
+                       tuple(grouped.values()))
 
 
-def select(matrix: Matrix, names: Iterable[str]) -> Matrix:
+def select(matrix: ShapeMatrix, names: Iterable[str]) -> ShapeMatrix:
     """Only the entries named ``names`` (a UsageError names any unknown one)."""
     wanted = list(names)
     if not wanted:
@@ -307,14 +310,14 @@ def select(matrix: Matrix, names: Iterable[str]) -> Matrix:
     if unknown:
         raise UsageError(f"No matrix entry named {', '.join(unknown)}.",
                          hint=f"Known entries: {', '.join(matrix.names())}.")
-    return Matrix(tuple(m for m in matrix.attention if m.name in wanted),
-                  tuple(m for m in matrix.moe if m.name in wanted), matrix.files,
-                  tuple(m for m in matrix.grouped_moe if m.name in wanted))
+    return ShapeMatrix(tuple(m for m in matrix.attention if m.name in wanted),
+                       tuple(m for m in matrix.moe if m.name in wanted), matrix.files,
+                       tuple(m for m in matrix.grouped_moe if m.name in wanted))
 
 
 # -- expansion -------------------------------------------------------------------------------------------
 
-def expand(matrix: Matrix, *, launchers: Iterable[str] | None = None) -> list[ProbeCase]:
+def expand(matrix: ShapeMatrix, *, launchers: Iterable[str] | None = None) -> list[ProbeCase]:
     """Every launcher call of the matrix, in a stable order."""
     allowed = set(launchers) if launchers else None
     cases: list[ProbeCase] = []

@@ -31,7 +31,7 @@ from sm120kit.sglang.metadata import installed_version
 from sm120kit.sglang.target import Target, find_target
 from sm120kit.sglang import launchers as launcher_table
 from sm120kit.audit.cache import AuditCache, digest, files_digest
-from sm120kit.audit.shapes import Matrix, ProbeCase, expand, load_matrix
+from sm120kit.audit.shapes import ProbeCase, ShapeMatrix, expand, load_matrix
 
 DEFAULT_ARCHS = ("12.0", "12.1")
 PROBE_MODULE = "sm120kit.audit.kernel_probe"
@@ -365,7 +365,7 @@ def default_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Matrix | None = None,
+def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: ShapeMatrix | None = None,
                launchers: Iterable[str] | None = None, policy: Mapping[str, Mapping[str, Any]] | None = None,
                cache: AuditCache | None = None, jobs: int | None = None, console=None,
                label: str | None = None, version: str | None = None,

@@ -80,12 +80,12 @@ def _describe(target: upstream.CheckTarget) -> str:
 
 # -- check-upstream --------------------------------------------------------------------------------------
 
-def _rows(result: upstream.CheckResult) -> list[list[str]]:
+def _rows(result: upstream.SeriesCheck) -> list[list[str]]:
     return [[p.patch_id, STATUS_WORDS.get(p.status, p.status), p.variant or "-", shorten(p.detail)]
             for p in result.patches]
 
 
-def _print_check(console: Console, result: upstream.CheckResult) -> None:
+def _print_check(console: Console, result: upstream.SeriesCheck) -> None:
     console.info(f"target: {_describe(result.target)}")
     console.info(f"series: {result.series} ({len(result.patches)} patches)")
     console.info("")
@@ -113,7 +113,7 @@ def _print_check(console: Console, result: upstream.CheckResult) -> None:
     console.info(f"SGLang {result.target.label}: {result.summary()} ({result.seconds:.1f} s).")
 
 
-def markdown_check(result: upstream.CheckResult) -> str:
+def markdown_check(result: upstream.SeriesCheck) -> str:
     out = [f"### sm120kit check-upstream: SGLang `{result.target.label}`", ""]
     version = result.target.version or "unknown"
     out.append(f"Release {'' if result.target.exact else 'after '}{version}; series `{result.series.name}` "

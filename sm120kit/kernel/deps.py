@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 import zipfile
@@ -26,6 +25,7 @@ from pathlib import Path
 from sm120kit import runner
 from sm120kit.errors import DownloadError, MissingDependency, UsageError
 from sm120kit.kernel.source import KernelSource
+from sm120kit.util.atomicfile import building_folder, make_temp_dir, replace_folder, sweep_temp_dirs
 
 MANIFEST = "sm120kit-deps.json"
 
@@ -237,8 +237,7 @@ def _git_head(folder: Path) -> str | None:
 def _fetch_git(dep: Dependency, folder: Path, log) -> str:
     repo, tag = dep.git_repository, dep.git_tag
     assert repo
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
+    with building_folder(folder) as tmp:
         runner.run(["git", "init", "-q", str(tmp)], what=f"git init for {dep.name}")
         runner.run(["git", "-C", str(tmp), "remote", "add", "origin", repo], what=f"git remote for {dep.name}")
         ref = tag or "HEAD"
@@ -259,24 +258,14 @@ def _fetch_git(dep: Dependency, folder: Path, log) -> str:
                 argv += ["--", *dep.submodules]
             runner.run(argv, what=f"git submodules of {dep.name}", timeout=3600)
         revision = _git_head(tmp)
-        _replace_dir(tmp, folder)
-        return revision or ""
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _replace_dir(tmp: Path, folder: Path) -> None:
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, folder)
+    return revision or ""
 
 
 def _fetch_url(dep: Dependency, folder: Path) -> str:
     assert dep.url
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    sweep_temp_dirs(folder.parent, folder.name)
+    tmp = make_temp_dir(folder.parent, folder.name)  # the download and the unpacked tree
     try:
         archive = tmp / "archive"
         digest = hashlib.sha256()
@@ -299,11 +288,7 @@ def _fetch_url(dep: Dependency, folder: Path) -> str:
         _extract(archive, unpacked, dep)
         entries = list(unpacked.iterdir())
         root = entries[0] if len(entries) == 1 and entries[0].is_dir() else unpacked  # like FetchContent
-        final = tmp / "final"
-        os.replace(root, final)
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(final, folder)
+        replace_folder(root, folder)
         return digest.hexdigest()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -11,7 +11,10 @@ from sm120kit.serve.recipe import GpuSpec
 
 
 @dataclass(frozen=True)
-class GpuInfo:
+class ListedGpu:
+    """One GPU as a line of ``nvidia-smi`` lists it (no torch needed; the capability is None on drivers before
+    510)."""
+
     name: str
     capability: tuple[int, int] | None
     memory_mib: int | None = None
@@ -21,7 +24,7 @@ class GpuInfo:
         return {"name": self.name, "capability": cap, "memory_mib": self.memory_mib}
 
 
-def detect_gpus() -> tuple[GpuInfo, ...] | None:
+def detect_gpus() -> tuple[ListedGpu, ...] | None:
     """The NVIDIA GPUs ``nvidia-smi`` lists; None when nvidia-smi is absent or fails (no driver)."""
     if runner.which("nvidia-smi") is None:
         return None
@@ -47,11 +50,11 @@ def detect_gpus() -> tuple[GpuInfo, ...] | None:
             except ValueError:
                 cap = None
         mem_text = parts[2 if with_cap else 1] if len(parts) > (2 if with_cap else 1) else ""
-        gpus.append(GpuInfo(parts[0], cap, int(mem_text) if mem_text.isdigit() else None))
+        gpus.append(ListedGpu(parts[0], cap, int(mem_text) if mem_text.isdigit() else None))
     return tuple(gpus)
 
 
-def check_gpus(spec: GpuSpec, found: Sequence[GpuInfo] | None) -> list[str]:
+def check_gpus(spec: GpuSpec, found: Sequence[ListedGpu] | None) -> list[str]:
     """Warnings when the GPUs present do not match what the recipe was written for."""
     if found is None:
         return [f"no NVIDIA GPU found (nvidia-smi is not on PATH or failed); the recipe expects {spec.label}."]

@@ -18,7 +18,7 @@ from sm120kit import runner
 from sm120kit.errors import UsageError
 from sm120kit.serve.env import check_env
 from sm120kit.serve.flags import check_flags, merge_flags, parse_extra, recipe_flags
-from sm120kit.serve.gpus import GpuInfo, check_gpus, detect_gpus
+from sm120kit.serve.gpus import ListedGpu, check_gpus, detect_gpus
 from sm120kit.serve.recipe import NO_SM120_CODE, Recipe
 from sm120kit.serve.server_args import read_server_args
 
@@ -35,7 +35,7 @@ class LaunchPlan:
     kept_env: dict[str, str]  # recipe variables left as the user's environment already had them
     overrides: tuple[str, ...]
     warnings: tuple[str, ...]
-    gpus: tuple[GpuInfo, ...] | None
+    gpus: tuple[ListedGpu, ...] | None
     release_named: bool  # the SGLang found is one the recipe names
 
     @property
@@ -68,7 +68,7 @@ class LaunchPlan:
 
 def plan_launch(recipe: Recipe, *, model: str | None = None, extra: Sequence[str] = (),
                 python: str | None = None, sglang_root: Path | None = None,
-                gpus: Sequence[GpuInfo] | None | str = "detect", console=None) -> LaunchPlan:
+                gpus: Sequence[ListedGpu] | None | str = "detect", console=None) -> LaunchPlan:
     """Check ``recipe`` (and the ``extra`` flags) against the SGLang that will run it; build the command.
 
     No side effects: the result is what ``--dry-run`` prints and what :func:`launch` executes.

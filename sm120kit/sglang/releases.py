@@ -7,15 +7,13 @@ installed and no dependency is fetched.
 
 from __future__ import annotations
 
-import os
-import shutil
 import zipfile
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from sm120kit import runner
-from sm120kit.util.atomicfile import make_temp_dir, sweep_temp_dirs
+from sm120kit.util.atomicfile import building_folder
 from sm120kit.errors import DownloadError, ToolFailed, UsageError
 from sm120kit.util.cache import cache_dir
 
@@ -110,20 +108,11 @@ def _same_version(a: str, b: str) -> bool:
 
 def _unpack(wheel: Path, dest: Path) -> None:
     """Unpack ``sglang/`` and the dist-info of ``wheel`` into ``dest`` atomically (temp folder + rename)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    sweep_temp_dirs(dest.parent, dest.name)
-    tmp = make_temp_dir(dest.parent, dest.name)
-    try:
+    with building_folder(dest) as tmp:
         with zipfile.ZipFile(wheel) as zf:
             members = [m for m in zf.namelist()
                        if m.startswith("sglang/") or (m.startswith("sglang-") and ".dist-info/" in m)]
             zf.extractall(tmp, members)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def parse_release_range(text: str, available: list[str]) -> list[str]:

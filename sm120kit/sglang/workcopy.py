@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sm120kit.sglang import releases
 from sm120kit.util.cache import cache_dir
-from sm120kit.util.atomicfile import current_umask, make_temp_dir, sweep_temp_dirs
+from sm120kit.util.atomicfile import building_folder, current_umask, sweep_temp_dirs
 from sm120kit.errors import IOFailure
 
 
@@ -32,19 +32,9 @@ def work_copy(version: str, *, fresh: bool = False, cache: Path | None = None, c
         return dest
     pristine = releases.fetch_release(version, cache=cache, console=console)
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = make_temp_dir(dest.parent, version)
-        try:
+        with building_folder(dest) as tmp:
             shutil.copytree(pristine, tmp, dirs_exist_ok=True, symlinks=True)
             os.chmod(tmp, 0o777 & ~current_umask())  # copytree gave it the pristine folder's mode
-            if dest.exists():
-                old = make_temp_dir(dest.parent, version)  # the old copy goes aside, then away
-                os.replace(dest, old)
-                shutil.rmtree(old, ignore_errors=True)
-            os.replace(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     except OSError as exc:
         raise IOFailure(f"Cannot create the working copy {dest}: {exc.strerror or exc}.",
                         hint="Check that the cache folder is writable (SM120KIT_CACHE_DIR selects another).") \

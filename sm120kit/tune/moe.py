@@ -161,7 +161,9 @@ def find_script(given: Path | None, target: Target) -> Path:
 # -- the GPU present ----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class GpuInfo:
+class TargetGpu:
+    """The first CUDA GPU that the tuning target's Python (its torch) sees, and how many there are."""
+
     name: str
     capability: tuple[int, int]
     count: int = 1
@@ -189,7 +191,7 @@ print(json.dumps({"name": torch.cuda.get_device_name(0), "capability": list(torc
 """
 
 
-def probe_gpu(python: str) -> tuple[GpuInfo | None, str | None]:
+def probe_gpu(python: str) -> tuple[TargetGpu | None, str | None]:
     """(the first CUDA GPU ``python``'s torch sees, None) or (None, why there is none)."""
     result = runner.run([python, "-c", _PROBE], check=False, timeout=300, what="GPU probe")
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
@@ -199,7 +201,7 @@ def probe_gpu(python: str) -> tuple[GpuInfo | None, str | None]:
     data = json.loads(lines[-1])
     if "error" in data:
         return None, data["error"]
-    return GpuInfo(data["name"], tuple(data["capability"]), int(data.get("count", 1))), None
+    return TargetGpu(data["name"], tuple(data["capability"]), int(data.get("count", 1))), None
 
 
 # -- the plan -----------------------------------------------------------------------------------------------------
@@ -237,7 +239,7 @@ class TunePlan:
     shape: MoeShape
     model: str | None  # --model as given; None: sm120kit writes a Mixtral-style config.json with the shape
     batch_sizes: tuple[int, ...]
-    gpu: GpuInfo | None
+    gpu: TargetGpu | None
     gpu_problem: str | None  # why the run is refused (no GPU, not 12.x); None when it can run
     search_space_file: bool  # the script takes --search-space-file (SGLang 0.5.16 on)
     search_space: tuple[dict, ...]
@@ -311,7 +313,7 @@ def _supports(script: Path, flag: str) -> bool:
 
 def plan_tuning(target: Target, *, script: Path | None, shape: MoeShape, model: str | None = None,
                 batch_sizes: tuple[int, ...] = (), python: str | None = None, series: Series | None = None,
-                probe: Callable[[str], tuple[GpuInfo | None, str | None]] | None = None) -> TunePlan:
+                probe: Callable[[str], tuple[TargetGpu | None, str | None]] | None = None) -> TunePlan:
     """Everything the run will do, computed without writing anything (the GPU is queried, not used).
     ``probe`` (default :func:`probe_gpu`) tells which GPU ``python`` sees."""
     if shape.dtype not in DTYPES:

@@ -294,7 +294,9 @@ STATUS_ORDER = ("applies", "present-upstream", "already-applied", "not-applicabl
 
 
 @dataclass(frozen=True)
-class CheckResult:
+class SeriesCheck:
+    """How each patch of a series applies to one target (a release or a ref)."""
+
     target: CheckTarget
     series: Path
     patches: tuple[PatchCheck, ...]
@@ -444,7 +446,7 @@ def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative
 
 
 def check_upstream(series: Series, target: CheckTarget, *, fuzz: int = 0, base_files: BaseFiles | None = None,
-                   history: bool = True, find_moves: bool = True) -> CheckResult:
+                   history: bool = True, find_moves: bool = True) -> SeriesCheck:
     """Classify every patch of ``series`` on ``target``; reads files, writes nothing."""
     start = time.perf_counter()
     if base_files is None:
@@ -455,7 +457,7 @@ def check_upstream(series: Series, target: CheckTarget, *, fuzz: int = 0, base_f
         _classify(patch, patch_plan, target, alternative=alternatives.get(patch.id), base_files=base_files,
                   history=history, find_moves=find_moves)
         for patch, patch_plan in zip(series.patches, plan.patches))
-    return CheckResult(target=target, series=series.path, patches=checks,
+    return SeriesCheck(target=target, series=series.path, patches=checks,
                        seconds=time.perf_counter() - start, fuzz=fuzz)
 
 
@@ -475,10 +477,13 @@ def _alternatives(series: Series, target: CheckTarget, plan: SeriesPlan, fuzz: i
 # -- the matrix ------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Matrix:
+class UpgradeMatrix:
+    """The upgrade check of a series against several targets: one row per release (or ref), one column per
+    patch."""
+
     series: Path
     patch_ids: tuple[str, ...]
-    results: tuple[CheckResult, ...]
+    results: tuple[SeriesCheck, ...]
     seconds: float
     fetch_seconds: float
     check_seconds: float
@@ -555,7 +560,7 @@ def fetch_releases(versions: Sequence[str], *, jobs: int = 4, console=None) -> f
 
 def build_matrix(series: Series, *, versions: Sequence[str] = (), refs: Sequence[str] = (),
                  clone: SglangClone | None = None, folders: Sequence[Path] = (), fuzz: int = 0, jobs: int = 4,
-                 history: bool = True, console=None) -> Matrix:
+                 history: bool = True, console=None) -> UpgradeMatrix:
     """The series on every release in ``versions`` and every ref of ``clone`` in ``refs``, in that order."""
     start = time.perf_counter()
     versions = sorted(dict.fromkeys(versions), key=Version)
@@ -563,7 +568,7 @@ def build_matrix(series: Series, *, versions: Sequence[str] = (), refs: Sequence
     checked = time.perf_counter()
     base_files = BaseFiles(clone)
     total = len(versions) + len(refs) + len(folders)
-    results: list[CheckResult] = []
+    results: list[SeriesCheck] = []
 
     def note(label: str) -> None:
         if console is not None:
@@ -584,5 +589,6 @@ def build_matrix(series: Series, *, versions: Sequence[str] = (), refs: Sequence
             results.append(check_upstream(series, target, fuzz=fuzz, history=history))
         note(str(folder))
     end = time.perf_counter()
-    return Matrix(series=series.path, patch_ids=tuple(p.id for p in series.patches), results=tuple(results),
-                  seconds=end - start, fetch_seconds=fetch_seconds, check_seconds=end - checked)
+    return UpgradeMatrix(series=series.path, patch_ids=tuple(p.id for p in series.patches),
+                         results=tuple(results), seconds=end - start, fetch_seconds=fetch_seconds,
+                         check_seconds=end - checked)

@@ -17,12 +17,18 @@ Test hooks (fault injection), read from the environment:
 
 They let tests prove that an interrupted run leaves every file whole, leaves no temporary file behind
 after the next run, and that Ctrl-C rolls back.
+
+Folders are replaced the same way (:func:`building_folder`, :func:`replace_folder`): the new folder is
+built in a temporary sibling and renamed into place while the old one still exists (the old one is
+renamed aside first and removed only once the new one is in place), so a failure or a kill at any point
+leaves the old folder or the new one, never neither.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import signal
@@ -139,8 +145,16 @@ def current_umask() -> int:
     return mask
 
 
+def _short(name: str) -> str:
+    """``name`` cut to leave room for the temporary suffixes within a file name's 255 bytes (a long name
+    keeps its start and gets a digest of the whole, so it stays recognisable and distinct)."""
+    if len(name.encode()) <= 120:
+        return name
+    return name.encode()[:80].decode(errors="ignore") + "~" + hashlib.sha256(name.encode()).hexdigest()[:16]
+
+
 def _temp_dir_prefix(name: str) -> str:
-    return f".{name}.tmp@"
+    return f".{_short(name)}.tmp@"
 
 
 def make_temp_dir(parent: Path, name: str) -> Path:
@@ -168,21 +182,108 @@ def _alive(pid: int) -> bool:
 
 def sweep_temp_dirs(parent: Path, name: str) -> list[Path]:
     """Remove the temporary folders for ``name`` in ``parent`` that a process of this host made and that
-    is gone (killed mid-copy); a folder of a live process or of another host is left alone."""
-    removed = []
+    is gone (killed mid-copy); a folder of a live process or of another host is left alone. An old
+    folder such a process had set aside (:func:`replace_folder`) is put back if ``parent/name`` is
+    missing, else removed."""
+    removed = _sweep_old_dirs(parent, name)
     host = socket.gethostname()
     try:
         entries = list(Path(parent).glob(f"{glob_escape(_temp_dir_prefix(name))}*"))
     except OSError:
         return removed
     for entry in entries:
-        owner, _, rest = entry.name[len(_temp_dir_prefix(name)):].partition("@")
-        pid, _, _ = rest.partition("@")
-        if owner != host or not pid.isdigit() or _alive(int(pid)) or entry.is_symlink():
+        if not _owner_gone(entry, _temp_dir_prefix(name), host):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
+
+
+def _old_dir_prefix(name: str) -> str:
+    return f".{_short(name)}.old@"
+
+
+def _owner_gone(entry: Path, prefix: str, host: str) -> bool:
+    owner, _, rest = entry.name[len(prefix):].partition("@")
+    pid, _, _ = rest.partition("@")
+    return owner == host and pid.isdigit() and not _alive(int(pid)) and not entry.is_symlink()
+
+
+def _sweep_old_dirs(parent: Path, name: str) -> list[Path]:
+    """The old folders that :func:`replace_folder` set aside for a process that is gone: put back as
+    ``parent/name`` when that is missing (killed between the two renames), else removed."""
+    done = []
+    host = socket.gethostname()
+    prefix = _old_dir_prefix(name)
+    try:
+        entries = sorted(Path(parent).glob(f"{glob_escape(prefix)}*"))
+    except OSError:
+        return done
+    dest = Path(parent) / name
+    for entry in entries:
+        if not _owner_gone(entry, prefix, host):
+            continue
+        if not dest.exists() and not dest.is_symlink():
+            try:
+                os.replace(entry, dest)
+                done.append(entry)
+                continue
+            except OSError:
+                pass
+        shutil.rmtree(entry, ignore_errors=True)
+        done.append(entry)
+    return done
+
+
+def _discard(path: Path) -> None:
+    if path.is_symlink():
+        path.unlink(missing_ok=True)  # a link that stood at the destination: its target is not ours
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def replace_folder(new: Path, dest: Path) -> None:
+    """Put the complete folder ``new`` (on the same filesystem, best a sibling from
+    :func:`make_temp_dir`) at ``dest``. An existing ``dest`` is renamed aside
+    (``.NAME.old@HOST@PID@XXXX``) first, ``new`` renamed into place, and only then the old one removed;
+    if the second rename fails the old one is put back. A kill between the two renames leaves the old
+    folder aside, and :func:`sweep_temp_dirs` puts it back. Raises the ``OSError`` of a failed rename
+    (``new`` is left for the caller to remove)."""
+    new, dest = Path(new), Path(dest)
+    aside = None
+    if dest.exists() or dest.is_symlink():
+        suffix = os.urandom(4).hex()
+        aside = dest.parent / f"{_old_dir_prefix(dest.name)}{socket.gethostname()}@{os.getpid()}@{suffix}"
+        os.replace(dest, aside)
+    try:
+        os.replace(new, dest)
+    except BaseException:
+        if aside is not None:
+            try:
+                os.replace(aside, dest)
+            except OSError:
+                pass  # left aside under a name the next sweep recognises and puts back
+        raise
+    if aside is not None:
+        _discard(aside)
+    fsync_dir(dest.parent)
+
+
+@contextlib.contextmanager
+def building_folder(dest: Path) -> Iterator[Path]:
+    """Yield a new empty folder beside ``dest`` (permissions from the umask) to build into; when the block
+    ends normally it replaces ``dest`` (:func:`replace_folder`), when it raises it is removed and ``dest``
+    is left as it was. Leftovers of a killed earlier run for ``dest`` are cleaned up first."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    sweep_temp_dirs(dest.parent, dest.name)
+    tmp = make_temp_dir(dest.parent, dest.name)
+    try:
+        yield tmp
+        replace_folder(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def glob_escape(text: str) -> str:

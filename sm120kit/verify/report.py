@@ -131,7 +131,9 @@ def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class GpuInfo:
+class TorchGpu:
+    """The visible GPU as torch in this process reports it, with the shared-memory figures the report judges."""
+
     index: int
     name: str
     capability: tuple[int, int]
@@ -259,7 +261,7 @@ class Flag:
 class EnvironmentReport:
     judged_for: tuple[int, int]
     judged_reason: str
-    gpu: GpuInfo | None
+    gpu: TorchGpu | None
     gpu_note: str
     driver: DriverInfo
     nvcc: ToolInfo
@@ -302,7 +304,7 @@ def probe_torch() -> tuple[TorchInfo, Any]:
                      arch_list), torch
 
 
-def probe_gpu(torch_module: Any) -> tuple[GpuInfo | None, str]:
+def probe_gpu(torch_module: Any) -> tuple[TorchGpu | None, str]:
     """The first visible GPU as torch sees it, or None with the reason."""
     if torch_module is None:
         return None, "torch is not installed, so no GPU can be queried"
@@ -319,7 +321,7 @@ def probe_gpu(torch_module: Any) -> tuple[GpuInfo | None, str]:
     if optin is None:
         optin = _triton_max_shared(index)
     fam = arch.family(capability) if platform == "cuda" else None
-    return GpuInfo(
+    return TorchGpu(
         index=index,
         name=str(props.name),
         capability=(int(capability[0]), int(capability[1])),
@@ -669,7 +671,7 @@ def min_tool_release(capability: tuple[int, int], machine: str | None = None) ->
     return arch.min_cuda(capability, machine=machine) or (12, 0)
 
 
-def assess(*, judged: tuple[int, int], gpu: GpuInfo | None, driver: DriverInfo, nvcc: ToolInfo,
+def assess(*, judged: tuple[int, int], gpu: TorchGpu | None, driver: DriverInfo, nvcc: ToolInfo,
            triton_ptxas: ToolInfo, torch: TorchInfo, triton: PackageInfo, sglang: SglangInfo,
            sgl_kernel: SglKernelInfo, flashinfer: FlashInferInfo, env: Mapping[str, str],
            machine: str | None = None) -> tuple[Flag, ...]:
@@ -840,7 +842,7 @@ def _assess_sgl_kernel(info: SglKernelInfo, judged: tuple[int, int], label: str)
 # -- entry point ---------------------------------------------------------------------------------------------
 
 
-def judged_capability(gpu: GpuInfo | None, override: tuple[int, int] | None) -> tuple[tuple[int, int], str]:
+def judged_capability(gpu: TorchGpu | None, override: tuple[int, int] | None) -> tuple[tuple[int, int], str]:
     """The capability the findings are judged against, and why that one."""
     if override is not None:
         return override, "given with --arch"
