@@ -9,14 +9,42 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
+import click
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
 
 def _use_color(stream) -> bool:
-    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
+    return "NO_COLOR" not in os.environ and _isatty(stream)
+
+
+def _terminal_columns() -> int:
+    return max(20, shutil.get_terminal_size((80, 24)).columns)
+
+
+def _bar_width() -> int:
+    return max(10, min(30, _terminal_columns() // 4))
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` on one line of at most ``width`` characters; a long path keeps its end (``...`` where cut)."""
+    text = " ".join(str(text).split())
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    return "..." + text[len(text) - width + 3:] if width > 3 else text[:width]
 
 
 @dataclass
@@ -30,6 +58,9 @@ class Console:
         if self.stream is None:
             self.stream = sys.stderr if self.json_mode else sys.stdout
         self.color = _use_color(self.stream)
+        self.tty = _isatty(self.stream)
+        self._bar: Any = None  # the click progress bar being drawn (terminal only)
+        self._plain: int | None = None  # total of a long step reported without a terminal (start line printed)
 
     # -- text -------------------------------------------------------------------------------------------
     def style(self, text: str, code: str) -> str:
@@ -37,6 +68,7 @@ class Console:
 
     def info(self, text: str = "") -> None:
         if not self.quiet:
+            self.end_progress()
             print(text, file=self.stream, flush=True)
 
     def debug(self, text: str) -> None:
@@ -51,35 +83,63 @@ class Console:
         """``title ... ✓ (1.2 s)`` around a block; ``✕`` when it raises."""
         start = time.perf_counter()
         if not self.quiet:
+            self.end_progress()
             print(f"{title} ...", file=self.stream, flush=True)
         try:
             yield
         except BaseException:
             if not self.quiet:
+                self.end_progress()
                 print(self.style(f"✕ {title} ({time.perf_counter() - start:.1f} s)", "31"),
                       file=self.stream, flush=True)
             raise
         if not self.quiet:
+            self.end_progress()
             print(self.style(f"✓ {title} ({time.perf_counter() - start:.1f} s)", "32"),
                   file=self.stream, flush=True)
 
     def progress(self, done: int, total: int, label: str = "") -> None:
-        """One progress line per call (rewritten in place on a terminal)."""
+        """Progress of a long step, ``done`` of ``total``: a bar redrawn in place on a terminal; without one, a
+        start line and an end line only; nothing with ``-q``."""
         if self.quiet:
             return
-        width = 24
-        filled = int(width * done / total) if total else width
-        bar = "#" * filled + "-" * (width - filled)
-        text = f"[{bar}] {done}/{total} {label}"
-        if self.color:
-            end = "\n" if done >= total else ""
-            print("\r\x1b[2K" + text, end=end, file=self.stream, flush=True)
+        if not self.tty:
+            started = self._plain != total
+            if started:
+                self._plain = total
+                print(f"[{done}/{total}] {label}", file=self.stream, flush=True)
+            if done >= total:
+                if not started:
+                    print(f"[{done}/{total}] {label}", file=self.stream, flush=True)
+                self._plain = None
+            return
+        if self._bar is None or self._bar.length != total:
+            self.end_progress()
+            self._bar = click.progressbar(length=total, file=self.stream, color=self.color, show_pos=True,
+                                          show_eta=False, width=_bar_width(), item_show_func=lambda item: item)
+        bar = self._bar
+        bar.current_item = ""
+        # the item follows the info separator; the position may still grow by a digit or more
+        room = (_terminal_columns() - len(bar.format_progress_line()) - len(bar.info_sep)
+                - len(str(total)) - 1)
+        bar.current_item = _fit(label, room)
+        if done > bar.pos:
+            bar.update(done - bar.pos)
         else:
-            print(text, file=self.stream, flush=True)
+            bar.render_progress()
+        if done >= total:
+            self.end_progress()
+
+    def end_progress(self) -> None:
+        """Finish a bar left on the line (the next line then starts on its own)."""
+        if self._bar is not None:
+            bar, self._bar = self._bar, None
+            bar.render_finish()
 
     # -- structured -------------------------------------------------------------------------------------
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         if not self.quiet:
+            self.end_progress()
             print(render_table(headers, rows), file=self.stream, flush=True)
 
 

@@ -1,0 +1,95 @@
+"""Terminal output: the progress bar is drawn on a terminal only, colour follows ``NO_COLOR``, ``-q`` keeps
+results, every command ends through one exit path, and the help texts say what they do."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from sm120kit.cli.common import AppContext
+from sm120kit.ui import Console
+
+ANSI = re.compile(r"\x1b\[")
+LONG = "/a/very/long/path/to/some/file/in/the/sglang/tree/" * 8
+
+
+def _progress(console: Console, total: int = 5) -> None:
+    for i in range(1, total + 1):
+        console.progress(i, total, f"{LONG}{i}")
+
+
+# -- progress ------------------------------------------------------------------------------------------------
+def test_progress_without_a_terminal_prints_a_start_and_an_end_line():
+    out = io.StringIO()
+    _progress(Console(stream=out))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("[1/5] ") and lines[1].startswith("[5/5] ")
+    assert "\r" not in out.getvalue() and not ANSI.search(out.getvalue())
+
+
+def test_progress_without_a_terminal_is_silent_with_quiet():
+    out = io.StringIO()
+    _progress(Console(stream=out, quiet=True))
+    assert out.getvalue() == ""
+
+
+def test_progress_through_a_pipe_draws_no_bar(tmp_path):
+    read, write = os.pipe()
+    with os.fdopen(write, "w") as stream:
+        _progress(Console(stream=stream), total=40)
+    with os.fdopen(read) as stream:
+        text = stream.read()
+    assert text.count("\n") == 2 and "#" not in text and "\r" not in text
+
+
+def test_a_command_run_by_clirunner_draws_no_bar():
+    @click.command()
+    @click.pass_obj
+    def long_step(app: AppContext) -> None:
+        console = app.console()
+        _progress(console, total=30)
+        console.info("result")
+
+    result = CliRunner().invoke(long_step, [], obj=AppContext())
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [f"[1/30] {LONG}1", f"[30/30] {LONG}30", "result"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+def test_progress_on_a_terminal_draws_one_bar_that_fits_the_width(monkeypatch):
+    pty = pytest.importorskip("pty")
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    master, slave = pty.openpty()
+    try:
+        with os.fdopen(slave, "w") as stream:
+            _progress(Console(stream=stream), total=12)
+        text = os.read(master, 100_000).decode()
+    finally:
+        os.close(master)
+    assert "[" in text and "#" in text and "12/12" in text
+    visible = re.sub(r"\x1b\[\?25[lh]", "", text)
+    redraws = [part for line in visible.split("\n") for part in line.split("\r")]
+    assert max(len(p.rstrip()) for p in redraws) <= 60, redraws
+    assert visible.count("\n") == 1  # one bar, redrawn in place, ended once
+    assert "..." in visible  # the long label was cut, not wrapped
+
+
+def test_progress_on_a_terminal_is_silent_with_quiet():
+    pty = pytest.importorskip("pty")
+    master, slave = pty.openpty()
+    try:
+        with os.fdopen(slave, "w") as stream:
+            _progress(Console(stream=stream, quiet=True))
+            stream.write("end\n")
+        text = os.read(master, 100_000).decode()
+    finally:
+        os.close(master)
+    assert text.strip() == "end"
