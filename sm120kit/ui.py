@@ -1,7 +1,7 @@
 """Terminal output: steps with timing and a mark, progress for long work, tables, JSON.
 
 Human output goes to stderr when a command prints JSON, so ``--json`` output on stdout stays parseable.
-Colour follows ``NO_COLOR`` and whether the stream is a terminal.
+Colour follows ``NO_COLOR`` (any non-empty value turns it off) and whether the stream is a terminal.
 """
 
 from __future__ import annotations
@@ -25,8 +25,23 @@ def _isatty(stream) -> bool:
         return False
 
 
+def no_color() -> bool:
+    """``NO_COLOR`` set to anything but the empty string turns every colour off (https://no-color.org)."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
 def _use_color(stream) -> bool:
-    return "NO_COLOR" not in os.environ and _isatty(stream)
+    return not no_color() and _isatty(stream)
+
+
+def style(text: str, **styles: Any) -> str:
+    """``click.style`` unless ``NO_COLOR`` is set; ``click.echo`` still drops it when the stream is no terminal."""
+    return text if no_color() else click.style(text, **styles)
+
+
+def echo_error(message: str, prefix: str = "error: ") -> None:
+    """The one form of an error line on stderr: a red ``prefix`` (plain under ``NO_COLOR``), then ``message``."""
+    click.echo(style(prefix, fg="red") + message, err=True)
 
 
 def _terminal_columns() -> int:
@@ -63,8 +78,10 @@ class Console:
         self._plain: int | None = None  # total of a long step reported without a terminal (start line printed)
 
     # -- text -------------------------------------------------------------------------------------------
+    _STYLES = {"2": {"dim": True}, "31": {"fg": "red"}, "32": {"fg": "green"}, "33": {"fg": "yellow"}}
+
     def style(self, text: str, code: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
+        return click.style(text, **self._STYLES.get(code, {})) if self.color else text
 
     def info(self, text: str = "") -> None:
         if not self.quiet:
@@ -76,7 +93,7 @@ class Console:
             print(self.style(text, "2"), file=self.stream, flush=True)
 
     def warn(self, text: str) -> None:
-        print(self.style("warning: ", "33") + text, file=sys.stderr, flush=True)
+        click.echo(style("warning: ", fg="yellow") + text, err=True)
 
     @contextlib.contextmanager
     def step(self, title: str) -> Iterator[None]:

@@ -93,3 +93,50 @@ def test_progress_on_a_terminal_is_silent_with_quiet():
     finally:
         os.close(master)
     assert text.strip() == "end"
+
+
+# -- colour ----------------------------------------------------------------------------------------------------
+def _main(args: list[str], env: dict[str, str | None]) -> tuple[int, str, str]:
+    """Run ``main`` (the real exit path) with colour forced on, as on a terminal: exit code, stdout, stderr."""
+    from sm120kit.cli import main
+
+    runner = CliRunner()
+    with runner.isolation(env=env, color=True) as (out, err, _):
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        return code, out.getvalue().decode(), err.getvalue().decode()
+
+
+@pytest.mark.parametrize("value", ["1", "true", "no"])
+def test_no_color_removes_colour_from_the_error_line(tmp_path, value):
+    code, out, err = _main(["apply", str(tmp_path / "missing")], {"NO_COLOR": value})
+    assert code != 0 and "error: " in err
+    assert not ANSI.search(err) and not ANSI.search(out)
+
+
+def test_the_error_line_is_red_without_no_color(tmp_path):
+    code, _, err = _main(["apply", str(tmp_path / "missing")], {"NO_COLOR": None})
+    assert code != 0 and "\x1b[31merror: " in err
+
+
+def test_an_empty_no_color_keeps_colour(tmp_path):
+    code, _, err = _main(["apply", str(tmp_path / "missing")], {"NO_COLOR": ""})
+    assert code != 0 and "\x1b[31merror: " in err
+
+
+def test_no_color_removes_colour_from_a_console_on_a_terminal(monkeypatch):
+    pty = pytest.importorskip("pty")
+    monkeypatch.setenv("NO_COLOR", "1")
+    master, slave = pty.openpty()
+    try:
+        with os.fdopen(slave, "w") as stream:
+            console = Console(stream=stream)
+            with console.step("work"):
+                console.progress(1, 1, "x")
+        text = os.read(master, 100_000).decode()
+    finally:
+        os.close(master)
+    assert "work" in text and not re.search(r"\x1b\[[0-9;]*m", text)

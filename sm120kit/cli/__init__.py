@@ -15,7 +15,7 @@ import click
 from sm120kit import __version__
 from sm120kit.cli.common import AppContext
 from sm120kit.errors import Interrupted, Sm120kitError, UsageError
-from sm120kit.ui import print_json
+from sm120kit.ui import echo_error, print_json
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -58,14 +58,14 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         if json_mode:
             print_json(exc.to_json())
-        click.echo(click.style("error: ", fg="red") + exc.render(), err=True)
+        echo_error(exc.render())
         if not verbose and exc.exit_code not in (2,):
             click.echo("(run with -v for details)", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, Interrupted):  # stopped while writing a tree: say what state it is in
-            click.echo(click.style("interrupted: ", fg="red") + cause.render(), err=True)
+            echo_error(cause.render(), prefix="interrupted: ")
         else:
             click.echo("aborted", err=True)
         sys.exit(130)
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Interrupted as exc:
-        click.echo(click.style("interrupted: ", fg="red") + exc.render(), err=True)
+        echo_error(exc.render(), prefix="interrupted: ")
         sys.exit(130)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

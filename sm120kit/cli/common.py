@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from sm120kit.ui import Console, print_json
+from sm120kit.ui import Console, echo_error, print_json
 
 if TYPE_CHECKING:
     from sm120kit.patching.hunks import HunkResult
@@ -57,7 +57,7 @@ def exit_with(code: int, message: str) -> None:
     """After a result was printed: a non-zero ``code`` prints ``error: message`` on stderr and exits with it
     (no second JSON document on stdout, unlike a raised error)."""
     if code:
-        click.echo(click.style("error: ", fg="red") + message, err=True)
+        echo_error(message)
         click.get_current_context().exit(code)
 
 

@@ -14,7 +14,7 @@ from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
 from sm120kit.errors import CheckFailed, RecipeError
 from sm120kit.sglang.target import find_target
-from sm120kit.ui import print_json
+from sm120kit.ui import echo_error, print_json
 
 
 @cli.command("serve", context_settings={"allow_interspersed_args": False})
@@ -147,5 +147,5 @@ def _check(console, chosen: list[recipes.Recipe], json_mode: bool) -> None:
         # of CheckFailed, without a second JSON document on stdout.
         error = CheckFailed(f"{len(failed)} of {len(results)} recipe/release checks failed: "
                             + "; ".join(f"{r['recipe']} on {r['sglang']}" for r in failed) + ".")
-        click.echo(click.style("error: ", fg="red") + error.render(), err=True)
+        echo_error(error.render())
         click.get_current_context().exit(error.exit_code)
