@@ -7,6 +7,7 @@ Colour follows ``NO_COLOR`` (any non-empty value turns it off) and whether the s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -82,6 +83,11 @@ class Console:
 
     def style(self, text: str, code: str) -> str:
         return click.style(text, **self._STYLES.get(code, {})) if self.color else text
+
+    def for_results(self) -> "Console":
+        """The same console for a command's result, which ``-q`` keeps (it silences only steps, progress
+        and hints)."""
+        return dataclasses.replace(self, quiet=False)
 
     def info(self, text: str = "") -> None:
         if not self.quiet:

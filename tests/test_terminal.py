@@ -140,3 +140,35 @@ def test_no_color_removes_colour_from_a_console_on_a_terminal(monkeypatch):
     finally:
         os.close(master)
     assert "work" in text and not re.search(r"\x1b\[[0-9;]*m", text)
+
+
+# -- -q keeps results ------------------------------------------------------------------------------------------
+def _invoke(*args: str):
+    from sm120kit.cli import _register, cli
+
+    _register()
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_quiet_patches_prints_the_list():
+    from apply_support import DEMO_EXPECTED, DEMO_SERIES
+
+    quiet = _invoke("-q", "patches", "--series", str(DEMO_SERIES))
+    loud = _invoke("patches", "--series", str(DEMO_SERIES))
+    assert quiet.exit_code == loud.exit_code == 0, quiet.output
+    ids = {i for expected in DEMO_EXPECTED.values() for i in expected}
+    assert ids and all(i in quiet.output for i in ids)
+    assert "series: " in quiet.output and "-v shows" not in quiet.output  # the hint goes, the result stays
+    assert quiet.output in loud.output.replace("(-v shows each patch's problem, change, upstream note and "
+                                               "variants)\n", "")
+
+
+def test_quiet_status_prints_the_result(installed_tree):
+    from apply_support import DEMO_SERIES
+
+    package = installed_tree("0.5.6")
+    quiet = _invoke("-q", "status", str(package), "--series", str(DEMO_SERIES))
+    loud = _invoke("status", str(package), "--series", str(DEMO_SERIES))
+    assert quiet.exit_code == loud.exit_code == 0, quiet.output
+    assert quiet.output == loud.output
+    assert "target: " in quiet.output and "series: " in quiet.output and "not-applied" in quiet.output

@@ -176,21 +176,22 @@ def status_cmd(app: AppContext, path: Path | None, release: str | None, series_d
     result = engine.series_status(target, series)
 
     def human() -> None:
-        console.info("target: " + _describe_target(target, result.release, result.exact_release,
+        out = console.for_results()  # -q keeps the result
+        out.info("target: " + _describe_target(target, result.release, result.exact_release,
                                                     result.release_source))
-        console.info(f"series: {series.path} ({len(series.patches)} patches)")
+        out.info(f"series: {series.path} ({len(series.patches)} patches)")
         rows = result.rows()
         if rows:
-            console.info("")
-            console.table(["patch", "status", "variant", "detail"], _status_rows(rows))
+            out.info("")
+            out.table(["patch", "status", "variant", "detail"], _status_rows(rows))
         if result.files:
-            console.info("")
+            out.info("")
             unusual = [f for f in result.files if f.condition != "patched"]
             shown = result.files if app.verbose else unusual
             if shown:
-                console.table(["patched file", "condition"], [[f.path, f.condition] for f in shown])
+                out.table(["patched file", "condition"], [[f.path, f.condition] for f in shown])
             clean = len(result.files) - len(unusual)
-            console.info(f"{clean} of {len(result.files)} recorded file(s) are as sm120kit left them"
+            out.info(f"{clean} of {len(result.files)} recorded file(s) are as sm120kit left them"
                          + ("" if app.verbose or not clean else " (-v lists them)") + ".")
         for problem in result.problems:
             console.warn(problem)
@@ -221,8 +222,9 @@ def patches_cmd(app: AppContext, series_dir: Path | None, release: str | None, j
         data["release"] = release
 
     def human() -> None:
+        out = console.for_results()  # -q keeps the result
         if not series.patches:
-            console.info(f"The series at {series.path} lists no patches yet.")
+            out.info(f"The series at {series.path} lists no patches yet.")
             return
         headers = ["#", "patch", "title", "variants", "upstream"]
         if release is not None:
@@ -236,16 +238,16 @@ def patches_cmd(app: AppContext, series_dir: Path | None, release: str | None, j
             if release is not None:
                 line.append(row["variant_for_release"] or "none (outside every range)")
             rows.append(line)
-        console.info(f"series: {series.path}")
-        console.table(headers, rows)
+        out.info(f"series: {series.path}")
+        out.table(headers, rows)
         if app.verbose:
             for patch in series.patches:
-                console.info(f"\n{patch.id}: {patch.title}")
+                out.info(f"\n{patch.id}: {patch.title}")
                 for label, text in (("problem", patch.problem), ("change", patch.description),
                                     ("upstream", patch.upstream.reference or patch.upstream.reason)):
-                    console.info(f"  {label}: {' '.join(text.split())}")
+                    out.info(f"  {label}: {' '.join(text.split())}")
                 for v in patch.variants:
-                    console.info(f"  variant {v.name}: releases {v.releases}, base {v.base}, "
+                    out.info(f"  variant {v.name}: releases {v.releases}, base {v.base}, "
                                  f"{len(v.files)} file(s)")
         else:
             console.info("(-v shows each patch's problem, change, upstream note and variants)")
