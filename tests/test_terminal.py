@@ -172,3 +172,64 @@ def test_quiet_status_prints_the_result(installed_tree):
     assert quiet.exit_code == loud.exit_code == 0, quiet.output
     assert quiet.output == loud.output
     assert "target: " in quiet.output and "series: " in quiet.output and "not-applied" in quiet.output
+
+
+# -- one exit path ---------------------------------------------------------------------------------------------
+def _exits_outside_main() -> list[str]:
+    """Calls in sm120kit/cli that end the process or print an error line, outside ``cli.main``."""
+    import ast
+    from pathlib import Path
+
+    import sm120kit.cli
+
+    found = []
+    folder = Path(sm120kit.cli.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        allowed: set[int] = set()
+        if path.name == "__init__.py":
+            main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+            allowed = {id(n) for n in ast.walk(main)}
+        for node in ast.walk(tree):
+            if id(node) in allowed:
+                continue
+            where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in ("exit", "_exit", "abort", "echo_error", "secho"):
+                    found.append(f"{where} {ast.unparse(node)[:60]}")
+            elif isinstance(node, ast.Raise) and node.exc is not None and "SystemExit" in ast.unparse(node.exc):
+                found.append(f"{where} raise SystemExit")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(
+                    ("error: ", "interrupted: ")):
+                found.append(f"{where} {node.value!r}")
+    return found
+
+
+def test_every_command_ends_through_main():
+    assert _exits_outside_main() == []
+
+
+def test_a_check_that_failed_prints_its_result_then_one_error_line(tmp_path):
+    from sm120kit.cli.common import ExitAfterResult, exit_with
+
+    exit_with(0, "nothing")  # no failure: no exit
+    with pytest.raises(ExitAfterResult) as info:
+        exit_with(13, "2 of 3 checks failed.")
+    assert info.value.code == 13
+
+    @click.command()
+    def failing() -> None:
+        click.echo("the result")
+        exit_with(13, "2 of 3 checks failed.")
+
+    from sm120kit import cli as cli_package
+
+    cli_package.cli.add_command(failing, "test-failing")
+    try:
+        code, out, err = _main(["test-failing"], {"NO_COLOR": "1"})
+    finally:
+        cli_package.cli.commands.pop("test-failing")
+    assert (code, out) == (13, "the result\n")
+    assert err == "error: 2 of 3 checks failed.\n"

@@ -1,7 +1,9 @@
 """The ``sm120kit`` command line. It parses, calls one core function, and prints; nothing else.
 
 Each command group lives in its own module below and registers itself on :data:`cli`; :func:`main` maps
-errors to exit codes (see :mod:`sm120kit.errors`).
+errors to exit codes (see :mod:`sm120kit.errors`). It is the one exit path: no command calls ``sys.exit`` or
+prints its own ``error:`` line; a command that printed its result and fails calls
+:func:`sm120kit.cli.common.exit_with`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import traceback
 import click
 
 from sm120kit import __version__
-from sm120kit.cli.common import AppContext
+from sm120kit.cli.common import AppContext, ExitAfterResult
 from sm120kit.errors import Interrupted, Sm120kitError, UsageError
 from sm120kit.ui import echo_error, print_json
 
@@ -62,6 +64,10 @@ def main(argv: list[str] | None = None) -> None:
         if not verbose and exc.exit_code not in (2,):
             click.echo("(run with -v for details)", err=True)
         sys.exit(exc.exit_code)
+    except ExitAfterResult as exc:  # the result is printed; only the error line is left
+        if exc.message:
+            echo_error(exc.message)
+        sys.exit(exc.code)
     except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, Interrupted):  # stopped while writing a tree: say what state it is in

@@ -197,8 +197,7 @@ def status_cmd(app: AppContext, path: Path | None, release: str | None, series_d
             console.warn(problem)
 
     emit(json_mode, result.to_json(), human)
-    if result.exit_code:
-        click.get_current_context().exit(result.exit_code)
+    exit_with(result.exit_code)
 
 
 @cli.command("patches")

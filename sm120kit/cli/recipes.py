@@ -11,10 +11,10 @@ from packaging.version import Version
 from sm120kit.serve import recipes
 from sm120kit.sglang import releases
 from sm120kit.cli import cli
-from sm120kit.cli.common import AppContext, emit, json_option, pass_app
+from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app
 from sm120kit.errors import CheckFailed, RecipeError
 from sm120kit.sglang.target import find_target
-from sm120kit.ui import echo_error, print_json
+from sm120kit.ui import print_json
 
 
 @cli.command("serve", context_settings={"allow_interspersed_args": False})
@@ -147,5 +147,4 @@ def _check(console, chosen: list[recipes.Recipe], json_mode: bool) -> None:
         # of CheckFailed, without a second JSON document on stdout.
         error = CheckFailed(f"{len(failed)} of {len(results)} recipe/release checks failed: "
                             + "; ".join(f"{r['recipe']} on {r['sglang']}" for r in failed) + ".")
-        echo_error(error.render())
-        click.get_current_context().exit(error.exit_code)
+        exit_with(error.exit_code, error.render())
