@@ -233,3 +233,74 @@ def test_a_check_that_failed_prints_its_result_then_one_error_line(tmp_path):
         cli_package.cli.commands.pop("test-failing")
     assert (code, out) == (13, "the result\n")
     assert err == "error: 2 of 3 checks failed.\n"
+
+
+# -- help ------------------------------------------------------------------------------------------------------
+def _help(*words: str) -> str:
+    result = _invoke(*words, "--help")
+    assert result.exit_code == 0, result.output
+    return re.sub(r"-\n\s+", "-", result.output)  # a word the formatter broke at a hyphen, joined again
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("command", ["audit", "explain", "verify", "build-kernel"])
+def test_the_capability_option_is_spelled_arch(command):
+    text = _help(command)
+    assert re.search(r"^\s+--arch CC\b", text, re.M), text
+    assert not re.search(r"--(capability|cc|compute-capability)\b", text)
+
+
+def test_explain_keeps_capability_as_a_hidden_alias():
+    from sm120kit.cli import _register, cli
+
+    _register()
+    params = {p.name: p for p in cli.commands["explain"].params}
+    assert params["capability_alias"].opts == ["--capability"] and params["capability_alias"].hidden
+    assert params["capabilities"].opts == ["--arch"]
+
+
+def test_explain_capability_alias_parses_like_arch(monkeypatch):
+    from sm120kit.cli import explain as explain_cli
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake(root, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(explain_cli.backend_audit, "audit_backends", fake)
+    result = _invoke("explain", ".", "--arch", "12.0", "--capability", "12.1")
+    assert isinstance(result.exception, Stop), result.output
+    assert seen["capabilities"] == ("12.0", "12.1")
+
+
+@pytest.mark.parametrize("command", ["status", "revert"])
+def test_release_help_says_what_it_does(command):
+    text = _flat(_help(command))
+    doing = {"status": "Show the patch states of", "revert": "Restore the original files of"}[command]
+    assert f"--release X {doing} the cached working copy of SGLang release X" in text
+
+
+def test_json_help_names_the_schema_document():
+    from test_cli_contract import _commands
+
+    for name in _commands():
+        assert "docs/json-schema.md" in _flat(_help(*name.split())), name
+
+
+def test_the_command_list_shows_whole_summaries():
+    from test_cli_contract import _commands
+
+    text = _flat(_help())
+    for name, command in _commands().items():
+        if " " in name:
+            continue
+        summary = command.get_short_help_str(limit=10_000)
+        assert not summary.endswith("...") and summary.endswith("."), (name, summary)
+        assert f"{name} {summary}" in text, name

@@ -20,7 +20,21 @@ from sm120kit.errors import Interrupted, Sm120kitError, UsageError
 from sm120kit.ui import echo_error, print_json
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Group(click.Group):
+    """A group whose command list shows each command's whole first sentence, wrapped, not cut at the width."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-v", "--verbose", is_flag=True, help="Show commands run, debug output and tracebacks.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only results and errors.")
 @click.version_option(__version__, prog_name="sm120kit")

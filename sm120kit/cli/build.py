@@ -49,7 +49,7 @@ def _sass_name(text: str) -> str:
 
 @cli.command("build-kernel")
 @click.argument("src", required=False, default=".", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--arch", "archs", multiple=True, default=("12.0a",), show_default=True,
+@click.option("--arch", "archs", multiple=True, default=("12.0a",), show_default=True, metavar="CC",
               help="Target to build for: 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or 12.1a (DGX Spark). Repeatable.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the wheel, the build folder (reused between runs) and the log.")

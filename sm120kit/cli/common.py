@@ -27,7 +27,7 @@ class AppContext:
 def json_option(func: Callable) -> Callable:
     """Add ``--json`` to a command: JSON on stdout, human progress on stderr."""
     return click.option("--json", "json_mode", is_flag=True,
-                        help="Print the result as JSON on stdout (schema in the README).")(func)
+                        help="JSON on stdout; schema: docs/json-schema.md")(func)
 
 
 def emit(json_mode: bool, data: Any, human: Callable[[], None]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -19,10 +20,15 @@ from sm120kit.sglang.target import Target, find_target
 from sm120kit.ui import Console
 
 _PATH = click.argument("path", required=False, type=click.Path(path_type=Path))
-_RELEASE = click.option(
-    "--release", "release", is_flag=False, flag_value=releases.DEFAULT_RELEASE, default=None, metavar="X",
-    help=f"Work on the cached working copy of SGLang release X (downloaded from PyPI if needed) instead "
-         f"of PATH; '--release' alone means {releases.DEFAULT_RELEASE}.")
+def _release_option(what: str) -> Callable:
+    """``--release [X]``: the cached working copy of release X instead of PATH; ``what`` says what the command
+    does to it."""
+    return click.option(
+        "--release", "release", is_flag=False, flag_value=releases.DEFAULT_RELEASE, default=None, metavar="X",
+        help=f"{what} the cached working copy of SGLang release X (the folder `apply --release X` patches; "
+             f"downloaded from PyPI if needed) instead of PATH; '--release' alone means "
+             f"{releases.DEFAULT_RELEASE}.")
+
 _SERIES = click.option("--series", "series_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
                        help="The patch series folder (default: the bundled patches/sglang).")
 
@@ -73,7 +79,7 @@ def _fail(console: Console, code: int, message: str) -> None:
 
 @cli.command("apply")
 @_PATH
-@_RELEASE
+@_release_option("Patch")
 @_SERIES
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @click.option("--fuzz", type=click.IntRange(0, 3), default=0, show_default=True,
@@ -128,7 +134,7 @@ def apply_cmd(app: AppContext, path: Path | None, release: str | None, series_di
 
 @cli.command("revert")
 @_PATH
-@_RELEASE
+@_release_option("Restore the original files of")
 @click.option("--dry-run", is_flag=True, help="Print what would be restored; change nothing.")
 @click.option("--force", is_flag=True,
               help="Revert files edited after apply too (the edited versions are kept as copies).")
@@ -161,7 +167,7 @@ def revert_cmd(app: AppContext, path: Path | None, release: str | None, dry_run:
 
 @cli.command("status")
 @_PATH
-@_RELEASE
+@_release_option("Show the patch states of")
 @_SERIES
 @json_option
 @pass_app

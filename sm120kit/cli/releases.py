@@ -9,7 +9,8 @@ from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
 
 
-@cli.command("fetch-release")
+@cli.command("fetch-release", short_help="Download SGLang VERSIONS (e.g. 0.5.23, or a range 0.5.2..0.5.23) "
+                                          "into the cache, unpacked.")
 @click.argument("versions", nargs=-1, required=True)
 @json_option
 @pass_app
