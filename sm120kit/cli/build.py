@@ -96,8 +96,7 @@ def build_kernel(app: AppContext, src: Path, archs: tuple[str, ...], out_dir: Pa
         console.info(f"log file: {plan.log_file}")
         return
     with console.step(f"building {source.name or 'kernel'} for {', '.join(plan.sass)} (log: {plan.log_file})"):
-        result = build_mod.run_build(plan, console=console,
-                                     on_progress=lambda done, total, label: console.progress(done, total, label))
+        result = build_mod.run_build(plan, on_progress=console.progress)
 
     def human() -> None:
         if result.cleared:
@@ -131,7 +130,8 @@ def fetch_deps(app: AppContext, src: Path, into: Path, sets: tuple[str, ...], js
     console = app.console(json_mode)
     source = find_kernel_source(src)
     with console.step(f"fetching dependencies of {source.label}"):
-        fetched = deps_mod.fetch_dependencies(source, into, console=console, overrides=_parse_sets(sets))
+        fetched = deps_mod.fetch_dependencies(source, into, progress=console.progress, on_step=console.info,
+                                              overrides=_parse_sets(sets))
 
     def human() -> None:
         console.table(["dependency", "status", "revision", "folder", "CMake variable"],

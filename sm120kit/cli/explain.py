@@ -55,11 +55,11 @@ def explain(app: AppContext, items: tuple[str, ...], release: str | None, models
     path, sglang_args = _split(items)
     if path and release:
         raise UsageError(f"Give either PATH ({path}) or --release {release}, not both.")
-    root = releases.fetch_release(releases.check_version(release), console=console) if release else path
+    root = releases.fetch_release(releases.check_version(release), on_step=console.info) if release else path
     result = backend_audit.audit_backends(
         root, models=list(models) or None, capabilities=capabilities or backend_audit.DEFAULT_CAPABILITIES,
         args=sglang_args, flashinfer=_FLASHINFER[flashinfer], deep_gemm=deep_gemm, env=_env(env), jobs=jobs,
-        release_pins=release_pins, console=console)
+        release_pins=release_pins, progress=console.progress, on_step=console.info)
     doc = result.to_json()
     doc["error_on_slow"] = error_on_slow
     if error_on_slow and result.slow_on_12x:

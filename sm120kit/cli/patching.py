@@ -41,7 +41,8 @@ def _target(path: Path | None, release: str | None, *, create: bool, fresh: bool
         return find_target(path)
     release = releases.check_version(release)
     if create:
-        return find_target(workcopy.work_copy(release, fresh=fresh, console=console))
+        return find_target(workcopy.work_copy(release, fresh=fresh,
+                                               on_step=console.info if console else None))
     folder = workcopy.work_dir(release)
     if not (folder / "sglang").is_dir():
         raise NotSglangTree(f"There is no working copy of SGLang {release} yet ({folder}).",
@@ -101,7 +102,7 @@ def apply_cmd(app: AppContext, path: Path | None, release: str | None, series_di
     if not series.patches:
         console.warn(f"the series at {series.path} lists no patches yet; nothing to apply.")
     result = engine.apply_series(target, series, dry_run=dry_run, fuzz=fuzz, allow_dirty=allow_dirty,
-                                 strict=strict, console=console)
+                                 strict=strict, progress=console.progress, on_debug=console.debug)
 
     def human() -> None:
         for warning in result.warnings:
@@ -145,7 +146,8 @@ def revert_cmd(app: AppContext, path: Path | None, release: str | None, dry_run:
     """Restore the exact original bytes of every file sm120kit patched in the tree, and drop its record."""
     console = app.console(json_mode)
     target = _target(path, release, create=False)
-    result = engine.revert_series(target, force=force, dry_run=dry_run, console=console)
+    result = engine.revert_series(target, force=force, dry_run=dry_run, progress=console.progress,
+                                  on_debug=console.debug)
 
     def human() -> None:
         for warning in result.warnings:

@@ -120,7 +120,7 @@ def _check(console, chosen: list[recipes.Recipe], json_mode: bool) -> None:
     wanted = sorted({v for r in chosen for v in r.sglang}, key=Version)
     results = []
     for i, version in enumerate(wanted, 1):
-        root = releases.fetch_release(version, console=console)
+        root = releases.fetch_release(version, on_step=console.info)
         named = [r for r in chosen if version in r.sglang]
         argvs = [["--model-path", r.model, *[t for u in recipes.recipe_flags(r) for t in u.argv]] for r in named]
         spec = recipes.read_server_args(sglang_root=root, argvs=argvs, console=console)

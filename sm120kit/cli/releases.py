@@ -25,7 +25,7 @@ def fetch_release(app: AppContext, versions: tuple[str, ...], json_mode: bool) -
             wanted.append(releases.check_version(text))
     result = []
     for i, version in enumerate(wanted, 1):
-        path = releases.fetch_release(version, console=console)
+        path = releases.fetch_release(version, on_step=console.info)
         console.progress(i, len(wanted), version)
         result.append({"version": version, "path": str(path)})
     emit(json_mode, {"releases": result},

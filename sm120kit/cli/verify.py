@@ -58,8 +58,7 @@ def verify(app: AppContext, backends: tuple[str, ...], arch_text: str | None, sg
     checks_mod.select_checks(plan.backends)  # a bad --backend fails before any work
     if not json_mode:
         console.info("sm120kit verify: collecting the environment report ...")
-    result = run_verify(plan, console=console,
-                        progress=lambda done, total, label: console.progress(done, total, label))
+    result = run_verify(plan, progress=console.progress, on_step=console.info)
     if json_mode:
         data = result.to_json()
         data["exit_code"] = exit_code(result)
