@@ -69,12 +69,17 @@ class Console:
     quiet: bool = False
     json_mode: bool = False
     stream: Any = field(default=None)
+    # Progress goes to stderr (it is not a result) and is drawn as a bar only when that is a terminal;
+    # a console given its own stream reports progress there.
+    progress_stream: Any = field(default=None)
 
     def __post_init__(self) -> None:
+        if self.progress_stream is None:
+            self.progress_stream = sys.stderr if self.stream is None else self.stream
         if self.stream is None:
             self.stream = sys.stderr if self.json_mode else sys.stdout
         self.color = _use_color(self.stream)
-        self.tty = _isatty(self.stream)
+        self.tty = _isatty(self.progress_stream)
         self._bar: Any = None  # the click progress bar being drawn (terminal only)
         self._plain: int | None = None  # total of a long step reported without a terminal (start line printed)
 
@@ -130,16 +135,17 @@ class Console:
             started = self._plain != total
             if started:
                 self._plain = total
-                print(f"[{done}/{total}] {label}", file=self.stream, flush=True)
+                print(f"[{done}/{total}] {label}", file=self.progress_stream, flush=True)
             if done >= total:
                 if not started:
-                    print(f"[{done}/{total}] {label}", file=self.stream, flush=True)
+                    print(f"[{done}/{total}] {label}", file=self.progress_stream, flush=True)
                 self._plain = None
             return
         if self._bar is None or self._bar.length != total:
             self.end_progress()
-            self._bar = click.progressbar(length=total, file=self.stream, color=self.color, show_pos=True,
-                                          show_eta=False, width=_bar_width(), item_show_func=lambda item: item)
+            self._bar = click.progressbar(length=total, file=self.progress_stream,
+                                          color=_use_color(self.progress_stream), show_pos=True, show_eta=False,
+                                          width=_bar_width(), item_show_func=lambda item: item)
         bar = self._bar
         bar.current_item = ""
         # the item follows the info separator; the position may still grow by a digit or more

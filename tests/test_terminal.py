@@ -360,3 +360,16 @@ def test_fetch_releases_reports_through_its_callbacks(monkeypatch, tmp_path):
     assert steps == ["downloading 2 SGLang release(s) from PyPI (1 at a time) ..."]
     assert sorted(ticks) == [(1, 2, "downloaded 0.5.2"), (2, 2, "downloaded 0.5.3")] or \
         [t[:2] for t in ticks] == [(1, 2), (2, 2)]
+
+
+def test_progress_goes_to_stderr_and_results_to_stdout():
+    @click.command()
+    @click.pass_obj
+    def long_step(app: AppContext) -> None:
+        console = app.console()
+        _progress(console, total=3)
+        console.info("result")
+
+    result = CliRunner().invoke(long_step, [], obj=AppContext())
+    assert result.stdout == "result\n"
+    assert result.stderr.splitlines() == [f"[1/3] {LONG}1", f"[3/3] {LONG}3"]
