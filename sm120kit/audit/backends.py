@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from sm120kit.util.report import Progress, Step, tell
 from sm120kit import runner
 from sm120kit.hardware.arch import parse_capability
 from sm120kit.errors import UsageError
@@ -472,10 +473,10 @@ def _resolution(target: Target, job: _Job, capability: str, flashinfer: bool, de
                       given=given, attention_arch=arch, triton_decode=data.get("triton_decode"), **common)
 
 
-def _overlay(target: Target, release_pins: bool, console) -> probe_env.Overlay:
+def _overlay(target: Target, release_pins: bool, on_step: Step | None) -> probe_env.Overlay:
     if not release_pins:
         return probe_env.Overlay(None, (), "release pins not applied (asked for)")
-    return probe_env.dependency_overlay(target.root, target.repo_root, console=console)
+    return probe_env.dependency_overlay(target.root, target.repo_root, on_step=on_step)
 
 
 # -- public API ---------------------------------------------------------------------------------------------
@@ -484,11 +485,11 @@ def _overlay(target: Target, release_pins: bool, console) -> probe_env.Overlay:
 def resolve_many(root: Path | str | Target, requests: Iterable[tuple[str | Path, Sequence[str]]],
                  capability: str, *, flashinfer: bool = True, deep_gemm: bool = True,
                  env: Mapping[str, str] | None = None, release_pins: bool = True,
-                 console=None) -> list[Resolution]:
+                 on_step: Step | None = None) -> list[Resolution]:
     """Resolve several (model, extra arguments) pairs on one capability in one probe interpreter."""
     target = _target_of(root)
     capability = check_capability(capability)
-    overlay = _overlay(target, release_pins, console)
+    overlay = _overlay(target, release_pins, on_step)
     jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(a)) for i, (m, a) in enumerate(requests)]
     header, results = _run_probe(target, overlay, capability, flashinfer, deep_gemm, jobs, env)
     return [_resolution(target, j, capability, flashinfer, deep_gemm, header, results.get(j.key, {}), overlay, env)
@@ -497,7 +498,7 @@ def resolve_many(root: Path | str | Target, requests: Iterable[tuple[str | Path,
 
 def resolve(root: Path | str | Target, model: str | Path, capability: str, *, args: Sequence[str] = (),
             flashinfer: bool = True, deep_gemm: bool = True, env: Mapping[str, str] | None = None,
-            release_pins: bool = True, console=None) -> Resolution:
+            release_pins: bool = True, on_step: Step | None = None) -> Resolution:
     """Run SGLang's own argument resolution for ``model`` on a faked ``capability`` device.
 
     ``root`` is the folder holding ``sglang/`` (or any path :func:`sm120kit.sglang.target.find_target` accepts);
@@ -509,14 +510,14 @@ def resolve(root: Path | str | Target, model: str | Path, capability: str, *, ar
     :class:`Resolution` with ``ok=False``.
     """
     return resolve_many(root, [(model, args)], capability, flashinfer=flashinfer, deep_gemm=deep_gemm,
-                        env=env, release_pins=release_pins, console=console)[0]
+                        env=env, release_pins=release_pins, on_step=on_step)[0]
 
 
 def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | None = None,
                    capabilities: Sequence[str] = DEFAULT_CAPABILITIES, args: Sequence[str] = (),
                    flashinfer: Sequence[bool] = (True, False), deep_gemm: bool = True,
                    env: Mapping[str, str] | None = None, jobs: int | None = None, release_pins: bool = True,
-                   console=None) -> BackendAuditResult:
+                   progress: Progress | None = None, on_step: Step | None = None) -> BackendAuditResult:
     """Every model × capability × flashinfer-installed combination, in parallel probe interpreters."""
     started = time.perf_counter()
     target = _target_of(root)
@@ -526,11 +527,10 @@ def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | 
     caps = [check_capability(c) for c in capabilities]
     if not caps:
         raise UsageError("No capability to audit: give at least one (12.0, 12.1, 9.0, 10.0).")
-    overlay = _overlay(target, release_pins, console)
+    overlay = _overlay(target, release_pins, on_step)
     combos = [(c, fi) for c in caps for fi in flashinfer]
     workers = max(1, min(len(combos), jobs or os.cpu_count() or 1))
-    if console:
-        console.info(f"resolving {len(models)} model(s) x {len(combos)} device setting(s) with SGLang "
+    tell(on_step, f"resolving {len(models)} model(s) x {len(combos)} device setting(s) with SGLang "
                      f"{target.version or '(unknown release)'} on faked devices ({workers} in parallel) ...")
     done = 0
     outcome: dict[tuple[str, bool], list[Resolution]] = {}
@@ -546,8 +546,8 @@ def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | 
         for combo, found in pool.map(one, combos):
             outcome[combo] = found
             done += 1
-            if console:
-                console.progress(done, len(combos), f"{combo[0]} flashinfer={'yes' if combo[1] else 'no'}")
+            if progress is not None:
+                progress(done, len(combos), f"{combo[0]} flashinfer={'yes' if combo[1] else 'no'}")
     ordered: list[Resolution] = []
     for index in range(len(models)):
         for combo in combos:

@@ -20,6 +20,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from sm120kit.util.report import Step, tell
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, ToolFailed
 from sm120kit.sglang.metadata import dist_metadata_files, installed_version, read_dist_metadata
@@ -90,7 +91,7 @@ def _overlay_name(reqs: list[Requirement]) -> str:
         .replace("<", "lt").replace(">", "gt").replace(",", "_").replace("!", "not")
 
 
-def dependency_overlay(root: Path, repo_root: Path | None = None, *, console=None) -> Overlay:
+def dependency_overlay(root: Path, repo_root: Path | None = None, *, on_step: Step | None = None) -> Overlay:
     """The overlay folder the release at ``root`` needs (built once, cached), or ``Overlay(None, ...)``."""
     needed = []
     for name, req in release_requirements(root, repo_root).items():
@@ -101,7 +102,7 @@ def dependency_overlay(root: Path, repo_root: Path | None = None, *, console=Non
         return Overlay(None, (), "the installed packages satisfy this release's pins")
     folder = cache_dir() / "overlays" / _overlay_name(needed)
     if not (folder / ".complete").is_file():
-        _build(folder, needed, console)
+        _build(folder, needed, on_step)
     packages = tuple(sorted((folder / ".complete").read_text().split()))
     why = ", ".join(f"{r} (installed: {installed_version(r.name) or 'none'})" for r in needed)
     return Overlay(folder, packages, f"the release pins {why}")
@@ -151,14 +152,13 @@ def _pip_target(folder: Path, specs: list[str]) -> None:
             hint="Check that PyPI is reachable, or install the release's pinned packages yourself.") from exc
 
 
-def _build(folder: Path, needed: list[Requirement], console) -> None:
+def _build(folder: Path, needed: list[Requirement], on_step: Step | None) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     sweep_temp_dirs(folder.parent, folder.name)
     tmp = make_temp_dir(folder.parent, folder.name)
     try:
         specs = [str(r) for r in needed]
-        if console:
-            console.info(f"installing {' '.join(specs)} for this release's argument resolution (once) ...")
+        tell(on_step, f"installing {' '.join(specs)} for this release's argument resolution (once) ...")
         _pip_target(tmp, specs)
         for _ in range(_MAX_ROUNDS):
             unmet = _unmet(tmp)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from sm120kit.util.report import Progress, Step, tell
 from sm120kit import __version__, runner
 from sm120kit.sglang import releases
 from sm120kit.hardware.arch import parse_capability
@@ -277,16 +278,16 @@ def tuned_moe_cases(root: Path, resolved: launcher_table.ResolvedLauncher, arch:
 
 
 class _Progress:
-    def __init__(self, console, total: int, label: str) -> None:
-        self.console, self.total, self.label = console, total, label
+    def __init__(self, progress: Progress | None, total: int, label: str) -> None:
+        self.progress, self.total, self.label = progress, total, label
         self.done = 0
         self.lock = threading.Lock()
 
     def tick(self, what: str) -> None:
         with self.lock:
             self.done += 1
-            if self.console is not None:
-                self.console.progress(self.done, self.total, f"{self.label} {what}")
+            if self.progress is not None:
+                self.progress(self.done, self.total, f"{self.label} {what}")
 
 
 def _run_probe(root: Path, arch: str, cases: list[ProbeCase], policy: Mapping, cache: AuditCache,
@@ -367,7 +368,8 @@ def default_jobs() -> int:
 
 def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: ShapeMatrix | None = None,
                launchers: Iterable[str] | None = None, policy: Mapping[str, Mapping[str, Any]] | None = None,
-               cache: AuditCache | None = None, jobs: int | None = None, console=None,
+               cache: AuditCache | None = None, jobs: int | None = None,
+               progress: Progress | None = None, on_step: Step | None = None,
                label: str | None = None, version: str | None = None,
                repo_root: Path | None = None, tuned_moe_configs: bool = False) -> SmemAuditResult:
     """Audit the SGLang tree whose ``sglang/`` package lies in ``root``.
@@ -435,13 +437,12 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Shap
             return
         per_arch = max(1, jobs // len(work))
         units = [(arch, chunk) for arch, items in work.items() for chunk in _split(items, per_arch)]
-        progress = _Progress(console, total, "compiled")
-        if console is not None:
-            console.info(f"compiling {total} launcher call(s) for {', '.join(work)} in {len(units)} probe "
+        ticker = _Progress(progress, total, "compiled")
+        tell(on_step, f"compiling {total} launcher call(s) for {', '.join(work)} in {len(units)} probe "
                          f"interpreter(s) ({jobs} job(s)) ...")
         with ThreadPoolExecutor(max_workers=min(jobs, len(units))) as pool:
             outputs = list(pool.map(lambda u: (u, _run_probe(root, u[0], u[1], policy, cache, overlay,
-                                                             progress, label)), units))
+                                                             ticker, label)), units))
         for (arch, chunk), out in outputs:
             stood_in.update(out.get("stood_in", []))
             reader = reader or out.get("register_reader")
@@ -458,7 +459,7 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Shap
     retry = {a: [c for c in cases_by_arch[a] if reports[(a, c.id)].status == "import-error"] for a in archs}
     retry = {a: v for a, v in retry.items() if v}
     if retry:
-        overlay_path = _overlay_for(root, repo_root, console)
+        overlay_path = _overlay_for(root, repo_root, on_step)
         if overlay_path is not None:
             run_all(retry, overlay_path)
 
@@ -483,35 +484,35 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Shap
                            overlay=str(overlay_path) if overlay_path else None, matrix_files=matrix.files)
 
 
-def _overlay_for(root: Path, repo_root: Path | None, console) -> Path | None:
+def _overlay_for(root: Path, repo_root: Path | None, on_step: Step | None) -> Path | None:
     try:
         from sm120kit.audit.probe_env import dependency_overlay
     except ImportError:  # pragma: no cover - shipped together
         return None
-    return dependency_overlay(root, repo_root, console=console).path
+    return dependency_overlay(root, repo_root, on_step=on_step).path
 
 
 def audit(path: str | Path | None = None, *, release: str | None = None, compare_unpatched: bool = False,
-          console=None, **options) -> SmemAuditResult | SmemComparison:
+          progress: Progress | None = None, on_step: Step | None = None,
+          **options) -> SmemAuditResult | SmemComparison:
     """Audit an SGLang tree (``path``), or a cached PyPI ``release``; with ``compare_unpatched`` also the
     pristine release of the tree's version, and report what changed between the two."""
     if release is not None and path is not None:
         raise UsageError("Give either PATH or --release, not both.")
     if release is not None:
-        root = releases.fetch_release(releases.check_version(release), console=console)
+        root = releases.fetch_release(releases.check_version(release), on_step=on_step)
         target = find_target(root)
     else:
         target = find_target(path)
-    patched = _audit_target(target, console=console, **options)
+    patched = _audit_target(target, progress=progress, on_step=on_step, **options)
     if not compare_unpatched:
         return patched
     if not target.version:
         raise UsageError(f"{target.package_dir} does not say which SGLang release it is, so there is no "
                          "unpatched release to compare with.", hint="Audit it without --compare-unpatched.")
-    pristine_root = releases.fetch_release(target.version, console=console)
-    if console is not None:
-        console.info(f"auditing the unpatched release {target.version} for comparison ...")
-    pristine = _audit_target(find_target(pristine_root), console=console,
+    pristine_root = releases.fetch_release(target.version, on_step=on_step)
+    tell(on_step, f"auditing the unpatched release {target.version} for comparison ...")
+    pristine = _audit_target(find_target(pristine_root), progress=progress, on_step=on_step,
                              label=f"sglang {target.version} from PyPI (unpatched)", **options)
     return SmemComparison(patched, pristine, tuple(compare(pristine, patched)))
 

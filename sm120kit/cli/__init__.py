@@ -1,7 +1,9 @@
 """The ``sm120kit`` command line. It parses, calls one core function, and prints; nothing else.
 
 Each command group lives in its own module below and registers itself on :data:`cli`; :func:`main` maps
-errors to exit codes (see :mod:`sm120kit.errors`).
+errors to exit codes (see :mod:`sm120kit.errors`). It is the one exit path: no command calls ``sys.exit`` or
+prints its own ``error:`` line; a command that printed its result and fails calls
+:func:`sm120kit.cli.common.exit_with`.
 """
 
 from __future__ import annotations
@@ -13,12 +15,26 @@ import traceback
 import click
 
 from sm120kit import __version__
-from sm120kit.cli.common import AppContext
+from sm120kit.cli.common import AppContext, ExitAfterResult
 from sm120kit.errors import Interrupted, Sm120kitError, UsageError
-from sm120kit.ui import print_json
+from sm120kit.ui import echo_error, print_json
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Group(click.Group):
+    """A group whose command list shows each command's whole first sentence, wrapped, not cut at the width."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-v", "--verbose", is_flag=True, help="Show commands run, debug output and tracebacks.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only results and errors.")
 @click.version_option(__version__, prog_name="sm120kit")
@@ -58,14 +74,18 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         if json_mode:
             print_json(exc.to_json())
-        click.echo(click.style("error: ", fg="red") + exc.render(), err=True)
+        echo_error(exc.render())
         if not verbose and exc.exit_code not in (2,):
             click.echo("(run with -v for details)", err=True)
         sys.exit(exc.exit_code)
+    except ExitAfterResult as exc:  # the result is printed; only the error line is left
+        if exc.message:
+            echo_error(exc.message)
+        sys.exit(exc.code)
     except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, Interrupted):  # stopped while writing a tree: say what state it is in
-            click.echo(click.style("interrupted: ", fg="red") + cause.render(), err=True)
+            echo_error(cause.render(), prefix="interrupted: ")
         else:
             click.echo("aborted", err=True)
         sys.exit(130)
@@ -78,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Interrupted as exc:
-        click.echo(click.style("interrupted: ", fg="red") + exc.render(), err=True)
+        echo_error(exc.render(), prefix="interrupted: ")
         sys.exit(130)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

@@ -53,7 +53,7 @@ def audit(app: AppContext, path: str | None, release: str | None, archs: tuple[s
 
     matrix = shapes.select(shapes.load_matrix(matrix_files), only)
     result = smem_audit.audit(
-        path, release=release, compare_unpatched=compare_unpatched, console=console,
+        path, release=release, compare_unpatched=compare_unpatched, progress=console.progress, on_step=console.info,
         archs=archs or smem_audit.DEFAULT_ARCHS, matrix=matrix, launchers=launchers or None,
         cache=AuditCache(enabled=not no_cache), jobs=jobs,
         tuned_moe_configs=(not only and (not launchers or "moe" in launchers)) if tuned_moe_configs is None
@@ -106,9 +106,9 @@ def _backends(console: Console, path, release, archs, json_mode: bool) -> int:
     from sm120kit.sglang import releases
 
     module = importlib.import_module("sm120kit.audit.backends")
-    root = releases.fetch_release(releases.check_version(release), console=console) if release else path
+    root = releases.fetch_release(releases.check_version(release), on_step=console.info) if release else path
     kwargs = {"capabilities": archs} if archs else {}
-    result = module.audit_backends(root, console=console, **kwargs)
+    result = module.audit_backends(root, progress=console.progress, on_step=console.info, **kwargs)
     from sm120kit.cli import explain as explain_cli  # the backend audit's own table and verdict
 
     emit(json_mode, result.to_json(), lambda: explain_cli._print(console, result))

@@ -48,7 +48,7 @@ def _sass_name(text: str) -> str:
 
 @cli.command("build-kernel")
 @click.argument("src", required=False, default=".", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--arch", "archs", multiple=True, default=("12.0a",), show_default=True,
+@click.option("--arch", "archs", multiple=True, default=("12.0a",), show_default=True, metavar="CC",
               help="Target to build for: 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or 12.1a (DGX Spark). Repeatable.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the wheel, the build folder (reused between runs) and the log.")
@@ -95,8 +95,7 @@ def build_kernel(app: AppContext, src: Path, archs: tuple[str, ...], out_dir: Pa
         console.info(f"log file: {plan.log_file}")
         return
     with console.step(f"building {source.name or 'kernel'} for {', '.join(plan.sass)} (log: {plan.log_file})"):
-        result = build_mod.run_build(plan, console=console,
-                                     on_progress=lambda done, total, label: console.progress(done, total, label))
+        result = build_mod.run_build(plan, on_progress=console.progress)
 
     def human() -> None:
         if result.cleared:
@@ -130,7 +129,8 @@ def fetch_deps(app: AppContext, src: Path, into: Path, sets: tuple[str, ...], js
     console = app.console(json_mode)
     source = find_kernel_source(src)
     with console.step(f"fetching dependencies of {source.label}"):
-        fetched = deps_mod.fetch_dependencies(source, into, console=console, overrides=_parse_sets(sets))
+        fetched = deps_mod.fetch_dependencies(source, into, progress=console.progress, on_step=console.info,
+                                              overrides=_parse_sets(sets))
 
     def human() -> None:
         console.table(["dependency", "status", "revision", "folder", "CMake variable"],

@@ -27,7 +27,7 @@ class AppContext:
 def json_option(func: Callable) -> Callable:
     """Add ``--json`` to a command: JSON on stdout, human progress on stderr."""
     return click.option("--json", "json_mode", is_flag=True,
-                        help="Print the result as JSON on stdout (schema in the README).")(func)
+                        help="JSON on stdout; schema: docs/json-schema.md")(func)
 
 
 def emit(json_mode: bool, data: Any, human: Callable[[], None]) -> None:
@@ -53,12 +53,21 @@ def shorten(text: str, width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def exit_with(code: int, message: str) -> None:
-    """After a result was printed: a non-zero ``code`` prints ``error: message`` on stderr and exits with it
-    (no second JSON document on stdout, unlike a raised error)."""
+class ExitAfterResult(Exception):
+    """A command printed its result and fails with ``code``: :func:`sm120kit.cli.main`, the one exit path,
+    prints ``error: message`` on stderr (when there is a message) and exits with ``code``; no second JSON
+    document goes to stdout, unlike a raised :class:`~sm120kit.errors.Sm120kitError`."""
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(message or f"exit code {code}")
+        self.code, self.message = code, message
+
+
+def exit_with(code: int, message: str | None = None) -> None:
+    """After a result was printed: a non-zero ``code`` ends the command through :func:`sm120kit.cli.main`,
+    which prints ``error: message`` (when given) and exits with ``code``."""
     if code:
-        click.echo(click.style("error: ", fg="red") + message, err=True)
-        click.get_current_context().exit(code)
+        raise ExitAfterResult(code, message)
 
 
 def print_hunk_conflict(console: Console, hunk: "HunkResult", indent: str = "  ") -> None:

@@ -20,8 +20,10 @@ _FLASHINFER = {"yes": (True,), "no": (False,), "both": (True, False)}
 @click.option("--model", "models", multiple=True, metavar="NAME|DIR",
               help="A bundled model (" + ", ".join(backend_audit.BUNDLED_MODELS) + ") or a folder holding a "
               "config.json; repeatable (default: all bundled models).")
-@click.option("--capability", "capabilities", multiple=True, metavar="CC",
+@click.option("--arch", "capabilities", multiple=True, metavar="CC",
               help="Faked compute capability, repeatable (default: 12.0 12.1 9.0 10.0).")
+@click.option("--capability", "capability_alias", multiple=True, metavar="CC", hidden=True,
+              help="The old spelling of --arch.")
 @click.option("--flashinfer", "flashinfer", type=click.Choice(sorted(_FLASHINFER)), default="both",
               show_default=True, help="Whether flashinfer counts as installed (it changes SGLang's choice).")
 @click.option("--deep-gemm/--no-deep-gemm", default=True, show_default=True,
@@ -36,7 +38,7 @@ _FLASHINFER = {"yes": (True,), "no": (False,), "both": (True, False)}
 @json_option
 @pass_app
 def explain(app: AppContext, items: tuple[str, ...], release: str | None, models: tuple[str, ...],
-            capabilities: tuple[str, ...], flashinfer: str, deep_gemm: bool, env: tuple[str, ...],
+            capabilities: tuple[str, ...], capability_alias: tuple[str, ...], flashinfer: str, deep_gemm: bool, env: tuple[str, ...],
             jobs: int | None, release_pins: bool, error_on_slow: bool, json_mode: bool) -> int:
     """Run SGLang's own server-argument resolution for each model on faked 12.0/12.1 (and 9.0/10.0) devices
     and show the attention, MoE, sampling and GEMM backends it picks. Exits 13 when a choice on 12.x has no
@@ -49,14 +51,15 @@ def explain(app: AppContext, items: tuple[str, ...], release: str | None, models
     PATH is an SGLang git clone or installed package (default: the sglang this Python imports). Arguments
     after -- go to SGLang as `sglang serve` options, e.g. `-- --attention-backend fa3`."""
     console = app.console(json_mode)
+    capabilities = capabilities + capability_alias
     path, sglang_args = _split(items)
     if path and release:
         raise UsageError(f"Give either PATH ({path}) or --release {release}, not both.")
-    root = releases.fetch_release(releases.check_version(release), console=console) if release else path
+    root = releases.fetch_release(releases.check_version(release), on_step=console.info) if release else path
     result = backend_audit.audit_backends(
         root, models=list(models) or None, capabilities=capabilities or backend_audit.DEFAULT_CAPABILITIES,
         args=sglang_args, flashinfer=_FLASHINFER[flashinfer], deep_gemm=deep_gemm, env=_env(env), jobs=jobs,
-        release_pins=release_pins, console=console)
+        release_pins=release_pins, progress=console.progress, on_step=console.info)
     doc = result.to_json()
     doc["error_on_slow"] = error_on_slow
     if error_on_slow and result.slow_on_12x:

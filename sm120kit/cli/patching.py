@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -19,10 +20,15 @@ from sm120kit.sglang.target import Target, find_target
 from sm120kit.ui import Console
 
 _PATH = click.argument("path", required=False, type=click.Path(path_type=Path))
-_RELEASE = click.option(
-    "--release", "release", is_flag=False, flag_value=releases.DEFAULT_RELEASE, default=None, metavar="X",
-    help=f"Work on the cached working copy of SGLang release X (downloaded from PyPI if needed) instead "
-         f"of PATH; '--release' alone means {releases.DEFAULT_RELEASE}.")
+def _release_option(what: str) -> Callable:
+    """``--release [X]``: the cached working copy of release X instead of PATH; ``what`` says what the command
+    does to it."""
+    return click.option(
+        "--release", "release", is_flag=False, flag_value=releases.DEFAULT_RELEASE, default=None, metavar="X",
+        help=f"{what} the cached working copy of SGLang release X (the folder `apply --release X` patches; "
+             f"downloaded from PyPI if needed) instead of PATH; '--release' alone means "
+             f"{releases.DEFAULT_RELEASE}.")
+
 _SERIES = click.option("--series", "series_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
                        help="The patch series folder (default: the bundled patches/sglang).")
 
@@ -35,7 +41,8 @@ def _target(path: Path | None, release: str | None, *, create: bool, fresh: bool
         return find_target(path)
     release = releases.check_version(release)
     if create:
-        return find_target(workcopy.work_copy(release, fresh=fresh, console=console))
+        return find_target(workcopy.work_copy(release, fresh=fresh,
+                                               on_step=console.info if console else None))
     folder = workcopy.work_dir(release)
     if not (folder / "sglang").is_dir():
         raise NotSglangTree(f"There is no working copy of SGLang {release} yet ({folder}).",
@@ -73,7 +80,7 @@ def _fail(console: Console, code: int, message: str) -> None:
 
 @cli.command("apply")
 @_PATH
-@_RELEASE
+@_release_option("Patch")
 @_SERIES
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
 @click.option("--fuzz", type=click.IntRange(0, 3), default=0, show_default=True,
@@ -95,7 +102,7 @@ def apply_cmd(app: AppContext, path: Path | None, release: str | None, series_di
     if not series.patches:
         console.warn(f"the series at {series.path} lists no patches yet; nothing to apply.")
     result = engine.apply_series(target, series, dry_run=dry_run, fuzz=fuzz, allow_dirty=allow_dirty,
-                                 strict=strict, console=console)
+                                 strict=strict, progress=console.progress, on_debug=console.debug)
 
     def human() -> None:
         for warning in result.warnings:
@@ -128,7 +135,7 @@ def apply_cmd(app: AppContext, path: Path | None, release: str | None, series_di
 
 @cli.command("revert")
 @_PATH
-@_RELEASE
+@_release_option("Restore the original files of")
 @click.option("--dry-run", is_flag=True, help="Print what would be restored; change nothing.")
 @click.option("--force", is_flag=True,
               help="Revert files edited after apply too (the edited versions are kept as copies).")
@@ -139,7 +146,8 @@ def revert_cmd(app: AppContext, path: Path | None, release: str | None, dry_run:
     """Restore the exact original bytes of every file sm120kit patched in the tree, and drop its record."""
     console = app.console(json_mode)
     target = _target(path, release, create=False)
-    result = engine.revert_series(target, force=force, dry_run=dry_run, console=console)
+    result = engine.revert_series(target, force=force, dry_run=dry_run, progress=console.progress,
+                                  on_debug=console.debug)
 
     def human() -> None:
         for warning in result.warnings:
@@ -161,7 +169,7 @@ def revert_cmd(app: AppContext, path: Path | None, release: str | None, dry_run:
 
 @cli.command("status")
 @_PATH
-@_RELEASE
+@_release_option("Show the patch states of")
 @_SERIES
 @json_option
 @pass_app
@@ -176,28 +184,28 @@ def status_cmd(app: AppContext, path: Path | None, release: str | None, series_d
     result = engine.series_status(target, series)
 
     def human() -> None:
-        console.info("target: " + _describe_target(target, result.release, result.exact_release,
+        out = console.for_results()  # -q keeps the result
+        out.info("target: " + _describe_target(target, result.release, result.exact_release,
                                                     result.release_source))
-        console.info(f"series: {series.path} ({len(series.patches)} patches)")
+        out.info(f"series: {series.path} ({len(series.patches)} patches)")
         rows = result.rows()
         if rows:
-            console.info("")
-            console.table(["patch", "status", "variant", "detail"], _status_rows(rows))
+            out.info("")
+            out.table(["patch", "status", "variant", "detail"], _status_rows(rows))
         if result.files:
-            console.info("")
+            out.info("")
             unusual = [f for f in result.files if f.condition != "patched"]
             shown = result.files if app.verbose else unusual
             if shown:
-                console.table(["patched file", "condition"], [[f.path, f.condition] for f in shown])
+                out.table(["patched file", "condition"], [[f.path, f.condition] for f in shown])
             clean = len(result.files) - len(unusual)
-            console.info(f"{clean} of {len(result.files)} recorded file(s) are as sm120kit left them"
+            out.info(f"{clean} of {len(result.files)} recorded file(s) are as sm120kit left them"
                          + ("" if app.verbose or not clean else " (-v lists them)") + ".")
         for problem in result.problems:
             console.warn(problem)
 
     emit(json_mode, result.to_json(), human)
-    if result.exit_code:
-        click.get_current_context().exit(result.exit_code)
+    exit_with(result.exit_code)
 
 
 @cli.command("patches")
@@ -221,8 +229,9 @@ def patches_cmd(app: AppContext, series_dir: Path | None, release: str | None, j
         data["release"] = release
 
     def human() -> None:
+        out = console.for_results()  # -q keeps the result
         if not series.patches:
-            console.info(f"The series at {series.path} lists no patches yet.")
+            out.info(f"The series at {series.path} lists no patches yet.")
             return
         headers = ["#", "patch", "title", "variants", "upstream"]
         if release is not None:
@@ -236,16 +245,16 @@ def patches_cmd(app: AppContext, series_dir: Path | None, release: str | None, j
             if release is not None:
                 line.append(row["variant_for_release"] or "none (outside every range)")
             rows.append(line)
-        console.info(f"series: {series.path}")
-        console.table(headers, rows)
+        out.info(f"series: {series.path}")
+        out.table(headers, rows)
         if app.verbose:
             for patch in series.patches:
-                console.info(f"\n{patch.id}: {patch.title}")
+                out.info(f"\n{patch.id}: {patch.title}")
                 for label, text in (("problem", patch.problem), ("change", patch.description),
                                     ("upstream", patch.upstream.reference or patch.upstream.reason)):
-                    console.info(f"  {label}: {' '.join(text.split())}")
+                    out.info(f"  {label}: {' '.join(text.split())}")
                 for v in patch.variants:
-                    console.info(f"  variant {v.name}: releases {v.releases}, base {v.base}, "
+                    out.info(f"  variant {v.name}: releases {v.releases}, base {v.base}, "
                                  f"{len(v.files)} file(s)")
         else:
             console.info("(-v shows each patch's problem, change, upstream note and variants)")

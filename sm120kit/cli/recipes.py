@@ -11,7 +11,7 @@ from packaging.version import Version
 from sm120kit.serve import checks, docker, flags, launch, recipe as recipe_mod, server_args
 from sm120kit.sglang import releases
 from sm120kit.cli import cli
-from sm120kit.cli.common import AppContext, emit, json_option, pass_app
+from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app
 from sm120kit.errors import CheckFailed, RecipeError
 from sm120kit.sglang.target import find_target
 from sm120kit.ui import print_json
@@ -43,7 +43,7 @@ def serve(app: AppContext, recipe_name: str, model: str | None, dry_run: bool, s
     recipe = recipe_mod.find_recipe(recipe_name)
     root = find_target(sglang_path).root if sglang_path else None
     plan = launch.plan_launch(recipe, model=model, extra=sglang_args, python=python, sglang_root=root,
-                               console=console)
+                               on_step=console.info)
     for line in plan.overrides:
         console.info(f"override: {line}")
     for warning in plan.warnings:
@@ -120,10 +120,10 @@ def _check(console, chosen: list[recipe_mod.Recipe], json_mode: bool) -> None:
     wanted = sorted({v for r in chosen for v in r.sglang}, key=Version)
     results = []
     for i, version in enumerate(wanted, 1):
-        root = releases.fetch_release(version, console=console)
+        root = releases.fetch_release(version, on_step=console.info)
         named = [r for r in chosen if version in r.sglang]
         argvs = [["--model-path", r.model, *[t for u in flags.recipe_flags(r) for t in u.argv]] for r in named]
-        spec = server_args.read_server_args(sglang_root=root, argvs=argvs, console=console)
+        spec = server_args.read_server_args(sglang_root=root, argvs=argvs, on_step=console.info)
         given = list(spec.argv_given) + [None] * (len(named) - len(spec.argv_given))
         for recipe, parse_error, recipe_given in zip(named, spec.argv_errors, given):
             try:
@@ -147,5 +147,4 @@ def _check(console, chosen: list[recipe_mod.Recipe], json_mode: bool) -> None:
         # of CheckFailed, without a second JSON document on stdout.
         error = CheckFailed(f"{len(failed)} of {len(results)} recipe/release checks failed: "
                             + "; ".join(f"{r['recipe']} on {r['sglang']}" for r in failed) + ".")
-        click.echo(click.style("error: ", fg="red") + error.render(), err=True)
-        click.get_current_context().exit(error.exit_code)
+        exit_with(error.exit_code, error.render())

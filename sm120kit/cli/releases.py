@@ -9,7 +9,8 @@ from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
 
 
-@cli.command("fetch-release")
+@cli.command("fetch-release", short_help="Download SGLang VERSIONS (e.g. 0.5.23, or a range 0.5.2..0.5.23) "
+                                          "into the cache, unpacked.")
 @click.argument("versions", nargs=-1, required=True)
 @json_option
 @pass_app
@@ -24,7 +25,7 @@ def fetch_release(app: AppContext, versions: tuple[str, ...], json_mode: bool) -
             wanted.append(releases.check_version(text))
     result = []
     for i, version in enumerate(wanted, 1):
-        path = releases.fetch_release(version, console=console)
+        path = releases.fetch_release(version, on_step=console.info)
         console.progress(i, len(wanted), version)
         result.append({"version": version, "path": str(path)})
     emit(json_mode, {"releases": result},

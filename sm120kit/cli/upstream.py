@@ -41,7 +41,7 @@ def _clone(repo: Path | None, fetch: bool, console: Console) -> SglangClone:
     clone = SglangClone(repo or Path.cwd())
     if fetch:
         with console.step(f"fetching the remotes of {clone.root}"):
-            clone.fetch(console)
+            clone.fetch(on_debug=console.debug)
     return clone
 
 
@@ -56,13 +56,13 @@ def _open(path: Path | None, release: str | None, ref: str | None, repo: Path | 
         raise UsageError("--repo only goes with --ref.")
     if release is not None:
         release = releases.check_version(release)
-        with upstream.open_release(release, console=console) as target:
+        with upstream.open_release(release, on_step=console.info) as target:
             yield target
     elif ref is not None:
         clone = _clone(repo, fetch, console)
         with contextlib.ExitStack() as stack:
             with console.step(f"checking out {ref} in a temporary worktree"):
-                target = stack.enter_context(upstream.open_ref(clone, ref, console=console))
+                target = stack.enter_context(upstream.open_ref(clone, ref, on_debug=console.debug))
             yield target
     else:
         with upstream.open_folder(path) as target:
@@ -185,7 +185,7 @@ def _versions(ranges: tuple[str, ...], console: Console) -> list[str]:
     for text in ranges:
         if ".." in text and available is None:
             try:
-                available = releases.available_releases(console=console)
+                available = releases.available_releases()
             except (DownloadError, ToolFailed) as exc:
                 cached = sorted(p.name for p in (cache_dir() / "releases").glob("*")
                                 if (p / "sglang" / "__init__.py").is_file())
@@ -235,7 +235,7 @@ def matrix_cmd(app: AppContext, ranges: tuple[str, ...], refs: tuple[str, ...], 
     versions = _versions(ranges, console)
     clone = _clone(repo, not no_fetch, console) if refs else None
     matrix = upstream.build_matrix(series, versions=versions, refs=refs, clone=clone, folders=paths, jobs=jobs,
-                                   console=console)
+                                   progress=console.progress, on_step=console.info, on_debug=console.debug)
     headers = ["SGLang"] + matrix.columns()
     if json_mode:
         emit(True, matrix.to_json(error_on_warn), lambda: None)
@@ -326,6 +326,6 @@ def refresh_cmd(app: AppContext, patch_id: str, path: Path | None, release: str 
     series = patchset.load_series(series_dir)
     with _open(path, release, ref, repo, not no_fetch, console) as target:
         result = refresher.refresh_patch(series, patch_id, target, as_release=as_release, dry_run=dry_run,
-                                         replace=replace, force=force, resolved=resolved, console=console)
+                                         replace=replace, force=force, resolved=resolved, on_step=console.info)
     emit(json_mode, result.to_json(), lambda: _print_refresh(console, result, dry_run))
     exit_with(result.exit_code, result.message)

@@ -29,7 +29,7 @@ def _arch(value: str | None) -> tuple[int, int] | None:
 @click.option("--backend", "backends", multiple=True, metavar="NAME",
               help="Run only this check or backend family (repeatable): triton, torch_native, sgl_kernel, "
                    "flashinfer, or a check name such as triton-extend. See --list.")
-@click.option("--arch", "arch_text", metavar="CAP",
+@click.option("--arch", "arch_text", metavar="CC",
               help="Judge the environment for this compute capability (e.g. 12.0) instead of the GPU present.")
 @click.option("--sglang", "sglang_path", type=click.Path(), metavar="PATH",
               help="The SGLang tree to report on and import (git clone, its python/ folder or an installed "
@@ -58,8 +58,7 @@ def verify(app: AppContext, backends: tuple[str, ...], arch_text: str | None, sg
     checks_mod.select_checks(plan.backends)  # a bad --backend fails before any work
     if not json_mode:
         console.info("sm120kit verify: collecting the environment report ...")
-    result = run_verify(plan, console=console,
-                        progress=lambda done, total, label: console.progress(done, total, label))
+    result = run_verify(plan, progress=console.progress, on_step=console.info)
     if json_mode:
         data = result.to_json()
         data["exit_code"] = exit_code(result)

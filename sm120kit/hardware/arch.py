@@ -9,7 +9,6 @@ import platform
 import re
 from dataclasses import dataclass
 
-from sm120kit.errors import UsageError
 
 SM120_SHARED_MEMORY_PER_BLOCK = 101376
 """Opt-in shared memory per block on 12.0/12.1 (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
@@ -114,9 +113,13 @@ ACCEPTED_FORMS = "12.0, 12.0a, 12.0f, 120, 120a, sm_120a, compute_120a"
 _ARCH_RE = re.compile(r"(?:(?P<prefix>sm|compute|lto)_)?(?P<num>\d+(?:\.\d+)?)(?P<variant>[af]?)(?P<ptx>\+ptx)?")
 
 
-class NotAnArch(UsageError, ValueError):
-    """A string that is not an architecture name, or names no known compute capability. A UsageError for the
-    command line and a ValueError for callers that parse data."""
+class NotAnArch(ValueError):
+    """A string that is not an architecture name, or names no known compute capability. A ValueError: the
+    command line turns it into a UsageError naming its option (every error class keeps its own exit code)."""
+
+    @property
+    def message(self) -> str:
+        return str(self)
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,7 @@ def parse_arch(text: str, *, known_only: bool = True, allow_plus_ptx: bool = Fal
 
     ``known_only`` (the default) refuses capabilities not in :data:`KNOWN_CAPABILITIES` (``"99"``, ``"12.7"``);
     readers of compiled target lists pass False so a newer target than this table does not stop them.
-    Raises :class:`NotAnArch` (a UsageError and a ValueError).
+    Raises :class:`NotAnArch` (a ValueError).
     """
     raw = str(text).strip().lower()
     m = _ARCH_RE.fullmatch(raw)

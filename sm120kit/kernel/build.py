@@ -623,8 +623,7 @@ def _error_lines(log_file: Path, limit: int = 12) -> str:
     return "\n".join((hits or lines)[-limit:])
 
 
-def run_build(plan: BuildPlan, *, console=None,
-              on_progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
+def run_build(plan: BuildPlan, *, on_progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
     """Carry out ``plan``; raise :class:`BuildError` (naming the log file) when the build fails."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     reused, cleared = prepare_build_dir(plan)

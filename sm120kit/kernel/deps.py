@@ -22,6 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from sm120kit.util.report import Progress, Step
 from sm120kit import runner
 from sm120kit.errors import DownloadError, MissingDependency, UsageError
 from sm120kit.kernel.source import KernelSource
@@ -338,7 +339,8 @@ def _order(deps: tuple[Dependency, ...]) -> list[Dependency]:
     return sorted(deps, key=lambda d: d.parent is not None)
 
 
-def fetch_dependencies(source: KernelSource, into: Path, *, console=None,
+def fetch_dependencies(source: KernelSource, into: Path, *, progress: Progress | None = None,
+                       on_step: Step | None = None,
                        overrides: dict[str, str] | None = None,
                        names: tuple[str, ...] | None = None) -> tuple[FetchedDependency, ...]:
     """Fetch every dependency of ``source`` (or only ``names``) into ``into/NAME``, skipping those already
@@ -357,7 +359,7 @@ def fetch_dependencies(source: KernelSource, into: Path, *, console=None,
         manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     except (OSError, ValueError):
         manifest = {}
-    log = console.info if console else (lambda text: None)
+    log = on_step or (lambda text: None)
     results = []
     ordered = _order(deps)
     for i, dep in enumerate(ordered, 1):
@@ -372,8 +374,8 @@ def fetch_dependencies(source: KernelSource, into: Path, *, console=None,
         wanted = {"origin": dep.origin, "url_hash": dep.url_hash}
         if _is_populated(folder) and all(recorded.get(k) == v for k, v in wanted.items()):
             results.append(FetchedDependency(dep, folder, "present", recorded.get("revision")))
-            if console:
-                console.progress(i, len(ordered), f"{dep.name} (present)")
+            if progress is not None:
+                progress(i, len(ordered), f"{dep.name} (present)")
             continue
         if dep.git_repository:
             if dep.parent:  # nested inside a parent that may be a git checkout itself
@@ -388,8 +390,8 @@ def fetch_dependencies(source: KernelSource, into: Path, *, console=None,
         manifest[dep.name] = {**wanted, "revision": revision, "folder": str(folder.relative_to(into))}
         _write_manifest(manifest_path, manifest)
         results.append(FetchedDependency(dep, folder, "fetched", revision))
-        if console:
-            console.progress(i, len(ordered), dep.name)
+        if progress is not None:
+            progress(i, len(ordered), dep.name)
     return tuple(results)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from sm120kit import __version__
 from sm120kit.patching import treepath
 from sm120kit.util.atomicfile import deferred_signals, fsync_dir, remove, write_atomic
+from sm120kit.util.report import Progress, Step, tell
 from sm120kit.errors import (ConflictError, DirtyTreeError, Interrupted, IOFailure, Sm120kitError,
                              StateDamagedError, WarningsAsErrors)
 from sm120kit.patching.hunks import HunkResult
@@ -302,11 +303,6 @@ def _check_writable(root: Path, paths: list[str]) -> None:
                             hint="Run as the owner of the tree, or use a copy you own.") from None
 
 
-def _log(console, text: str) -> None:
-    if console is not None:
-        console.debug(text)
-
-
 def _stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%S")
 
@@ -355,7 +351,7 @@ def _remove_temp_files(store: StateStore, journal: Journal) -> None:
     store.clear_stray_temp_files()
 
 
-def repair(store: StateStore, console=None, *, hold_signals: bool = True) -> tuple[str, ...]:
+def repair(store: StateStore, on_debug: Step | None = None, *, hold_signals: bool = True) -> tuple[str, ...]:
     """Undo the half of an interrupted run: files it replaced go back to their content before that run,
     and the temporary files it may have left are removed.
 
@@ -389,7 +385,7 @@ def repair(store: StateStore, console=None, *, hold_signals: bool = True) -> tup
                 data = None if entry.from_hash is None else store.blob(entry.from_hash)
                 _restore(store.root, entry.path, data, entry.mode, journal.token)
                 repaired.append(entry.path)
-            _log(console, f"repaired {len(repaired)} files of an interrupted {journal.operation}")
+            tell(on_debug, f"repaired {len(repaired)} files of an interrupted {journal.operation}")
         _remove_temp_files(store, journal)
         store.clear_journal()
     if hold_signals and signals.pending:
@@ -400,7 +396,7 @@ def repair(store: StateStore, console=None, *, hold_signals: bool = True) -> tup
 
 
 def _journaled(store: StateStore, operation: str, entries: list[JournalEntry],
-               writes: list[tuple[str, bytes | None, int | None]], finish, console=None) -> None:
+               writes: list[tuple[str, bytes | None, int | None]], finish, progress: Progress | None = None) -> None:
     """Write ``writes`` (path, content or ``None`` to remove, mode) under a journal flushed to disk first,
     then call ``finish`` (which records the result). On any error, Ctrl-C or SIGTERM before ``finish`` is
     done, the files this run wrote are put back from the journal and the error says so; when even that
@@ -414,8 +410,8 @@ def _journaled(store: StateStore, operation: str, entries: list[JournalEntry],
         try:
             for i, (path, data, mode) in enumerate(writes, 1):
                 _restore(store.root, path, data, mode, journal.token)
-                if console is not None and len(writes) > 3:
-                    console.progress(i, len(writes), path)
+                if progress is not None and len(writes) > 3:
+                    progress(i, len(writes), path)
                 if signals.pending:
                     raise Interrupted(f"Interrupted ({signals.name}) after {i} of {len(writes)} file(s).")
             finish()
@@ -510,7 +506,7 @@ def _new_record(old: StateRecord | None, plan: SeriesPlan, target: Target, serie
 
 
 def _write_changes(store: StateStore, changes: tuple[FileChange, ...], new_record: StateRecord,
-                   console=None) -> None:
+                   progress: Progress | None = None) -> None:
     try:
         for change in changes:
             if change.before is not None:
@@ -520,23 +516,25 @@ def _write_changes(store: StateStore, changes: tuple[FileChange, ...], new_recor
     entries = [JournalEntry(path=c.path, from_hash=_hash(c.before), to_hash=_hash(c.after), mode=c.mode)
                for c in changes]
     _journaled(store, "apply", entries, [(c.path, c.after, c.mode) for c in changes],
-               lambda: store.save(new_record), console)
+               lambda: store.save(new_record), progress)
     store.prune_blobs({f.before for f in new_record.files if f.before})
 
 
 def apply_series(target: Target, series: Series, *, dry_run: bool = False, fuzz: int = 0,
-                 allow_dirty: bool = False, strict: bool = False, console=None) -> ApplyResult:
+                 allow_dirty: bool = False, strict: bool = False, progress: Progress | None = None,
+                 on_debug: Step | None = None) -> ApplyResult:
     """Apply ``series`` to ``target``. Nothing is written unless every patch applies, is already applied,
     is present upstream or (unless ``strict``) is not applicable; a conflict is reported in the result
     (``exit_code`` 4) with the hunk, the expected lines and the closest match."""
     release, exact, source = release_and_source(target)
     result = _apply_series(target, series, release, exact, dry_run=dry_run, fuzz=fuzz, allow_dirty=allow_dirty,
-                           strict=strict, console=console)
+                           strict=strict, progress=progress, on_debug=on_debug)
     return dataclasses.replace(result, release_source=source)
 
 
 def _apply_series(target: Target, series: Series, release: str | None, exact: bool, *, dry_run: bool,
-                  fuzz: int, allow_dirty: bool, strict: bool, console) -> ApplyResult:
+                  fuzz: int, allow_dirty: bool, strict: bool, progress: Progress | None,
+                  on_debug: Step | None) -> ApplyResult:
     root = target.root
     store = StateStore(root)
     warnings: list[str] = []
@@ -552,7 +550,7 @@ def _apply_series(target: Target, series: Series, release: str | None, exact: bo
                               warnings=warnings)
 
     with store.locked("apply"):
-        repaired = repair(store, console)
+        repaired = repair(store, on_debug)
         if repaired:
             warnings.append(f"repaired an interrupted run: put back {len(repaired)} file(s): "
                             + ", ".join(repaired))
@@ -582,7 +580,7 @@ def _apply_series(target: Target, series: Series, release: str | None, exact: bo
                 hint="Run 'sm120kit revert --force' (it keeps a copy of your edit and says where), then apply.")
         _check_writable(root, [c.path for c in plan.changes])
         new_record = _new_record(record, plan, target, series, release)
-        _write_changes(store, plan.changes, new_record, console)
+        _write_changes(store, plan.changes, new_record, progress)
         return ApplyResult(target=target, release=release, exact_release=exact, series=series.path, plan=plan,
                            dry_run=False, written=plan.changes, repaired=repaired,
                            warnings=result.warnings, state_file=store.state_path, exit_code=EXIT_OK,
@@ -614,7 +612,8 @@ def _finish_result(target, release, exact, series, plan: SeriesPlan, record, sto
 
 # -- revert ----------------------------------------------------------------------------------------------
 
-def revert_series(target: Target, *, force: bool = False, dry_run: bool = False, console=None) -> RevertResult:
+def revert_series(target: Target, *, force: bool = False, dry_run: bool = False, progress: Progress | None = None,
+                  on_debug: Step | None = None) -> RevertResult:
     """Put every file the state record lists back to its exact original bytes and remove the record.
 
     A file edited after apply is refused (exit code 6, nothing changed) unless ``force``; then the edited
@@ -633,7 +632,7 @@ def revert_series(target: Target, *, force: bool = False, dry_run: bool = False,
         return RevertResult(target=target, dry_run=False, patches=(), files=(),
                             message="No sm120kit state record in this tree: nothing to revert.")
     with store.locked("revert"):
-        repaired = repair(store, console)
+        repaired = repair(store, on_debug)
         record = store.load()
         warnings = [f"repaired an interrupted run: put back {len(repaired)} file(s)"] if repaired else []
         result = _revert_plan(target, store, record, force=force, dry_run=False, warnings=warnings,
@@ -663,7 +662,7 @@ def revert_series(target: Target, *, force: bool = False, dry_run: bool = False,
                      if f.action == "restored"}
         writes = [(f.path, originals[f.path], record.file(f.path).mode) if f.action == "restored"
                   else (f.path, None, None) for f in result.files if f.action in ("restored", "removed")]
-        _journaled(store, "revert", entries, writes, store.clear_state, console)
+        _journaled(store, "revert", entries, writes, store.clear_state, progress)
         store.remove()
         files = tuple(RevertedFile(path=f.path, action=f.action, kept_copy=kept.get(f.path)) for f in result.files)
         return RevertResult(target=target, dry_run=False, patches=result.patches, files=files,

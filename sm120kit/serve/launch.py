@@ -21,6 +21,7 @@ from sm120kit.serve.flags import check_flags, merge_flags, parse_extra, recipe_f
 from sm120kit.serve.gpus import ListedGpu, check_gpus, detect_gpus
 from sm120kit.serve.recipe import NO_SM120_CODE, Recipe
 from sm120kit.serve.server_args import read_server_args
+from sm120kit.util.report import Step
 
 LAUNCH_MODULE = "sglang.launch_server"
 
@@ -68,7 +69,7 @@ class LaunchPlan:
 
 def plan_launch(recipe: Recipe, *, model: str | None = None, extra: Sequence[str] = (),
                 python: str | None = None, sglang_root: Path | None = None,
-                gpus: Sequence[ListedGpu] | None | str = "detect", console=None) -> LaunchPlan:
+                gpus: Sequence[ListedGpu] | None | str = "detect", on_step: Step | None = None) -> LaunchPlan:
     """Check ``recipe`` (and the ``extra`` flags) against the SGLang that will run it; build the command.
 
     No side effects: the result is what ``--dry-run`` prints and what :func:`launch` executes.
@@ -77,7 +78,7 @@ def plan_launch(recipe: Recipe, *, model: str | None = None, extra: Sequence[str
     base_argv = [python, "-m", LAUNCH_MODULE, "--model-path", model or recipe.model]
     rflags = recipe_flags(recipe)
     raw_argv = base_argv[3:] + [t for u in rflags for t in u.argv] + list(extra)
-    spec = read_server_args(python, sglang_root, [raw_argv], console=console)
+    spec = read_server_args(python, sglang_root, [raw_argv], on_step=on_step)
 
     warnings: list[str] = []
     if spec.version not in recipe.sglang:

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, RecipeError
+from sm120kit.util.report import Step, tell
 
 PROBE_MODULE = "sm120kit.serve.server_args_probe"
 # The folder that holds this sm120kit package (a checkout, or the site-packages it is installed in).
@@ -99,7 +100,7 @@ def _sm120kit_path(tmp: Path) -> str:
 
 
 def read_server_args(python: str | None = None, sglang_root: Path | None = None,
-                     argvs: Sequence[Sequence[str]] = (), console=None) -> ServerArgsSpec:
+                     argvs: Sequence[Sequence[str]] = (), on_step: Step | None = None) -> ServerArgsSpec:
     """Build SGLang's argument parser in ``python`` (default: this interpreter) and describe its options.
 
     ``sglang_root`` is the folder holding ``sglang/`` (put first on ``PYTHONPATH``); without it, the sglang
@@ -118,21 +119,20 @@ def read_server_args(python: str | None = None, sglang_root: Path | None = None,
         argv = runner.python_argv(*args) if python == sys.executable else [python, *args]
         where = f" at {sglang_root}" if sglang_root else ""
         title = f"reading SGLang's argument parser{where}"
-        ctx = console.step(title) if console is not None else _null()
-        with ctx:
-            runner.run(argv, extra_env=extra_env, cwd=tmp, timeout=600, what="SGLang argument parser probe")
-            try:
-                data = json.loads(out.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise RecipeError(f"The SGLang argument parser probe in {python} wrote no result ({exc}).") \
-                    from exc
-            if "import_error" in data:
-                raise MissingDependency(
-                    f"{python} could not import SGLang's server arguments{where}: {data['import_error']}.",
-                    hint="Install SGLang and its dependencies in that environment (for a bare release tree, "
-                         "pip install 'sm120kit[audit]' brings what its argument parser imports), or pass "
-                         "--python.",
-                )
+        tell(on_step, title)
+        runner.run(argv, extra_env=extra_env, cwd=tmp, timeout=600, what="SGLang argument parser probe")
+        try:
+            data = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RecipeError(f"The SGLang argument parser probe in {python} wrote no result ({exc}).") \
+                from exc
+        if "import_error" in data:
+            raise MissingDependency(
+                f"{python} could not import SGLang's server arguments{where}: {data['import_error']}.",
+                hint="Install SGLang and its dependencies in that environment (for a bare release tree, "
+                     "pip install 'sm120kit[audit]' brings what its argument parser imports), or pass "
+                     "--python.",
+            )
     options = tuple(
         ServerOption(tuple(o["flags"]), o["dest"], o["nargs"], tuple(o["choices"]) if o["choices"] else None,
                      o["type"], o["deprecated"], o["retired"], o["replacement"])
@@ -141,13 +141,3 @@ def read_server_args(python: str | None = None, sglang_root: Path | None = None,
     return ServerArgsSpec(version=data.get("version"), package_dir=Path(data["package_dir"]),
                           python=data["python"], options=options, argv_errors=tuple(data["argv_errors"]),
                           argv_given=tuple(data.get("argv_given", ())))
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-

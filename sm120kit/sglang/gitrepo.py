@@ -18,6 +18,7 @@ from typing import Iterator
 
 from packaging.version import InvalidVersion, Version
 
+from sm120kit.util.report import Step, tell
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, NotSglangTree, ToolFailed, UsageError
 
@@ -76,13 +77,12 @@ class SglangClone:
         self.root = Path(self.repo.working_tree_dir).resolve()
 
     # -- refs --------------------------------------------------------------------------------------------
-    def fetch(self, console=None) -> list[str]:
+    def fetch(self, on_debug: Step | None = None) -> list[str]:
         """Fetch every remote (branches and tags); the names fetched. A clone without remotes is fine."""
         git = _git_module()
         fetched = []
         for remote in self.repo.remotes:
-            if console is not None:
-                console.debug(f"git fetch {remote.name} --tags")
+            tell(on_debug, f"git fetch {remote.name} --tags")
             try:
                 remote.fetch(tags=True)
             except git.GitCommandError as exc:

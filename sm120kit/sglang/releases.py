@@ -12,6 +12,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from sm120kit.util.report import Step, tell
 from sm120kit import runner
 from sm120kit.util.atomicfile import building_folder
 from sm120kit.errors import DownloadError, ToolFailed, UsageError
@@ -59,7 +60,7 @@ def release_dir(version: str, cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "releases" / normalize(version)
 
 
-def fetch_release(version: str, *, cache: Path | None = None, console=None) -> Path:
+def fetch_release(version: str, *, cache: Path | None = None, on_step: Step | None = None) -> Path:
     """Download and unpack SGLang ``version`` (cached); return the folder holding ``sglang/``."""
     version = normalize(version)
     dest = release_dir(version, cache)
@@ -69,8 +70,7 @@ def fetch_release(version: str, *, cache: Path | None = None, console=None) -> P
     wheels.mkdir(parents=True, exist_ok=True)
     wheel = _find_wheel(wheels, version)
     if wheel is None:
-        if console:
-            console.info(f"downloading sglang=={version} from PyPI ...")
+        tell(on_step, f"downloading sglang=={version} from PyPI ...")
         argv = runner.python_argv("-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
                                   "--python-version", "3.11", "--implementation", "cp")
         for platform in _PLATFORMS:
@@ -124,7 +124,7 @@ def parse_release_range(text: str, available: list[str]) -> list[str]:
     return sorted((v for v in available if lo <= Version(v) <= hi), key=Version)
 
 
-def available_releases(*, console=None) -> list[str]:
+def available_releases() -> list[str]:
     """Versions of sglang on PyPI (``pip index versions``), newest last."""
     result = runner.run(runner.python_argv("-m", "pip", "index", "versions", "sglang"),
                         what="pip index versions sglang", timeout=120)

@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from sm120kit.util.report import Step
 from sm120kit.sglang import releases
 from sm120kit.util.cache import cache_dir
 from sm120kit.util.atomicfile import building_folder, current_umask, sweep_temp_dirs
@@ -21,7 +22,8 @@ def work_dir(version: str, cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "work" / releases.normalize(version)
 
 
-def work_copy(version: str, *, fresh: bool = False, cache: Path | None = None, console=None) -> Path:
+def work_copy(version: str, *, fresh: bool = False, cache: Path | None = None,
+              on_step: Step | None = None) -> Path:
     """The working copy of release ``version`` (downloaded and copied if needed); the folder holding
     ``sglang/``. Temporary copies a killed run left behind are removed first."""
     version = releases.normalize(version)
@@ -30,7 +32,7 @@ def work_copy(version: str, *, fresh: bool = False, cache: Path | None = None, c
         sweep_temp_dirs(dest.parent, version)
     if (dest / "sglang" / "__init__.py").is_file() and not fresh:
         return dest
-    pristine = releases.fetch_release(version, cache=cache, console=console)
+    pristine = releases.fetch_release(version, cache=cache, on_step=on_step)
     try:
         with building_folder(dest) as tmp:
             shutil.copytree(pristine, tmp, dirs_exist_ok=True, symlinks=True)

@@ -28,6 +28,7 @@ from typing import Iterator, Sequence
 
 from packaging.version import Version
 
+from sm120kit.util.report import Progress, Step, tell
 from sm120kit.sglang import releases
 from sm120kit.errors import ConflictError, DownloadError, WarningsAsErrors
 from sm120kit.sglang.gitrepo import Commit, SglangClone
@@ -76,14 +77,14 @@ class CheckTarget:
 
 
 @contextlib.contextmanager
-def open_release(version: str, *, console=None) -> Iterator[CheckTarget]:
+def open_release(version: str, *, on_step: Step | None = None) -> Iterator[CheckTarget]:
     """SGLang ``version`` from PyPI (downloaded into the cache once); read in place, never written."""
-    root = releases.fetch_release(version, console=console)
+    root = releases.fetch_release(version, on_step=on_step)
     yield CheckTarget(kind="release", label=version, root=root, version=version, exact=True)
 
 
 @contextlib.contextmanager
-def open_ref(clone: SglangClone, ref: str, *, console=None) -> Iterator[CheckTarget]:
+def open_ref(clone: SglangClone, ref: str, *, on_debug: Step | None = None) -> Iterator[CheckTarget]:
     """``ref`` of an SGLang clone, checked out in a temporary worktree removed afterwards."""
     sha = clone.resolve(ref)
     with clone.worktree(sha) as tree:
@@ -92,9 +93,8 @@ def open_ref(clone: SglangClone, ref: str, *, console=None) -> Iterator[CheckTar
         if version is None:
             version = find_target(tree / prefix if prefix else tree).version
         label = f"{ref} @ {sha[:12]}" if ref != sha else sha[:12]
-        if console is not None:
-            near = "" if exact else "after "
-            console.debug(f"{label}: {near}release {version or 'unknown'}")
+        near = "" if exact else "after "
+        tell(on_debug, f"{label}: {near}release {version or 'unknown'}")
         yield CheckTarget(kind="ref", label=label, root=tree / prefix if prefix else tree, version=version,
                           exact=exact, ref=ref, commit=sha, clone=clone, prefix=prefix)
 
@@ -123,11 +123,11 @@ class BaseFiles:
     the cached PyPI release (downloaded when ``download``); ``None`` when neither is reachable."""
 
     def __init__(self, clone: SglangClone | None = None, prefix: str = "python", *, download: bool = True,
-                 console=None) -> None:
+                 on_step: Step | None = None) -> None:
         self.clone = clone
         self.prefix = prefix
         self.download = download
-        self.console = console
+        self.on_step = on_step
         self._cache: dict[tuple[str, str], str | None] = {}
         self.sources: dict[str, str] = {}
 
@@ -147,7 +147,7 @@ class BaseFiles:
             if not self.download:
                 return None
             try:
-                folder = releases.fetch_release(release, console=self.console)
+                folder = releases.fetch_release(release, on_step=self.on_step)
             except DownloadError:
                 return None
         self.sources[release] = f"SGLang {release} from PyPI"
@@ -539,48 +539,49 @@ def _common_prefix(ids: Sequence[str]) -> str:
     return prefix[:cut + 1] if cut >= 0 else ""
 
 
-def fetch_releases(versions: Sequence[str], *, jobs: int = 4, console=None) -> float:
+def fetch_releases(versions: Sequence[str], *, jobs: int = 4, progress: Progress | None = None,
+                   on_step: Step | None = None) -> float:
     """Download and unpack every release not yet cached, ``jobs`` at a time; the seconds it took."""
     start = time.perf_counter()
     missing = [v for v in versions if not (releases.release_dir(v) / "sglang" / "__init__.py").is_file()]
     if not missing:
         return 0.0
     done = 0
-    if console is not None:
-        console.info(f"downloading {len(missing)} SGLang release(s) from PyPI ({jobs} at a time) ...")
+    tell(on_step, f"downloading {len(missing)} SGLang release(s) from PyPI ({jobs} at a time) ...")
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {pool.submit(releases.fetch_release, v): v for v in missing}
         for future in as_completed(futures):
             future.result()
             done += 1
-            if console is not None:
-                console.progress(done, len(missing), f"downloaded {futures[future]}")
+            if progress is not None:
+                progress(done, len(missing), f"downloaded {futures[future]}")
     return time.perf_counter() - start
 
 
 def build_matrix(series: Series, *, versions: Sequence[str] = (), refs: Sequence[str] = (),
                  clone: SglangClone | None = None, folders: Sequence[Path] = (), fuzz: int = 0, jobs: int = 4,
-                 history: bool = True, console=None) -> UpgradeMatrix:
+                 history: bool = True, progress: Progress | None = None, on_step: Step | None = None,
+                 on_debug: Step | None = None) -> UpgradeMatrix:
     """The series on every release in ``versions`` and every ref of ``clone`` in ``refs``, in that order."""
     start = time.perf_counter()
     versions = sorted(dict.fromkeys(versions), key=Version)
-    fetch_seconds = fetch_releases(versions, jobs=jobs, console=console)
+    fetch_seconds = fetch_releases(versions, jobs=jobs, progress=progress, on_step=on_step)
     checked = time.perf_counter()
     base_files = BaseFiles(clone)
     total = len(versions) + len(refs) + len(folders)
     results: list[SeriesCheck] = []
 
     def note(label: str) -> None:
-        if console is not None:
-            console.progress(len(results), total, f"checked {label}")
+        if progress is not None:
+            progress(len(results), total, f"checked {label}")
 
     for version in versions:
-        with open_release(version, console=console) as target:
+        with open_release(version, on_step=on_step) as target:
             results.append(check_upstream(series, target, fuzz=fuzz, base_files=base_files, history=history))
         note(version)
     for ref in refs:
         assert clone is not None, "refs need a clone"
-        with open_ref(clone, ref, console=console) as target:
+        with open_ref(clone, ref, on_debug=on_debug) as target:
             results.append(check_upstream(series, target, fuzz=fuzz,
                                           base_files=BaseFiles(clone, target.prefix), history=history))
         note(ref)

@@ -33,6 +33,7 @@ from typing import Iterator
 from packaging.specifiers import Specifier, SpecifierSet
 from packaging.version import Version
 
+from sm120kit.util.report import Step
 from sm120kit import runner
 from sm120kit.sglang import releases
 from sm120kit.util.cache import cache_dir
@@ -255,7 +256,7 @@ def edit_metadata(text: str, source_index: int | None, source_range: str | None,
 
 
 @contextlib.contextmanager
-def _base_tree(target: CheckTarget, release: str, console=None) -> Iterator[tuple[Path, str]]:
+def _base_tree(target: CheckTarget, release: str, on_step: Step | None = None) -> Iterator[tuple[Path, str]]:
     """The folder holding ``sglang/`` as release ``release`` has it, and where it came from."""
     tag = f"v{release}"
     if target.clone is not None and target.clone.has_tag(tag):
@@ -263,7 +264,7 @@ def _base_tree(target: CheckTarget, release: str, console=None) -> Iterator[tupl
             prefix = target.clone.package_prefix(tree)
             yield (tree / prefix if prefix else tree), f"tag {tag} of {target.clone.root}"
         return
-    yield releases.fetch_release(release, console=console), f"SGLang {release} from PyPI"
+    yield releases.fetch_release(release, on_step=on_step), f"SGLang {release} from PyPI"
 
 
 def _state_reader(root: Path, series: Series, version: str | None, exact: bool):
@@ -314,7 +315,7 @@ def _draft_dir(patch_id: str, release: str) -> Path:
 
 def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_release: str | None = None,
                   dry_run: bool = False, replace: bool = False, force: bool = False,
-                  resolved: Path | None = None, console=None) -> RefreshResult:
+                  resolved: Path | None = None, on_step: Step | None = None) -> RefreshResult:
     """Rebuild ``patch_id`` for ``target`` (see the module text); writes only when the merge is clean (or
     every conflicting file was resolved by hand in ``resolved``, a folder laid out like the draft one), the
     engine places the new diff, and ``dry_run`` is off."""
@@ -360,7 +361,7 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
     labels = (f"sglang {target.label}", f"sglang {source.base}", f"{patch.id} {source.name}")
     done: list[tuple[RefreshedFile, str]] = []
     merged_texts: dict[str, str] = {}
-    with _base_tree(target, source.base, console) as (base_root, base_source):
+    with _base_tree(target, source.base, on_step) as (base_root, base_source):
         read_base = _state_reader(base_root, earlier, source.base, True)
         moves: dict[str, str] = {}
         # Changed files first, so that the files the variant creates can follow a folder that moved.

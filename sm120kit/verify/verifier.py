@@ -13,8 +13,9 @@ import importlib.util
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from sm120kit.util.report import Progress, Step
 from sm120kit.errors import Sm120kitError
 from sm120kit.verify import checks as checks_mod
 from sm120kit.verify.report import ERROR, EnvironmentReport, collect_report, probe_torch
@@ -98,7 +99,8 @@ def _use_sglang_tree(path: str | None) -> str | None:
     return root
 
 
-def run_static_audits(report: EnvironmentReport, sglang_path: str | None, console=None) -> tuple[AuditOutcome, ...]:
+def run_static_audits(report: EnvironmentReport, sglang_path: str | None, *, progress: Progress | None = None,
+                      on_step: Step | None = None) -> tuple[AuditOutcome, ...]:
     """The static audits for the judged capability, each one only where its module exists."""
     outcomes: list[AuditOutcome] = []
     cap = f"{report.judged_for[0]}.{report.judged_for[1]}"
@@ -106,12 +108,13 @@ def run_static_audits(report: EnvironmentReport, sglang_path: str | None, consol
         reason = "no SGLang tree to audit (install SGLang or pass --sglang PATH)"
         return (AuditOutcome("backend choice", "not-run", reason), AuditOutcome("shared memory", "not-run", reason))
     root = report.sglang.path and str(Path(report.sglang.path).parent)
-    outcomes.append(_backend_audit(root, cap, report.flashinfer.installed, console))
-    outcomes.append(_smem_audit(root, cap, console))
+    outcomes.append(_backend_audit(root, cap, report.flashinfer.installed, progress, on_step))
+    outcomes.append(_smem_audit(root, cap, progress, on_step))
     return tuple(outcomes)
 
 
-def _backend_audit(root: str, cap: str, flashinfer: bool, console) -> AuditOutcome:
+def _backend_audit(root: str, cap: str, flashinfer: bool, progress: Progress | None,
+                   on_step: Step | None) -> AuditOutcome:
     try:
         mod = importlib.import_module("sm120kit.audit.backends")
         audit = getattr(mod, "audit_backends")
@@ -120,7 +123,7 @@ def _backend_audit(root: str, cap: str, flashinfer: bool, console) -> AuditOutco
                             "not available: this sm120kit has no backend audit (sm120kit.audit.backends)")
     start = time.perf_counter()
     try:
-        result = audit(root, capabilities=(cap,), flashinfer=(flashinfer,), console=console)
+        result = audit(root, capabilities=(cap,), flashinfer=(flashinfer,), progress=progress, on_step=on_step)
     except Sm120kitError as exc:
         return AuditOutcome("backend choice", "not-run", f"could not run: {exc.message}",
                             time.perf_counter() - start)
@@ -149,7 +152,7 @@ def _backend_audit(root: str, cap: str, flashinfer: bool, console) -> AuditOutco
     return AuditOutcome("backend choice", status, summary, time.perf_counter() - start, data, tuple(details))
 
 
-def _smem_audit(root: str, cap: str, console) -> AuditOutcome:
+def _smem_audit(root: str, cap: str, progress: Progress | None, on_step: Step | None) -> AuditOutcome:
     if importlib.util.find_spec("sm120kit.audit.smem") is None:
         return AuditOutcome("shared memory", "not-run",
                             "not available: this sm120kit has no shared-memory audit (sm120kit.audit.smem)")
@@ -159,7 +162,7 @@ def _smem_audit(root: str, cap: str, console) -> AuditOutcome:
         return AuditOutcome("shared memory", "not-run", "not available: sm120kit.audit.smem has no audit_smem")
     start = time.perf_counter()
     try:
-        result = audit(root, capabilities=(cap,), console=console)
+        result = audit(root, capabilities=(cap,), progress=progress, on_step=on_step)
     except Sm120kitError as exc:
         return AuditOutcome("shared memory", "not-run", f"could not run: {exc.message}", time.perf_counter() - start)
     data = result.to_json() if hasattr(result, "to_json") else None
@@ -176,8 +179,8 @@ def _smem_audit(root: str, cap: str, console) -> AuditOutcome:
     return AuditOutcome("shared memory", status, summary, time.perf_counter() - start, data, tuple(details))
 
 
-def run_verify(plan: VerifyPlan, *, console=None,
-               progress: Callable[[int, int, str], None] | None = None) -> VerifyResult:
+def run_verify(plan: VerifyPlan, *, progress: Progress | None = None,
+               on_step: Step | None = None) -> VerifyResult:
     start = time.perf_counter()
     selected = checks_mod.select_checks(plan.backends)  # bad --backend fails before any work
     _use_sglang_tree(plan.sglang)
@@ -190,7 +193,7 @@ def run_verify(plan: VerifyPlan, *, console=None,
                      f"present ({ctx.gpu_name}, {ctx.capability[0]}.{ctx.capability[1]}).")
     results = checks_mod.run_checks(selected, ctx, reason, progress=progress)
     run_audits = plan.audits if plan.audits is not None else ctx is None
-    audits = run_static_audits(report, plan.sglang, console) if run_audits else ()
+    audits = run_static_audits(report, plan.sglang, progress=progress, on_step=on_step) if run_audits else ()
     if ctx is None:
         ran = [a for a in audits if a.status != "not-run"]
         notes.append(f"No kernel ran: {reason}. Findings come from the environment report"
