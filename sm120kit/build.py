@@ -212,13 +212,41 @@ _TORCH_PROBE = (
 )
 
 
-def probe_torch(python: str) -> dict:
+TORCH_INDEX_TAGS: dict[tuple[int, int], str] = {
+    (12, 6): "cu126",
+    (12, 8): "cu128",
+    (12, 9): "cu129",
+    (13, 0): "cu130",
+}
+"""CUDA release -> the tag of PyTorch's wheel index for it (https://download.pytorch.org/whl/<tag>). Only the
+releases PyTorch publishes an index for that can build an SM12x kernel (12.8 and newer) or came just before."""
+
+
+def torch_index_tag(cuda: tuple[int, int]) -> str | None:
+    """PyTorch's wheel index tag for CUDA ``cuda`` (``(13, 0)`` -> ``cu130``); None when none is known."""
+    return TORCH_INDEX_TAGS.get(tuple(cuda))
+
+
+def torch_install_hint(cuda: tuple[int, int]) -> str:
+    """How to install a CUDA build of torch for nvcc ``cuda``: the pip command where PyTorch's index for that
+    release is known, otherwise where to pick one."""
+    tag = torch_index_tag(cuda)
+    version = f"{cuda[0]}.{cuda[1]}"
+    if tag:
+        return (f"Install a CUDA build of torch matching nvcc {version}, e.g. "
+                f"pip install torch --index-url https://download.pytorch.org/whl/{tag}.")
+    known = ", ".join(f"{k[0]}.{k[1]} ({v})" for k, v in TORCH_INDEX_TAGS.items())
+    return (f"Install a CUDA build of torch matching nvcc {version}. sm120kit knows no PyTorch wheel index for "
+            f"CUDA {version} (it knows {known}); pick the index for your CUDA at "
+            "https://pytorch.org/get-started/locally/, or use a CUDA toolkit that has one.")
+
+
+def probe_torch(python: str, cuda: tuple[int, int]) -> dict:
     result = runner.run([python, "-c", _TORCH_PROBE], check=False, what="torch probe", timeout=300)
     if not result.ok:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise MissingDependency(f"torch cannot be imported by {python} ({last}); the kernel links against it.",
-                                hint="Install a CUDA build of torch into this environment, matching your nvcc "
-                                "(e.g. pip install torch --index-url https://download.pytorch.org/whl/cu130).")
+                                hint=torch_install_hint(cuda))
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -228,8 +256,7 @@ def check_torch(info: dict, python: str, cuda: tuple[int, int]) -> list[str]:
         raise MissingDependency(
             f"torch {info.get('version')} in {python} is a CPU-only build (torch.version.cuda is None). sgl-kernel "
             "compiles against torch's CUDA headers and links libc10_cuda/libtorch_cuda, so it needs a CUDA build.",
-            hint=f"Install a CUDA build of torch matching nvcc {cuda[0]}.{cuda[1]}, e.g. "
-            f"pip install torch --index-url https://download.pytorch.org/whl/cu{cuda[0]}{cuda[1]}0.",
+            hint=torch_install_hint(cuda),
         )
     if not info.get("headers"):
         raise MissingDependency(f"torch {info.get('version')} has no C++/CUDA headers under {info.get('include')}.",
@@ -391,7 +418,7 @@ def plan_build(
     cmake, cmake_version, ninja, ninja_version = probe_build_tools(source.cmake_minimum)
     torch_info: dict = {}
     if source.requires_torch:
-        torch_info = probe_torch(python)
+        torch_info = probe_torch(python, cuda)
         warnings += check_torch(torch_info, python, cuda)
     cores, mem = cpu_cores(), memory_available()
     free = check_disk(out_dir, DISK_NEEDED_SGL_KERNEL if source.is_sgl_kernel else DISK_NEEDED_OTHER)

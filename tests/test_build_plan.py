@@ -242,6 +242,31 @@ def test_fetchcontent_declarations_are_read(tmp_path):
     assert mirrored["repo-cutlass"].url.startswith("https://mirror.example/NVIDIA/")
 
 
+def test_torch_install_hint_names_pytorchs_wheel_index_for_the_cuda_release(tmp_path):
+    """PyTorch's indexes are cu128, cu129, cu130: major and minor digits, no extra 0."""
+    assert build.torch_index_tag((12, 8)) == "cu128"
+    assert build.torch_index_tag((12, 9)) == "cu129"
+    assert build.torch_index_tag((13, 0)) == "cu130"
+    assert build.torch_index_tag((14, 2)) is None
+    for cuda, tag in (((12, 8), "cu128"), ((12, 9), "cu129"), ((13, 0), "cu130")):
+        hint = build.torch_install_hint(cuda)
+        assert f"https://download.pytorch.org/whl/{tag}." in hint, hint
+    unknown = build.torch_install_hint((14, 2))
+    assert "download.pytorch.org/whl/" not in unknown
+    assert "knows no PyTorch wheel index for CUDA 14.2" in unknown and "pytorch.org/get-started/locally" in unknown
+    # the CPU-only refusal and the import failure carry the same hint
+    cpu_torch = {"version": "2.9.0+cpu", "cuda": None, "include": "/t/include", "headers": True}
+    with pytest.raises(MissingDependency) as raised:
+        build.check_torch(cpu_torch, "python", (13, 0))
+    assert raised.value.hint == build.torch_install_hint((13, 0))
+    no_torch = tmp_path / "python"  # an interpreter whose "import torch" fails
+    no_torch.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    no_torch.chmod(0o755)
+    with pytest.raises(MissingDependency, match="torch cannot be imported") as raised:
+        build.probe_torch(str(no_torch), (12, 9))
+    assert raised.value.hint == build.torch_install_hint((12, 9))
+
+
 def test_torch_checks_on_reported_torch_builds():
     """check_torch's decisions on what the torch probe reports (the probe itself runs in the CPU-torch test)."""
     cuda_torch = {"version": "2.9.0+cu128", "cuda": "12.8", "include": "/t/include", "headers": True}
