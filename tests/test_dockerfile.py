@@ -290,6 +290,7 @@ def test_every_sm120kit_command_exists_with_exactly_those_options(build_args):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_the_image_commands_run_on_sglang_0_5_23_laid_out_as_in_the_image(installed_tree, tmp_path):
     """Runs, in image order, every sm120kit command of the default build (BUILD_KERNEL=0) against a fresh
     copy of SGLang 0.5.23 that the Python imports (PYTHONPATH at its site-packages copy, as the venv in the

@@ -219,6 +219,7 @@ def test_conflict_names_the_commit_on_a_branch_and_folder_targets_work(history):
     assert data["patches"][0]["hunks"][0]["commits"][0]["sha"] == shas["prefill-context"]
 
 
+@pytest.mark.slow
 def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_path):
     up, user, shas = history
     series = _copy_series(tmp_path)
