@@ -18,6 +18,20 @@ from sm120kit.sglang import releases
 CORE_RELEASES = ("0.5.2", "0.5.6", "0.5.10", "0.5.17", "0.5.23")
 SERIES_RELEASES = ("0.5.2", "0.5.4", "0.5.6.post2", "0.5.8", "0.5.10", "0.5.14", "0.5.17", "0.5.20", "0.5.23")
 
+QUICK_RELEASE = "0.5.23"  # the release of CORE_RELEASES that the quick loop (-m "not slow") runs
+
+
+def quick_on_one(versions: tuple[str, ...], quick: str = QUICK_RELEASE) -> list:
+    """Parametrize values for ``versions``, every one but ``quick`` marked slow."""
+    return [v if v == quick else pytest.param(v, marks=pytest.mark.slow) for v in versions]
+
+
+def quick_first(values: list) -> list:
+    """Parametrize values: the first runs in the quick loop, the others (the same check on more inputs) are
+    marked slow."""
+    return values[:1] + [pytest.param(v, marks=pytest.mark.slow) for v in values[1:]]
+
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -17,7 +17,7 @@ from sm120kit.patching.state import STATE_DIR
 from sm120kit.sglang.target import find_target
 
 from apply_support import DEMO_EXPECTED, DEMO_FILES, DEMO_SERIES, tree_hashes
-from conftest import CORE_RELEASES
+from conftest import CORE_RELEASES, quick_on_one
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,8 @@ def _prefix(layout: str) -> str:
     return "" if layout == "installed" else "python/"
 
 
-@pytest.mark.parametrize("layout", ["installed", "git-clone"])
-@pytest.mark.parametrize("version", CORE_RELEASES)
+@pytest.mark.parametrize("layout", ["installed", pytest.param("git-clone", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("version", quick_on_one(CORE_RELEASES))
 def test_apply_again_status_and_revert_byte_identical(version, layout, series, installed_tree, git_clone_tree):
     path, top = _tree(layout, version, installed_tree, git_clone_tree)
     pristine = tree_hashes(top)
@@ -110,7 +110,7 @@ def _plant_conflict(package_dir, version: str) -> str:
     return rel
 
 
-@pytest.mark.parametrize("version", CORE_RELEASES)
+@pytest.mark.parametrize("version", quick_on_one(CORE_RELEASES))
 def test_planted_conflict_writes_nothing_and_reports_the_hunk(version, series, installed_tree):
     package = installed_tree(version)
     rel = _plant_conflict(package, version)
@@ -131,7 +131,7 @@ def test_planted_conflict_writes_nothing_and_reports_the_hunk(version, series, i
     assert conflict.hunks[1].status == "applies"  # the other hunk fits; the patch as a whole does not
 
 
-@pytest.mark.parametrize("version", CORE_RELEASES)
+@pytest.mark.parametrize("version", quick_on_one(CORE_RELEASES, quick="0.5.2"))  # the smallest clone
 def test_dirty_git_file_is_refused_and_the_edit_survives(version, series, git_clone_tree):
     clone = git_clone_tree(version)
     rel = next(f for f in DEMO_FILES[version] if f.endswith("extend_attention.py"))

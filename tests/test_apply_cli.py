@@ -11,7 +11,7 @@ import pytest
 
 from sm120kit.sglang import releases
 
-from apply_support import DEMO_EXPECTED, DEMO_SERIES, run_cli, run_json, tree_hashes
+from apply_support import DEMO_EXPECTED, DEMO_SERIES, REPO_ROOT, run_cli, run_json, tree_hashes
 
 S = ("--series", str(DEMO_SERIES))
 
@@ -134,16 +134,15 @@ def test_apply_release_uses_a_working_copy_in_the_cache(tmp_path, release_dir):
 
 def test_bundled_series_default_and_missing_working_copy(tmp_path):
     env = {"SM120KIT_CACHE_DIR": str(tmp_path)}
+    # The bundled series is well-formed (8 would mean it is not), so status on a release with no working
+    # copy says that, with code 3.
     proc = run_cli("status", "--release", "0.5.2", env=env)
-    # Whatever state the bundled series is in, status on a release with no working copy says so.
-    assert proc.returncode in (3, 8)
-    if proc.returncode == 3:
-        assert "no working copy" in proc.stderr and "sm120kit apply --release 0.5.2" in proc.stderr
+    assert proc.returncode == 3, proc.stderr
+    assert "no working copy" in proc.stderr and "sm120kit apply --release 0.5.2" in proc.stderr
     proc = run_cli("patches", "--json")
-    if proc.returncode == 0:
-        assert isinstance(json.loads(proc.stdout)["patches"], list)
-    else:
-        assert proc.returncode == 8 and "series" in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    bundled = json.loads(proc.stdout)
+    assert bundled["patches"] and Path(bundled["path"]) == REPO_ROOT / "patches" / "sglang"
     assert releases.DEFAULT_RELEASE in run_cli("apply", "--help").stdout
     assert Path(json.loads(run_cli("patches", "--series", str(DEMO_SERIES), "--json").stdout)["path"]) == DEMO_SERIES
 

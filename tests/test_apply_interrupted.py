@@ -86,6 +86,7 @@ def test_ctrl_c_during_revert_rolls_back_to_the_patched_tree(tmp_path):
     assert tree_hashes(package.parent) == pristine
 
 
+@pytest.mark.slow
 def test_ctrl_c_at_random_moments_never_leaves_a_half_patched_tree(tmp_path):
     """SIGINT or SIGTERM at random moments (fixed seed): at a random write of the write phase (inside a
     write or right after a replace), or at a random wall-clock time of the whole run. The tree is wholly
@@ -142,6 +143,7 @@ def test_kill_inside_an_atomic_write_leaves_no_temporary_file_after_repair(tmp_p
     assert tree_hashes(package.parent) == pristine
 
 
+@pytest.mark.slow
 def test_random_kills_are_always_repaired(tmp_path):
     """SIGKILL at a random write (fixed seed): after a replace or inside a write, during apply or revert,
     and during the repair itself. The next runs always repair, and revert is byte-identical."""

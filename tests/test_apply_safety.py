@@ -35,6 +35,7 @@ def _file_hashes(root: Path, rels) -> dict[str, str | None]:
     return {rel: (sha256((root / rel).read_bytes()) if (root / rel).exists() else None) for rel in rels}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", CORE_RELEASES)
 def test_killed_mid_write_leaves_whole_files_and_next_run_repairs(version, series, installed_tree):
     """The writer SIGKILLs itself right after its first file replace (SM120KIT_FAULT_AFTER_WRITES=1)."""
@@ -72,6 +73,7 @@ def test_killed_mid_write_leaves_whole_files_and_next_run_repairs(version, serie
     assert tree_hashes(root) == pristine
 
 
+@pytest.mark.slow
 def test_killed_mid_write_in_a_git_clone(series, git_clone_tree):
     clone = git_clone_tree("0.5.23")
     pristine = tree_hashes(clone)
@@ -266,6 +268,7 @@ def test_patches_touching_one_file_in_sequence(tmp_path, installed_tree):
     assert tree_hashes(root) == pristine
 
 
+@pytest.mark.slow
 def test_commit_between_releases_tries_variants_newest_first(series, git_clone_tree):
     """A clone one commit past v0.5.17 (untagged) has no exact release; the 0.5.23 variant is found."""
     clone = git_clone_tree("0.5.17")
@@ -332,6 +335,7 @@ def test_release_label_prefers_the_version_the_tree_states_and_names_its_source(
     assert release_and_source(find_target(clone))[::2] == ("0.5.10.dev3", "stated by python/sglang/_version.py")
 
 
+@pytest.mark.slow
 def test_plan_on_a_git_worktree_python_folder(series, git_clone_tree, tmp_path):
     """plan_series works on any folder holding sglang/, e.g. a temporary worktree's python/."""
     clone = git_clone_tree("0.5.10")

@@ -36,6 +36,15 @@ def _env_with_path(*folders: Path) -> dict:
     return {"PATH": ":".join(str(f) for f in folders), "HOME": str(Path.home())}
 
 
+def _torch_kernel(dest: Path) -> Path:
+    """The fixture with torch in its build requirements, as sgl-kernel has."""
+    src = copy_fixture(dest)
+    pyproject = src / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('requires = ["scikit-build-core>=0.10"]',
+                                                        'requires = ["scikit-build-core>=0.10", "torch>=2.8.0"]'))
+    return src
+
+
 def test_arch_parsing():
     assert [build.parse_build_arch(t).sass for t in ("12.0a", "12.1a", "sm_120a", "120a", "12.0f", "12.0")] == \
         ["sm_120a", "sm_121a", "sm_120a", "sm_120a", "sm_120f", "sm_120"]
@@ -66,23 +75,24 @@ def test_old_nvcc_is_a_clear_error(tmp_path):
     with pytest.raises(MissingDependency, match=r"nvcc 12\.4 .* cannot build 12\.0a \(sm_120a\): it needs CUDA 12\.8"):
         build.plan_build(source, A120, tmp_path / "out", env=_env_with_path(tmp_path / "cuda-12.4"))
     _fake_nvcc(tmp_path / "cuda-12.9", "12.9")
-    if build.platform.machine() == "x86_64":
+    if __import__("platform").machine() == "x86_64":
         with pytest.raises(MissingDependency, match=r"cannot build 12\.1a \(sm_121a\): it needs CUDA 13\.0"):
             build.plan_build(source, (build.parse_build_arch("12.1a"),), tmp_path / "out",
                              env=_env_with_path(tmp_path / "cuda-12.9"))
     proc = run_cli("build-kernel", str(FIXTURE), "--out", str(tmp_path / "out"), "--dry-run",
                    env={"CUDACXX": str(tmp_path / "cuda-12.4" / "nvcc")})
     assert proc.returncode == 9 and "it needs CUDA 12.8 or newer" in proc.stderr
+    assert "command:" in proc.stdout, "a dry run prints the plan before the failure"
+    # a build stops at the preflight, before any plan is printed
+    proc = run_cli("build-kernel", str(FIXTURE), "--out", str(tmp_path / "out"),
+                   env={"CUDACXX": str(tmp_path / "cuda-12.4" / "nvcc")})
+    assert proc.returncode == 9 and "it needs CUDA 12.8 or newer" in proc.stderr and "command:" not in proc.stdout
 
 
 @needs_nvcc
 def test_cpu_only_torch_is_a_clear_error_for_a_kernel_that_builds_against_torch(tmp_path):
     """sgl-kernel lists torch in its build requirements; the CPU build of torch installed here must be refused."""
-    src = copy_fixture(tmp_path / "torch_kernel")
-    pyproject = src / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('requires = ["scikit-build-core>=0.10"]',
-                                                        'requires = ["scikit-build-core>=0.10", "torch>=2.8.0"]'))
-    source = find_kernel_source(src)
+    source = find_kernel_source(_torch_kernel(tmp_path / "torch_kernel"))
     assert source.requires_torch
     torch_version = __import__("torch").__version__
     if __import__("torch").version.cuda is not None:
@@ -105,12 +115,39 @@ def test_dry_run_prints_the_exact_command_and_environment(tmp_path):
     assert "--sass=sm_120a,sm_121a" in text and "cmake.define.SGL_KERNEL_COMPILE_THREADS=2" in text
     assert not out.exists(), "a dry run builds and writes nothing"
     proc = run_cli("build-kernel", str(FIXTURE), "--out", str(out), "--no-ccache", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["failures"] == []
     plan = json.loads(proc.stdout)["plan"]
     assert plan["argv"][1:4] == ["-m", "pip", "wheel"] and plan["argv"][-1] == str(FIXTURE)
     assert plan["cmake_defines"]["CMAKE_CUDA_ARCHITECTURES"] == "OFF"
     launcher = plan["cmake_defines"]["CMAKE_CUDA_COMPILER_LAUNCHER"].split(";")
     assert launcher[1].endswith("nvcc_launcher.py") and launcher[-1] == "--"
     assert plan["env"]["CMAKE_BUILD_PARALLEL_LEVEL"] == str(plan["jobs"])
+
+
+@needs_nvcc
+def test_dry_run_prints_the_plan_then_the_preflight_failures(tmp_path):
+    """On a host whose torch is CPU-only, a dry run still shows the whole plan, then the failure, exit 9."""
+    if __import__("torch").version.cuda is not None:
+        pytest.skip("this environment has a CUDA build of torch")
+    src, out = _torch_kernel(tmp_path / "torch_kernel"), tmp_path / "out"
+    proc = run_cli("build-kernel", str(src), "--out", str(out), "--jobs", "3", "--no-ccache", "--dry-run")
+    assert proc.returncode == 9, proc.stderr
+    assert "targets: sm_120a" in proc.stdout and "CUDACXX=" in proc.stdout and "MAX_JOBS=3" in proc.stdout
+    assert "pip wheel --no-build-isolation --no-deps" in proc.stdout and proc.stdout.rstrip().endswith(
+        f"log file: {out / build.LOG_FILE}")
+    assert "error: torch" in proc.stderr and "is a CPU-only build" in proc.stderr
+    assert "https://download.pytorch.org/whl/cu" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists(), "a dry run builds and writes nothing"
+
+    proc = run_cli("build-kernel", str(src), "--out", str(out), "--no-ccache", "--dry-run", "--json")
+    assert proc.returncode == 9, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["dry_run"] is True and doc["plan"]["sass"] == ["sm_120a"]
+    assert doc["plan"]["toolchain"]["torch_version"] == __import__("torch").__version__
+    assert doc["plan"]["argv"][1:4] == ["-m", "pip", "wheel"] and doc["plan"]["env"]["CUDACXX"]
+    assert [(f["error"], f["exit_code"]) for f in doc["failures"]] == [("missing-dependency", 9)]
+    assert "CPU-only build" in doc["failures"][0]["message"] and "error: torch" in proc.stderr
 
 
 def test_jobs_come_from_cores_and_memory(tmp_path):
@@ -241,6 +278,31 @@ def test_fetchcontent_declarations_are_read(tmp_path):
     assert "commented-out" not in found
     mirrored = {d.name: d for d in deps.read_dependencies(source, {"GITHUB_ARTIFACTORY": "mirror.example"})}
     assert mirrored["repo-cutlass"].url.startswith("https://mirror.example/NVIDIA/")
+
+
+def test_torch_install_hint_names_pytorchs_wheel_index_for_the_cuda_release(tmp_path):
+    """PyTorch's indexes are cu128, cu129, cu130: major and minor digits, no extra 0."""
+    assert build.torch_index_tag((12, 8)) == "cu128"
+    assert build.torch_index_tag((12, 9)) == "cu129"
+    assert build.torch_index_tag((13, 0)) == "cu130"
+    assert build.torch_index_tag((14, 2)) is None
+    for cuda, tag in (((12, 8), "cu128"), ((12, 9), "cu129"), ((13, 0), "cu130")):
+        hint = build.torch_install_hint(cuda)
+        assert f"https://download.pytorch.org/whl/{tag}." in hint, hint
+    unknown = build.torch_install_hint((14, 2))
+    assert "download.pytorch.org/whl/" not in unknown
+    assert "knows no PyTorch wheel index for CUDA 14.2" in unknown and "pytorch.org/get-started/locally" in unknown
+    # the CPU-only refusal and the import failure carry the same hint
+    cpu_torch = {"version": "2.9.0+cpu", "cuda": None, "include": "/t/include", "headers": True}
+    with pytest.raises(MissingDependency) as raised:
+        build.check_torch(cpu_torch, "python", (13, 0))
+    assert raised.value.hint == build.torch_install_hint((13, 0))
+    no_torch = tmp_path / "python"  # an interpreter whose "import torch" fails
+    no_torch.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    no_torch.chmod(0o755)
+    with pytest.raises(MissingDependency, match="torch cannot be imported") as raised:
+        build.probe_torch(str(no_torch), (12, 9))
+    assert raised.value.hint == build.torch_install_hint((12, 9))
 
 
 def test_torch_checks_on_reported_torch_builds():

@@ -226,6 +226,7 @@ def _broken_tree(root: Path, server_args: str) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_backend_audits_on_a_broken_tree_keep_one_document(tmp_path):
     """explain and audit --backends print their result (ok: false) and exit with the class's code, without a
     second (error) document on stdout."""

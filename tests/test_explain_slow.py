@@ -180,6 +180,7 @@ RECIPE = textwrap.dedent('''\
     ''')
 
 
+@pytest.mark.slow
 def test_recipes_check_fails_on_a_slow_setting_unless_a_note_says_why(tmp_path):
     folder = tmp_path / "serve"
     folder.mkdir()

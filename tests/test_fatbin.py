@@ -62,6 +62,7 @@ def objects(tmp_path_factory):
     return made
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_reader_names_each_target_with_its_suffix(objects):
     """sm_120, sm_120a and sm_120f are told apart from the entry flags alone."""
@@ -81,6 +82,7 @@ def test_reader_names_each_target_with_its_suffix(objects):
     assert plain.sass == ("sm_90a", "sm_120a") and plain.compressed_entries == 0
 
 
+@pytest.mark.slow
 @needs_nvcc
 @needs_cuobjdump
 def test_reader_agrees_with_cuobjdump(objects):
@@ -95,6 +97,7 @@ def test_reader_agrees_with_cuobjdump(objects):
             assert cuobjdump_elf_arch_lines(path) == set(lib.sass) | set(lib.ptx), path
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_library_inside_a_wheel_reads_like_the_file(objects, tmp_path):
     wheel = tmp_path / "demo-1.0-py3-none-any.whl"

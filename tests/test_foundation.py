@@ -33,6 +33,7 @@ def test_git_clone_is_detected_with_commit_and_dirty_files(git_clone_tree):
     assert find_target(repo / "python").dirty_files == ("sglang/srt/utils.py",)
 
 
+@pytest.mark.slow
 def test_version_of_a_clone_comes_from_the_package_files(git_clone_tree):
     """From 0.5.10 the release lives in sglang/_version.py; a clone has no dist-info to fall back on."""
     assert find_target(git_clone_tree("0.5.23")).version == "0.5.23"

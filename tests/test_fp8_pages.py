@@ -139,6 +139,7 @@ print("ok")
 '''
 
 
+@pytest.mark.slow
 def test_kernel_matches_the_reference_in_the_interpreter(patched_backends, tmp_path):
     path = tmp_path / "backend.py"
     path.write_text(patched_backends("0.5.23"))

@@ -132,6 +132,7 @@ def test_the_shipped_recipes_cover_the_sm120_setups():
             assert note.why and note.sources and all(s.startswith("https://") for s in note.sources)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "version"), PAIRS, ids=[f"{n}@{v}" for n, v in PAIRS])
 def test_every_recipe_validates_against_each_sglang_release_it_names(server_args, name, version):
     spec, parsed = server_args(version)
@@ -219,6 +220,7 @@ def test_a_backend_without_sm120_code_and_bad_toml_are_rejected(tmp_path):
 
 
 # --- flags against the parser ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_removed_flags_and_unread_switches_name_the_release(server_args, tmp_path):
     spec, _ = server_args("0.5.23")
     path = _minimal(tmp_path, extra_flags="cuda-graph-max-bs = 64",
@@ -241,6 +243,7 @@ def test_removed_flags_and_unread_switches_name_the_release(server_args, tmp_pat
         validate_against(load_recipe(path), spec)
 
 
+@pytest.mark.slow
 def test_extra_flags_parse_like_sglang_and_replace_the_recipes(server_args):
     spec, _ = server_args("0.5.23")
     recipe = find_recipe(DENSE)
@@ -299,6 +302,7 @@ def test_gpu_mismatch_warnings_with_a_stand_in_nvidia_smi(tmp_path, monkeypatch)
 
 
 # --- the CLI -------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_serve_dry_run_prints_the_expected_command(release_dir, tmp_path):
     root = tmp_path / "site"
     shutil.copytree(release_dir("0.5.23"), root)
@@ -315,6 +319,7 @@ def test_serve_dry_run_prints_the_expected_command(release_dir, tmp_path):
     assert "no NVIDIA GPU found" in proc.stderr  # a warning, not an error
 
 
+@pytest.mark.slow
 def test_serve_dry_run_output_can_be_evaluated_by_a_shell(release_dir, tmp_path):
     """eval "$(sm120kit serve ... --dry-run)": stdout is one shell command, whose words are the plan's argv."""
     script = (f'cmd="$({shlex.quote(sys.executable)} -m sm120kit serve --recipe {DENSE} --sglang '
@@ -327,6 +332,7 @@ def test_serve_dry_run_output_can_be_evaluated_by_a_shell(release_dir, tmp_path)
     assert words[-2:] == ["--port", "8123"]
 
 
+@pytest.mark.slow
 def test_serve_json_after_the_separator_is_an_sglang_flag(release_dir):
     """'--json' after '--' is one of SGLang's flags (an unknown one), not sm120kit's --json."""
     proc = _sm120kit("serve", "--recipe", DENSE, "--sglang", str(release_dir("0.5.23")), "--dry-run", "--",
@@ -335,6 +341,7 @@ def test_serve_json_after_the_separator_is_an_sglang_flag(release_dir):
     assert "--json" in proc.stderr and proc.stdout == ""
 
 
+@pytest.mark.slow
 def test_serve_json_plan_carries_the_environment_and_checks(release_dir):
     env = _env()
     env["NCCL_ALGO"] = "Tree"  # the user's own setting wins over the recipe's, with a warning
@@ -351,6 +358,7 @@ def test_serve_json_plan_carries_the_environment_and_checks(release_dir):
     assert plan["gpus"] is None and plan["dry_run"] is True
 
 
+@pytest.mark.slow
 def test_serve_rejects_an_unknown_flag_clearly(release_dir, tmp_path):
     proc = _sm120kit("serve", "--recipe", DENSE, "--sglang", str(release_dir("0.5.23")), "--dry-run", "--",
                      "--cuda-graph-max-bs", "8")
@@ -366,6 +374,7 @@ def test_serve_rejects_an_unknown_flag_clearly(release_dir, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_recipes_lists_shows_and_checks(tmp_path):
     proc = _sm120kit("recipes", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -390,6 +399,7 @@ def test_recipes_lists_shows_and_checks(tmp_path):
                      results["stale"]["error"])
 
 
+@pytest.mark.slow
 def test_serve_replaces_itself_with_the_server_command(release_dir, tmp_path):
     """Without --dry-run, serve execs the command. SGLang's server cannot start without a GPU, so --python
     names a stand-in interpreter: it hands the argument-parser probe (`-m sm120kit.serve.server_args_probe`)

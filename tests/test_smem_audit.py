@@ -182,6 +182,7 @@ def test_register_counts_from_cuobjdump():
 
 # -- real releases ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_unpatched_058_mla_extend_is_over_the_limit(release_dir, tmp_path):
     """0.5.8 predates the SM120 branch of the extend block sizes: the MLA extend kernel takes Hopper's
     32x64 tiles and needs 106496 B on sm_120 and sm_121."""
@@ -202,6 +203,7 @@ def test_unpatched_058_mla_extend_is_over_the_limit(release_dir, tmp_path):
     assert again.seconds < result.seconds
 
 
+@pytest.mark.slow
 def test_058_passes_with_the_sm120_block_size_policy(release_dir, tmp_path):
     """What the fix does (an SM120 branch choosing the 100 KB-class tiles, as sm_86/sm_89 get): with the
     module's capability global set so, the same kernel fits (32x32 tiles, 71680 B)."""
@@ -214,6 +216,7 @@ def test_058_passes_with_the_sm120_block_size_policy(release_dir, tmp_path):
     assert (kernel.block["BLOCK_M"], kernel.block["BLOCK_N"], kernel.shared) == (32, 32, 71680)
 
 
+@pytest.mark.slow
 def test_unpatched_0523_context_attention_over_and_fixed_policy_fits(release_dir, tmp_path):
     """0.5.23 still picks BLOCK 128 in context_attention_fwd for every capability above 8: head dim 256
     in bf16 needs 163840 B. With BLOCK 64 (the fix's choice on SM120) it fits."""
@@ -230,6 +233,7 @@ def test_unpatched_0523_context_attention_over_and_fixed_policy_fits(release_dir
     assert kernel.block["BLOCK_M"] == 64 and kernel.shared < LIMIT
 
 
+@pytest.mark.slow
 def test_unpatched_0523_lightning_attention_fp32_over_the_limit(release_dir, tmp_path):
     """lightning_attention (linear_backend "minimax"; Bailing linear models cast q/k/v to fp32) at head dim
     128: _fwd_kv_parallel needs 131584 B on sm_120, over the limit; its three siblings fit. With bf16
@@ -252,6 +256,7 @@ def test_unpatched_0523_lightning_attention_fp32_over_the_limit(release_dir, tmp
     assert bf16.status == "compile-error" and "must be same dtype" in bf16.error
 
 
+@pytest.mark.slow
 def test_fused_moe_bf16_and_fp8_block_compile(release_dir, tmp_path):
     """SGLang's MoE config choice for the faked RTX PRO 6000 and its kernel launcher, up and down GEMM."""
     result = smem_audit.audit_tree(release_dir("0.5.23"), archs=("12.0",), matrix=_matrix(tmp_path, SMALL_MOE),
@@ -264,6 +269,7 @@ def test_fused_moe_bf16_and_fp8_block_compile(release_dir, tmp_path):
     assert all(0 < k.shared <= LIMIT for c in result.cases for k in c.kernels)
 
 
+@pytest.mark.slow
 def test_cli_table_json_and_exit_codes(release_dir, tmp_path, capsys, monkeypatch):
     source = release_dir("0.5.8")
     monkeypatch.setenv("SM120KIT_CACHE_DIR", str(tmp_path / "cache"))
@@ -292,6 +298,7 @@ def test_cli_table_json_and_exit_codes(release_dir, tmp_path, capsys, monkeypatc
     assert code == 3 and "does not exist" in err
 
 
+@pytest.mark.slow
 def test_compare_unpatched_shows_what_a_fix_changed(installed_tree, release_dir, tmp_path, capsys, monkeypatch):
     """A copy of 0.5.23 edited as the context-attention fix edits it, compared with the PyPI release."""
     tree = installed_tree("0.5.23")
@@ -316,6 +323,7 @@ def test_compare_unpatched_shows_what_a_fix_changed(installed_tree, release_dir,
     assert change["unpatched"].startswith("163840 B over") and change["fixed"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (patches_dir() / "sglang" / "series.toml").is_file(),
                     reason="the SM120 patch series (patches/sglang/series.toml) is not in this checkout")
 @pytest.mark.parametrize("version, text", [("0.5.8", MLA_EXTEND), ("0.5.23", VISION_256)])
@@ -350,6 +358,7 @@ def test_tuned_moe_files_of_every_12x_name_are_found(release_dir):
     assert len({c.id for c in on_120}) == len(on_120)
 
 
+@pytest.mark.slow
 def test_tuned_moe_files_load_under_their_device_name(release_dir, tmp_path):
     """Compiled for sm_120 under each device name (faked device): the config SGLang reads is the file's
     entry, up and down (the Server Edition ships a _down file). The upstream files are trimmed to their

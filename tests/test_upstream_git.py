@@ -219,9 +219,19 @@ def test_conflict_names_the_commit_on_a_branch_and_folder_targets_work(history):
     assert data["patches"][0]["hunks"][0]["commits"][0]["sha"] == shas["prefill-context"]
 
 
+@pytest.mark.slow
 def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_path):
     up, user, shas = history
     series = _copy_series(tmp_path)
+    # up-decode-splits' metadata in another layout: its variants as an inline array, comments after values.
+    decode_meta = series / "up-decode-splits" / "patch.toml"
+    text = decode_meta.read_text()
+    old_variants = '[[variants]]\ndiff = "0.5.2.diff"\nreleases = ">=0.5.2"\nbase = "0.5.2"\n\n'
+    inline = ("variants = [\n  { diff = '0.5.2.diff', releases = '>=0.5.2', base = '0.5.2' },  # the first\n]"
+              "  # inline\n\n")
+    assert text.count(old_variants) == 1
+    decode_meta.write_text(text.replace(old_variants, "").replace("[upstream]\n", inline + "[upstream]\n"))
+    decode_before = decode_meta.read_text()
     before = _hashes(series)
     clone_before = _clone_state(user)
 
@@ -252,6 +262,10 @@ def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_pat
     assert code == 0 and data["outcome"] == "written", data
     [moved] = data["files"]
     assert moved["path"] == MOVED_DECODE and moved["old_path"] == f"{TRITON_OPS}/decode_attention.py"
+    assert decode_meta.read_text() == decode_before.replace(
+        "  { diff = '0.5.2.diff', releases = '>=0.5.2', base = '0.5.2' },  # the first\n",
+        "  { diff = '0.5.2.diff', releases = \">=0.5.2,<0.5.3\", base = '0.5.2' },  # the first\n"
+        '  {diff = "0.5.3.diff", releases = ">=0.5.3", base = "0.5.3"},\n')
 
     # Present upstream: nothing to write.
     code, data = run_json("refresh", "up-extend-flag", "--ref", "origin/main", "--repo", str(user),

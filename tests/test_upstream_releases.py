@@ -12,6 +12,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from packaging.version import Version
 
 from apply_support import run_cli, run_json
@@ -54,6 +55,7 @@ def _series_without(tmp_path: Path, patch_id: str, drop: str, open_variant: str)
     return dest
 
 
+@pytest.mark.slow
 def test_series_on_three_releases(release_dir):
     for version in CHECKED:
         release_dir(version)
@@ -71,6 +73,7 @@ def test_series_on_three_releases(release_dir):
         assert data["warnings"] == [] and data["exit_code"] == 0
 
 
+@pytest.mark.slow
 def test_matrix_table_json_and_markdown(release_dir):
     for version in CHECKED:
         release_dir(version)
@@ -108,6 +111,7 @@ def test_matrix_table_json_and_markdown(release_dir):
     assert "| 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | 0.5.2 | - | 0.5.2 | 0.5.2+ | - | 0.5.2 |" in proc.stdout
 
 
+@pytest.mark.slow
 def test_moved_file_found_on_a_release_and_refreshed(tmp_path, release_dir, installed_tree):
     release_dir("0.5.17")
     series = _series_without(tmp_path, "sm120-prefill-attention", "0.5.16.diff", "0.5.2.diff")

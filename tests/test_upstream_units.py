@@ -5,17 +5,24 @@ real program."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import unidiff
 from packaging.specifiers import SpecifierSet
 
+from sm120kit.errors import SeriesError
 from sm120kit.patching.hunks import file_diffs, place_hunks, split_lines
 from sm120kit.patching.series import load_patch, load_series
 from sm120kit.upstream.refresh import (_new_duplicates, conflict_regions, edit_metadata, merge_file, new_ranges,
                               unified_diff)
 from sm120kit.upstream.check import MOVE_SIMILARITY, find_moved
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "sglang"
@@ -60,6 +67,70 @@ def test_edit_metadata_changes_two_places_and_keeps_every_other_line(tmp_path):
     patch = load_patch(folder)
     assert [str(v.releases) for v in patch.variants][-2:] == ["<0.5.24,>=0.5.21", ">=0.5.24"]
     assert patch.variant_for("0.5.24").name == "0.5.24.diff" and patch.variant_for("0.5.23").name == "0.5.21.diff"
+
+
+UNUSUAL_LAYOUT = """\
+id = "demo"   # comments after values, and single-quoted strings
+title = 'Demo'
+[upstream]
+  forwarded = false
+  reason = "indented keys"
+
+[[variants]]
+base = '0.5.2'        # base first: any key order
+diff = "0.5.2.diff"
+  releases = '>=0.5.2,<0.5.10'   # closed
+
+[[variants]]
+# a comment inside the newest entry
+diff = "0.5.10.diff"
+releases = ">=0.5.10"  # open-ended
+base = "0.5.10"
+
+# This comment leads the markers.
+[[markers]]
+file = ["a.py", 'b.py']
+pattern = '^def x\\('
+"""
+
+
+def test_edit_metadata_keeps_comments_quoting_and_layout(tmp_path):
+    new = edit_metadata(UNUSUAL_LAYOUT, 1, ">=0.5.10,<0.5.24", "0.5.24.diff", ">=0.5.24", "0.5.24", 2)
+    assert new == UNUSUAL_LAYOUT.replace(
+        'releases = ">=0.5.10"  # open-ended\nbase = "0.5.10"\n\n',
+        'releases = ">=0.5.10,<0.5.24"  # open-ended\nbase = "0.5.10"\n\n'
+        '[[variants]]\ndiff = "0.5.24.diff"\nreleases = ">=0.5.24"\nbase = "0.5.24"\n\n')
+    data = tomllib.loads(new)
+    assert [v["releases"] for v in data["variants"]] == [">=0.5.2,<0.5.10", ">=0.5.10,<0.5.24", ">=0.5.24"]
+    assert data["variants"][2] == {"diff": "0.5.24.diff", "releases": ">=0.5.24", "base": "0.5.24"}
+    # A release no variant covers: no range is closed, the entry is still added after the last one (here
+    # at the end of the file, after a blank line).
+    last = UNUSUAL_LAYOUT.split("# This comment")[0].rstrip("\n") + "\n"
+    assert edit_metadata(last, None, None, "0.5.7.diff", ">=0.5.7,<0.5.10", "0.5.7", 2) == (
+        last + '\n[[variants]]\ndiff = "0.5.7.diff"\nreleases = ">=0.5.7,<0.5.10"\nbase = "0.5.7"\n')
+
+
+def test_edit_metadata_extends_an_inline_array_of_variants():
+    text = ('id = "demo"\nvariants = [\n    { diff = "0.5.2.diff", releases = ">=0.5.2", base = "0.5.2" },  # one\n]\n'
+            "# the rest\n[upstream]\nforwarded = false\n")
+    new = edit_metadata(text, 0, ">=0.5.2,<0.5.3", "0.5.3.diff", ">=0.5.3", "0.5.3", 1)
+    assert new == text.replace(
+        '    { diff = "0.5.2.diff", releases = ">=0.5.2", base = "0.5.2" },  # one\n',
+        '    { diff = "0.5.2.diff", releases = ">=0.5.2,<0.5.3", base = "0.5.2" },  # one\n'
+        '    {diff = "0.5.3.diff", releases = ">=0.5.3", base = "0.5.3"},\n')
+    assert tomllib.loads(new)["variants"][1] == {"diff": "0.5.3.diff", "releases": ">=0.5.3", "base": "0.5.3"}
+
+
+def test_edit_metadata_refuses_a_layout_it_would_reorder():
+    """tomlkit writes [[variants]] entries split by another table back together: that is refused, clearly."""
+    split = UNUSUAL_LAYOUT.replace("[upstream]\n  forwarded = false\n  reason = \"indented keys\"\n\n", "")
+    split = split.replace("[[variants]]\n# a comment", "[upstream]\nforwarded = false\n\n[[variants]]\n# a comment")
+    assert tomllib.loads(split)["upstream"] == {"forwarded": False}
+    with pytest.raises(SeriesError, match=r"cannot be edited without reordering it .* put its \[\[variants\]\] "
+                                          r"entries together, or add the new variant by hand"):
+        edit_metadata(split, 1, ">=0.5.10,<0.5.24", "0.5.24.diff", ">=0.5.24", "0.5.24", 2)
+    with pytest.raises(SeriesError, match="holds 2 variant entries where 3 were loaded"):
+        edit_metadata(UNUSUAL_LAYOUT, 1, ">=0.5.10,<0.5.24", "0.5.24.diff", ">=0.5.24", "0.5.24", 3)
 
 
 def test_unified_diff_round_trips_through_the_engine_with_and_without_final_newline():

