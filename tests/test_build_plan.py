@@ -54,7 +54,7 @@ def test_arch_parsing():
     assert build.parse_build_arch("12.1a").min_cuda("aarch64") == (12, 9)
     with pytest.raises(UsageError, match="not an SM12x target"):
         build.parse_build_arch("9.0a")
-    with pytest.raises(UsageError, match="is not an architecture name"):
+    with pytest.raises(UsageError, match="is not a target"):
         build.parse_build_arch("blackwell")
 
 

@@ -173,7 +173,7 @@ def parse_arch(text: str, *, known_only: bool = True, allow_plus_ptx: bool = Fal
     raw = str(text).strip().lower()
     m = _ARCH_RE.fullmatch(raw)
     if m is None or (m.group("ptx") and not allow_plus_ptx):
-        raise _refuse(str(text), "is not an architecture name")
+        raise _refuse(str(text), "is not a target GPU architecture: not a compute capability or architecture name")
     num = m.group("num")
     if "." in num:
         major_s, minor_s = num.split(".", 1)
@@ -181,7 +181,7 @@ def parse_arch(text: str, *, known_only: bool = True, allow_plus_ptx: bool = Fal
     elif len(num) in (2, 3):
         capability = (int(num[:-1]), int(num[-1]))
     else:
-        raise _refuse(str(text), "is not an architecture name")
+        raise _refuse(str(text), "is not a target GPU architecture: not a compute capability or architecture name")
     if known_only and capability not in KNOWN_CAPABILITIES:
         raise _refuse(str(text), f"names compute capability {capability[0]}.{capability[1]}, which is not a known "
                       "NVIDIA one")
