@@ -69,28 +69,13 @@ NOT_LOADED_ON_SM12X: dict[str, str] = {
 
 # -- architectures ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class BuildArch:
-    """A requested target: ``12.0a`` -> ``sm_120a``."""
-
-    major: int
-    minor: int
-    variant: str  # "a" | "f" | ""
-
-    @property
-    def sm(self) -> int:
-        return self.major * 10 + self.minor
-
-    @property
-    def sass(self) -> str:
-        return f"sm_{self.sm}{self.variant}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.major}.{self.minor}{self.variant}"
+class BuildArch(hw_arch.Arch):
+    """A requested target (:class:`sm120kit.hardware.arch.Arch`, always written without a prefix):
+    ``12.0a`` -> ``sm_120a``."""
 
     def min_cuda(self, machine: str | None = None) -> tuple[int, int]:
         """The oldest CUDA that builds this target on ``machine`` (:func:`sm120kit.hardware.arch.min_cuda`)."""
-        return hw_arch.min_cuda((self.major, self.minor), variant=self.variant, machine=machine) or (12, 8)
+        return hw_arch.min_cuda(self.capability, variant=self.variant, machine=machine) or (12, 8)
 
 
 def parse_build_arch(text: str) -> BuildArch:
@@ -101,7 +86,7 @@ def parse_build_arch(text: str) -> BuildArch:
     except hw_arch.NotAnArch as exc:
         raise UsageError(f"--arch {exc.message} sm120kit builds 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or "
                          "12.1a (DGX Spark); 12.0f/12.1f and plain 12.0/12.1 are accepted too.") from None
-    arch = BuildArch(parsed.major, parsed.minor, parsed.variant)
+    arch = BuildArch(parsed.capability, parsed.variant)
     if arch.major != 12 or arch.minor not in (0, 1):
         raise UsageError(f"--arch {text} is not an SM12x target; sm120kit builds kernels for 12.0 and 12.1 "
                          "(RTX PRO 6000 Blackwell / RTX 5090, DGX Spark).")
