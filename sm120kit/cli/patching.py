@@ -16,6 +16,7 @@ from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_a
 from sm120kit.cli.common import shorten as _short
 from sm120kit.errors import NotSglangTree, UsageError
 from sm120kit.patching.plan import PatchPlan
+from sm120kit.patching.status import HunkStatus, PatchStatus
 from sm120kit.sglang.target import Target, find_target
 from sm120kit.ui import Console
 
@@ -63,13 +64,13 @@ def _status_rows(patches: list[dict]) -> list[list[str]]:
 
 def _print_conflicts(console: Console, plans: tuple[PatchPlan, ...]) -> None:
     for plan in plans:
-        if plan.status != "conflict":
+        if plan.status != PatchStatus.CONFLICT:
             continue
         console.info("")
         variant = f" (variant {plan.variant.name})" if plan.variant else ""
         console.info(console.style(f"conflict in {plan.patch_id}{variant}: {plan.reason}", "31"))
         for hunk in plan.hunks:
-            if hunk.status != "conflict" or not hunk.expected:
+            if hunk.status != HunkStatus.CONFLICT or not hunk.expected:
                 continue
             print_hunk_conflict(console, hunk)
 

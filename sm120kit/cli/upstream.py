@@ -13,6 +13,8 @@ from sm120kit.sglang import releases
 from sm120kit.util.cache import cache_dir
 from sm120kit.upstream import refresh as refresher
 from sm120kit.upstream import check as upstream
+from sm120kit.patching.status import PatchStatus
+from sm120kit.upstream.refresh import RefreshOutcome
 from sm120kit.cli import cli
 from sm120kit.cli.common import (AppContext, emit, exit_with, json_option, pass_app, print_hunk_conflict,
                                  shorten)
@@ -31,8 +33,9 @@ _ERROR_ON_WARN = click.option("--error-on-warn", is_flag=True,
                               help=f"Exit {upstream.EXIT_WARNINGS} when there are warnings (moved files, "
                                    "missing markers, ranges to widen).")
 
-STATUS_WORDS = {"applies": "applies", "present-upstream": "present upstream", "conflict": "CONFLICT",
-                "not-applicable": "not applicable", "already-applied": "already applied"}
+STATUS_WORDS = {PatchStatus.APPLIES: "applies", PatchStatus.PRESENT_UPSTREAM: "present upstream",
+                PatchStatus.CONFLICT: "CONFLICT", PatchStatus.NOT_APPLICABLE: "not applicable",
+                PatchStatus.ALREADY_APPLIED: "already applied"}
 
 
 # -- targets ---------------------------------------------------------------------------------------------
@@ -119,7 +122,7 @@ def markdown_check(result: upstream.SeriesCheck) -> str:
     out.append(f"Release {'' if result.target.exact else 'after '}{version}; series `{result.series.name}` "
                f"({len(result.patches)} patches): **{result.summary()}**.")
     out.append("")
-    rows = [[f"`{p.patch_id}`", f"**{STATUS_WORDS[p.status]}**" if p.status == "conflict" else
+    rows = [[f"`{p.patch_id}`", f"**{STATUS_WORDS[p.status]}**" if p.status == PatchStatus.CONFLICT else
              STATUS_WORDS.get(p.status, p.status), p.variant or "", p.detail] for p in result.patches]
     out.append(render_markdown_table(["patch", "status", "variant", "detail"], rows))
     for patch in result.conflicts:
@@ -273,7 +276,7 @@ def _print_refresh(console: Console, result: refresher.RefreshResult, dry_run: b
     if result.files:
         console.info("")
         console.table(["file", "action", "merge", "note"],
-                      [[f.path, f.action, f.merge, f.note or (f.moved.describe() if f.moved else "")]
+                      [[f.path, f.action, str(f.merge), f.note or (f.moved.describe() if f.moved else "")]
                        for f in result.files])
     for conflict in result.conflicts:
         console.info("")
@@ -284,7 +287,7 @@ def _print_refresh(console: Console, result: refresher.RefreshResult, dry_run: b
             console.info(f"    {title}:")
             for line in lines or ["(nothing)"]:
                 console.info(f"      | {line}")
-    if result.new_diff and result.outcome in ("written", "dry-run"):
+    if result.new_diff and result.outcome in (RefreshOutcome.WRITTEN, RefreshOutcome.DRY_RUN):
         console.info("")
         old = f"; {result.from_variant} becomes '{result.old_releases_after}'" if result.old_releases_after else ""
         console.info(f"new variant: {result.new_diff} releases '{result.new_releases}' base {result.release}{old}")
@@ -293,7 +296,7 @@ def _print_refresh(console: Console, result: refresher.RefreshResult, dry_run: b
         console.info("")
         click.echo(result.diff_text, nl=False)
     console.info("")
-    if result.outcome != "conflict":
+    if result.outcome != RefreshOutcome.CONFLICT:
         console.info(result.message)
 
 

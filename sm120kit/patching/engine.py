@@ -26,6 +26,7 @@ from sm120kit.errors import (ConflictError, DirtyTreeError, Interrupted, IOFailu
 from sm120kit.patching.hunks import HunkResult
 from sm120kit.patching.series import Series
 from sm120kit.patching.plan import FileChange, PatchPlan, SeriesPlan, plan_series
+from sm120kit.patching.status import PatchStatus, TreeStatus, tree_status
 from sm120kit.patching.state import (FileRecord, Journal, JournalEntry, PatchRecord, StateRecord, StateStore, now,
                             sha256, temp_path)
 from sm120kit.sglang.gitrepo import release_of_commit
@@ -84,8 +85,8 @@ def _patch_rows(plan: SeriesPlan, written: bool) -> list[dict]:
     rows = []
     for p in plan.patches:
         data = p.to_json()
-        if written and p.status == "applies":
-            data["status"] = "applied"
+        if written and p.status == PatchStatus.APPLIES:
+            data["status"] = str(TreeStatus.APPLIED)
         rows.append(data)
     return rows
 
@@ -202,10 +203,10 @@ class StatusResult:
         rows = []
         for p in self.plan.patches:
             data = p.to_json()
-            data["status"] = {"applies": "not-applied", "already-applied": "applied"}.get(p.status, p.status)
+            data["status"] = str(tree_status(p.status))
             data["recorded"] = p.patch_id in self.recorded
             if data["recorded"] and p.patch_id in deleted:
-                data["status"] = "file-missing"
+                data["status"] = str(TreeStatus.FILE_MISSING)
                 data["reason"] = (f"{', '.join(deleted[p.patch_id])} (patched by sm120kit) was deleted after "
                                   "apply; 'sm120kit revert --force' puts the original back")
             rows.append(data)
@@ -495,7 +496,7 @@ def _new_record(old: StateRecord | None, plan: SeriesPlan, target: Target, serie
                                         patches=patches)
     patches: dict[str, PatchRecord] = {p.id: p for p in (old.patches if old else ())}
     for p in plan.patches:
-        if p.status == "applies" and p.variant is not None:
+        if p.status == PatchStatus.APPLIES and p.variant is not None:
             patches[p.patch_id] = PatchRecord(id=p.patch_id, variant=p.variant.name, base=p.variant.base,
                                               applied_at=stamp)
     order = {p.id: i for i, p in enumerate(series.patches)}
@@ -600,10 +601,11 @@ def _finish_result(target, release, exact, series, plan: SeriesPlan, record, sto
         code = EXIT_CONFLICT
         message = (f"{len(plan.conflicts)} patch(es) do not apply: "
                    f"{', '.join(p.patch_id for p in plan.conflicts)}. Nothing was written.")
-    elif strict and plan.with_status("not-applicable"):
+    elif strict and plan.with_status(PatchStatus.NOT_APPLICABLE):
+        skipped = plan.with_status(PatchStatus.NOT_APPLICABLE)
         code = EXIT_STRICT
-        message = (f"--strict: {len(plan.with_status('not-applicable'))} patch(es) are not applicable: "
-                   f"{', '.join(p.patch_id for p in plan.with_status('not-applicable'))}. Nothing was written.")
+        message = (f"--strict: {len(skipped)} patch(es) are not applicable: "
+                   f"{', '.join(p.patch_id for p in skipped)}. Nothing was written.")
     return ApplyResult(target=target, release=release, exact_release=exact, series=series.path, plan=plan,
                        dry_run=dry_run, repaired=repaired, warnings=tuple(warnings),
                        state_file=store.state_path if record is not None else None, exit_code=code,

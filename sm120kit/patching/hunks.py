@@ -16,6 +16,7 @@ from typing import Sequence
 import unidiff
 
 from sm120kit.patching import treepath
+from sm120kit.patching.status import HunkStatus
 
 CONTEXT, ADDED, REMOVED = " ", "+", "-"
 
@@ -244,7 +245,7 @@ class HunkResult:
 
     file: str
     index: int
-    status: str
+    status: HunkStatus
     offset: int = 0
     fuzz: int = 0
     expected: list[str] = field(default_factory=list)
@@ -252,8 +253,11 @@ class HunkResult:
     closest_line: int | None = None
     line: int | None = None  # 1-based line where it was placed (or expected, for a conflict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", HunkStatus(self.status))
+
     def to_json(self) -> dict:
-        return {"file": self.file, "index": self.index, "status": self.status, "offset": self.offset,
+        return {"file": self.file, "index": self.index, "status": str(self.status), "offset": self.offset,
                 "fuzz": self.fuzz, "line": self.line, "closest_line": self.closest_line,
                 "expected": list(self.expected), "found": list(self.found)}
 
@@ -386,7 +390,7 @@ def place_hunks(lines: Sequence[str], diff: FileDiff, *, fuzz: int = 0, reverse:
         if placed is None:
             ok = False
             if not describe_failures:
-                results.append(HunkResult(file=diff.path, index=hunk.index, status="conflict"))
+                results.append(HunkResult(file=diff.path, index=hunk.index, status=HunkStatus.CONFLICT))
                 continue
             needle = hunk.target if reverse else hunk.source
             start = hunk.target_start if reverse else hunk.source_start
@@ -396,12 +400,12 @@ def place_hunks(lines: Sequence[str], diff: FileDiff, *, fuzz: int = 0, reverse:
             found = list(lines[closest:closest + len(needle)]) if closest is not None else \
                 list(lines[max(expected, 0):max(expected, 0) + len(needle)])
             results.append(HunkResult(
-                file=diff.path, index=hunk.index, status="conflict", expected=_show(needle),
+                file=diff.path, index=hunk.index, status=HunkStatus.CONFLICT, expected=_show(needle),
                 found=_show(found), closest_line=None if closest is None else closest + 1,
                 line=expected + 1))
             continue
         placements.append(placed)
-        results.append(HunkResult(file=diff.path, index=hunk.index, status="applies", offset=placed.offset,
+        results.append(HunkResult(file=diff.path, index=hunk.index, status=HunkStatus.APPLIES, offset=placed.offset,
                                   fuzz=placed.fuzz, line=placed.start + 1))
         lo = placed.start + placed.length
         carry = placed.offset

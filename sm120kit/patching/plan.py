@@ -28,8 +28,9 @@ from sm120kit.patching import treepath
 from sm120kit.patching.hunks import HunkResult, decode, encode, place_hunks, split_lines
 from sm120kit.patching.series import Marker, Patch, Series, Variant
 from sm120kit.patching.state import read_recorded
+from sm120kit.patching.status import HunkStatus, PatchStatus
 
-STATUSES = ("applies", "already-applied", "present-upstream", "not-applicable", "conflict")
+STATUSES = tuple(PatchStatus)
 DEFAULT_FILE_MODE = 0o644
 
 __all__ = ["STATUSES", "FileChange", "HunkResult", "PatchPlan", "SeriesPlan", "plan_series"]
@@ -41,15 +42,18 @@ class PatchPlan:
     for a file it deletes); filled only when ``status == "applies"``."""
 
     patch_id: str
-    status: str
+    status: PatchStatus
     variant: Variant | None
     reason: str
     hunks: tuple[HunkResult, ...] = ()
     new_files: dict[str, bytes | None] = field(default_factory=dict, compare=False, repr=False)
     title: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", PatchStatus(self.status))
+
     def to_json(self) -> dict:
-        return {"id": self.patch_id, "title": self.title, "status": self.status,
+        return {"id": self.patch_id, "title": self.title, "status": str(self.status),
                 "variant": self.variant.name if self.variant else None,
                 "variant_releases": str(self.variant.releases) if self.variant else None,
                 "reason": self.reason, "hunks": [h.to_json() for h in self.hunks]}
@@ -88,17 +92,17 @@ class SeriesPlan:
 
     @property
     def conflicts(self) -> tuple[PatchPlan, ...]:
-        return tuple(p for p in self.patches if p.status == "conflict")
+        return tuple(p for p in self.patches if p.status == PatchStatus.CONFLICT)
 
     @property
     def ok(self) -> bool:
         return not self.conflicts
 
-    def with_status(self, status: str) -> tuple[PatchPlan, ...]:
+    def with_status(self, status: PatchStatus) -> tuple[PatchPlan, ...]:
         return tuple(p for p in self.patches if p.status == status)
 
     def counts(self) -> dict[str, int]:
-        return {s: len(self.with_status(s)) for s in STATUSES}
+        return {str(s): len(self.with_status(s)) for s in STATUSES}
 
     def to_json(self) -> dict:
         return {"root": str(self.root), "version": self.version, "exact_release": self.exact_release,
@@ -199,7 +203,7 @@ def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Va
         if why:
             ok = False
             notes.append(f"{diff.path} {why}")
-            results.extend(HunkResult(file=diff.path, index=h.index, status="conflict", line=1)
+            results.extend(HunkResult(file=diff.path, index=h.index, status=HunkStatus.CONFLICT, line=1)
                            for h in diff.hunks)
             continue
         lines = get_lines(diff.path)
@@ -212,12 +216,12 @@ def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Va
                     contents[diff.path] = whole
                     if diff.mode is not None:
                         modes[diff.path] = diff.mode
-                    results.extend(HunkResult(file=diff.path, index=h.index, status="applies", line=1)
+                    results.extend(HunkResult(file=diff.path, index=h.index, status=HunkStatus.APPLIES, line=1)
                                    for h in diff.hunks)
                 else:
                     ok = False
                     notes.append(f"{diff.path} already exists")
-                    results.extend(HunkResult(file=diff.path, index=h.index, status="conflict", line=1,
+                    results.extend(HunkResult(file=diff.path, index=h.index, status=HunkStatus.CONFLICT, line=1,
                                               expected=[], found=[l.rstrip("\r\n") for l in lines[:5]],
                                               closest_line=None) for h in diff.hunks)
             else:
@@ -227,12 +231,12 @@ def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Va
                     absent.append(diff.path)
                 elif "".join(lines) == whole:
                     contents[diff.path] = None
-                    results.extend(HunkResult(file=diff.path, index=h.index, status="applies", line=1)
+                    results.extend(HunkResult(file=diff.path, index=h.index, status=HunkStatus.APPLIES, line=1)
                                    for h in diff.hunks)
                 else:
                     ok = False
                     notes.append(f"{diff.path} differs from the content the diff removes")
-                    results.extend(HunkResult(file=diff.path, index=h.index, status="conflict", line=1)
+                    results.extend(HunkResult(file=diff.path, index=h.index, status=HunkStatus.CONFLICT, line=1)
                                    for h in diff.hunks)
             continue
         if lines is None:
@@ -333,7 +337,7 @@ def _summary(hunks: list[HunkResult]) -> str:
 
 
 def _conflict_reason(attempt: _Attempt) -> str:
-    bad = [h for h in attempt.hunks if h.status == "conflict"]
+    bad = [h for h in attempt.hunks if h.status == HunkStatus.CONFLICT]
     if attempt.notes:
         return "; ".join(attempt.notes)
     if not bad:
@@ -347,11 +351,11 @@ def _conflict_reason(attempt: _Attempt) -> str:
 def _mark_already_present(get_lines, attempt: _Attempt, fuzz: int, refuse=None) -> list[HunkResult]:
     """For a conflict: tell hunks whose result is already in the file from the ones that do not fit."""
     reverse = _run_variant(get_lines, attempt.variant, fuzz=fuzz, reverse=True, describe=False, refuse=refuse)
-    present = {(h.file, h.index) for h in reverse.hunks if h.status == "applies"}
+    present = {(h.file, h.index) for h in reverse.hunks if h.status == HunkStatus.APPLIES}
     out = []
     for h in attempt.hunks:
-        if h.status == "conflict" and (h.file, h.index) in present:
-            h = HunkResult(file=h.file, index=h.index, status="already-applied", line=h.line)
+        if h.status == HunkStatus.CONFLICT and (h.file, h.index) in present:
+            h = HunkResult(file=h.file, index=h.index, status=HunkStatus.ALREADY_APPLIED, line=h.line)
         out.append(h)
     return out
 
@@ -362,7 +366,7 @@ APPLIED_FOUND = "its changes are in the files (the diff reverse-applies; no stat
 
 
 def _as_applied(hunks) -> tuple[HunkResult, ...]:
-    return tuple(HunkResult(file=h.file, index=h.index, status="already-applied", offset=h.offset, fuzz=h.fuzz,
+    return tuple(HunkResult(file=h.file, index=h.index, status=HunkStatus.ALREADY_APPLIED, offset=h.offset, fuzz=h.fuzz,
                             line=h.line) for h in hunks)
 
 
@@ -408,19 +412,19 @@ def _unwind(tree: _Tree, series: Series, *, version: str | None, exact: bool, fu
 def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, fuzz: int,
                 recorded: bool, applied: tuple[Variant, str, tuple[HunkResult, ...]] | None
                 ) -> tuple[PatchPlan, _Attempt | None]:
-    def plan(status: str, variant: Variant | None, reason: str, hunks=(), new_files=None) -> PatchPlan:
+    def plan(status: PatchStatus, variant: Variant | None, reason: str, hunks=(), new_files=None) -> PatchPlan:
         return PatchPlan(patch_id=patch.id, status=status, variant=variant, reason=reason, hunks=tuple(hunks),
                          new_files=new_files or {}, title=patch.title)
 
     if applied is not None:
         variant, reason, hunks = applied
-        return plan("already-applied", variant, reason, hunks), None
+        return plan(PatchStatus.ALREADY_APPLIED, variant, reason, hunks), None
     candidates = _candidates(patch, version, exact)
     marker_hit = _markers_match(patch.markers, tree.text)
     if marker_hit and (not recorded or not candidates):
-        return plan("present-upstream", None, f"upstream marker found: {marker_hit}"), None
+        return plan(PatchStatus.PRESENT_UPSTREAM, None, f"upstream marker found: {marker_hit}"), None
     if not candidates:
-        return plan("not-applicable", None, f"release {version} is outside every variant's range "
+        return plan(PatchStatus.NOT_APPLICABLE, None, f"release {version} is outside every variant's range "
                                             f"({_ranges(patch)})"), None
 
     first_conflict: _Attempt | None = None
@@ -434,22 +438,22 @@ def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, 
             error, notes = _check_syntax(tree, attempt)
             if error:
                 reason = f"would leave a syntax error in {error}; nothing written"
-                return plan("conflict", variant, reason, attempt.hunks), None
+                return plan(PatchStatus.CONFLICT, variant, reason, attempt.hunks), None
             reason = _summary(attempt.hunks) + ("; " + "; ".join(notes) if notes else "")
             new_files = {p: (None if t is None else encode(t)) for p, t in attempt.contents.items()}
-            return plan("applies", variant, reason, attempt.hunks, new_files), attempt
+            return plan(PatchStatus.APPLIES, variant, reason, attempt.hunks, new_files), attempt
         undo = _run_variant(tree.lines, variant, fuzz=fuzz, reverse=True, describe=False, refuse=tree.refusal)
         if undo.ok:
-            return plan("already-applied", variant, APPLIED_FOUND, _as_applied(undo.hunks)), None
+            return plan(PatchStatus.ALREADY_APPLIED, variant, APPLIED_FOUND, _as_applied(undo.hunks)), None
         if first_conflict is None:
             first_conflict = attempt
     if first_conflict is None:
-        return plan("not-applicable", None, "; ".join(absent_reasons)), None
+        return plan(PatchStatus.NOT_APPLICABLE, None, "; ".join(absent_reasons)), None
     hunks = _mark_already_present(tree.lines, first_conflict, fuzz, tree.refusal)
     reason = _conflict_reason(first_conflict)
     if recorded:
         reason += " (the state record lists it as applied: the file was edited or the series changed since)"
-    return plan("conflict", first_conflict.variant, reason, hunks), None
+    return plan(PatchStatus.CONFLICT, first_conflict.variant, reason, hunks), None
 
 
 def plan_series(root: Path, series: Series, *, version: str | None, fuzz: int = 0, exact: bool = True,

@@ -33,6 +33,7 @@ from sm120kit.sglang import releases
 from sm120kit.errors import ConflictError, DownloadError, WarningsAsErrors
 from sm120kit.sglang.gitrepo import Commit, SglangClone
 from sm120kit.patching.hunks import HunkResult
+from sm120kit.patching.status import HunkStatus, PatchStatus, TreeStatus
 from sm120kit.patching.series import Patch, Series, Variant
 from sm120kit.patching.plan import APPLIED_FOUND as APPLIED_WITHOUT_RECORD  # "already-applied", found by reverse-apply
 from sm120kit.patching.plan import PatchPlan, SeriesPlan, plan_series
@@ -254,7 +255,7 @@ class HunkReport:
 class PatchCheck:
     patch_id: str
     title: str
-    status: str  # applies | present-upstream | conflict | not-applicable | already-applied
+    status: PatchStatus
     variant: str | None
     variant_releases: str | None
     detail: str
@@ -263,17 +264,20 @@ class PatchCheck:
     moved: tuple[MovedFile, ...] = ()
     warnings: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", PatchStatus(self.status))
+
     @property
     def cell(self) -> str:
         """The short form a matrix shows."""
-        if self.status == "applies":
+        if self.status == PatchStatus.APPLIES:
             name = (self.variant or "").removesuffix(".diff")
             return name + ("+" if self.offsets else "")
-        if self.status == "present-upstream":
+        if self.status == PatchStatus.PRESENT_UPSTREAM:
             return "upstream"
-        if self.status == "already-applied":
-            return "applied"
-        if self.status == "conflict":
+        if self.status == PatchStatus.ALREADY_APPLIED:
+            return str(TreeStatus.APPLIED)
+        if self.status == PatchStatus.CONFLICT:
             return "CONFLICT"
         if any(m.new for m in self.moved):
             return "moved"
@@ -282,7 +286,7 @@ class PatchCheck:
         return "-"
 
     def to_json(self) -> dict:
-        return {"id": self.patch_id, "title": self.title, "status": self.status, "variant": self.variant,
+        return {"id": self.patch_id, "title": self.title, "status": str(self.status), "variant": self.variant,
                 "variant_releases": self.variant_releases, "detail": self.detail,
                 "offsets": [{"file": h.file, "hunk": h.index, "offset": h.offset, "fuzz": h.fuzz,
                              "line": h.line} for h in self.offsets],
@@ -290,7 +294,8 @@ class PatchCheck:
                 "warnings": list(self.warnings)}
 
 
-STATUS_ORDER = ("applies", "present-upstream", "already-applied", "not-applicable", "conflict")
+STATUS_ORDER = (PatchStatus.APPLIES, PatchStatus.PRESENT_UPSTREAM, PatchStatus.ALREADY_APPLIED,
+                PatchStatus.NOT_APPLICABLE, PatchStatus.CONFLICT)
 
 
 @dataclass(frozen=True)
@@ -305,14 +310,14 @@ class SeriesCheck:
 
     @property
     def conflicts(self) -> tuple[PatchCheck, ...]:
-        return tuple(p for p in self.patches if p.status == "conflict")
+        return tuple(p for p in self.patches if p.status == PatchStatus.CONFLICT)
 
     @property
     def warnings(self) -> tuple[str, ...]:
         return tuple(f"{p.patch_id}: {w}" for p in self.patches for w in p.warnings)
 
     def counts(self) -> dict[str, int]:
-        return {s: sum(1 for p in self.patches if p.status == s) for s in STATUS_ORDER}
+        return {str(s): sum(1 for p in self.patches if p.status == s) for s in STATUS_ORDER}
 
     def exit_code(self, error_on_warn: bool = False) -> int:
         if self.conflicts:
@@ -400,36 +405,36 @@ def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative
     common = dict(patch_id=patch.id, title=patch.title, variant=variant.name if variant else None,
                   variant_releases=str(variant.releases) if variant else None)
     warnings: list[str] = []
-    if alternative is not None and alternative.status == "applies" and alternative.variant is not None \
+    if alternative is not None and alternative.status == PatchStatus.APPLIES and alternative.variant is not None \
             and alternative.variant is not variant:
         warnings.append(f"variant {alternative.variant.name} ('{alternative.variant.releases}') applies to "
                         f"{target.label}; widen its release range or refresh the patch")
 
-    if plan.status == "applies":
+    if plan.status == PatchStatus.APPLIES:
         offsets = tuple(h for h in plan.hunks if h.offset or h.fuzz)
         if any(h.fuzz for h in plan.hunks):
             warnings.append("applies only with fuzz (context lines ignored); refresh the variant")
-        return PatchCheck(status="applies", detail=plan.reason, offsets=offsets, warnings=tuple(warnings),
+        return PatchCheck(status=PatchStatus.APPLIES, detail=plan.reason, offsets=offsets, warnings=tuple(warnings),
                           **common)
-    if plan.status == "present-upstream":
-        return PatchCheck(status="present-upstream", detail=plan.reason, warnings=tuple(warnings), **common)
-    if plan.status == "already-applied":
+    if plan.status == PatchStatus.PRESENT_UPSTREAM:
+        return PatchCheck(status=PatchStatus.PRESENT_UPSTREAM, detail=plan.reason, warnings=tuple(warnings), **common)
+    if plan.status == PatchStatus.ALREADY_APPLIED:
         if plan.reason == APPLIED_WITHOUT_RECORD:
             warnings.append("the change is upstream but no marker of the patch matches; add a [[markers]] "
                             "entry naming it")
-            return PatchCheck(status="present-upstream",
+            return PatchCheck(status=PatchStatus.PRESENT_UPSTREAM,
                               detail=f"the patch reverse-applies (variant {variant.name if variant else '?'}): "
                                      "upstream carries the same change", warnings=tuple(warnings), **common)
-        return PatchCheck(status="already-applied", detail=plan.reason, warnings=tuple(warnings), **common)
-    if plan.status == "conflict":
+        return PatchCheck(status=PatchStatus.ALREADY_APPLIED, detail=plan.reason, warnings=tuple(warnings), **common)
+    if plan.status == PatchStatus.CONFLICT:
         reports = tuple(_hunk_report(target, variant, h, history) for h in plan.hunks
-                        if h.status == "conflict") if variant is not None else ()
-        return PatchCheck(status="conflict", detail=plan.reason, hunks=reports, warnings=tuple(warnings),
+                        if h.status == HunkStatus.CONFLICT) if variant is not None else ()
+        return PatchCheck(status=PatchStatus.CONFLICT, detail=plan.reason, hunks=reports, warnings=tuple(warnings),
                           **common)
 
     # not-applicable
     if _OUT_OF_RANGE in plan.reason or not find_moves:
-        return PatchCheck(status="not-applicable", detail=plan.reason, warnings=tuple(warnings), **common)
+        return PatchCheck(status=PatchStatus.NOT_APPLICABLE, detail=plan.reason, warnings=tuple(warnings), **common)
     moved = []
     for chosen, path in _absent_files(patch, patch.variant_for(target.version) if target.version else None,
                                       target.root):
@@ -441,7 +446,7 @@ def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative
             warnings.append(f"{m.old} moved to {m.new}: rebuild the variant with 'sm120kit refresh {patch.id}'")
         else:
             warnings.append(f"{m.old} is gone: check whether the fix is still needed and where")
-    return PatchCheck(status="not-applicable", detail=detail, moved=tuple(moved), warnings=tuple(warnings),
+    return PatchCheck(status=PatchStatus.NOT_APPLICABLE, detail=detail, moved=tuple(moved), warnings=tuple(warnings),
                       **common)
 
 
@@ -466,7 +471,8 @@ def _alternatives(series: Series, target: CheckTarget, plan: SeriesPlan, fuzz: i
     if not target.exact:
         return {}
     troubled = [p for p in plan.patches
-                if p.status == "conflict" or (p.status == "not-applicable" and _OUT_OF_RANGE not in p.reason)]
+                if p.status == PatchStatus.CONFLICT
+                or (p.status == PatchStatus.NOT_APPLICABLE and _OUT_OF_RANGE not in p.reason)]
     if not troubled:
         return {}
     loose = plan_series(target.root, series, version=target.version, fuzz=fuzz, exact=False)
@@ -521,7 +527,7 @@ class UpgradeMatrix:
                 "fetch_seconds": round(self.fetch_seconds, 3), "check_seconds": round(self.check_seconds, 3),
                 "rows": [{"target": r.target.to_json(),
                           "cells": {p.patch_id: p.cell for p in r.patches},
-                          "statuses": {p.patch_id: p.status for p in r.patches},
+                          "statuses": {p.patch_id: str(p.status) for p in r.patches},
                           "variants": {p.patch_id: p.variant for p in r.patches},
                           "warnings": list(r.warnings)} for r in self.results],
                 "results": [r.to_json(error_on_warn) for r in self.results],

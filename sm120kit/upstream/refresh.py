@@ -45,12 +45,36 @@ from sm120kit.errors import ConflictError, SeriesError, ToolFailed, UsageError
 from sm120kit.patching.hunks import FileDiff, file_diffs, place_hunks, split_lines
 from sm120kit.patching.series import PATCH_FILE, Patch, Series, Variant, load_series, parse_diff
 from sm120kit.patching.plan import plan_series
+from sm120kit.patching.status import PatchStatus, Word
 from sm120kit.util.suggest import did_you_mean
 from sm120kit.upstream.check import CheckTarget, MovedFile, find_moved
 
 EXIT_OK = 0
 EXIT_CONFLICT = ConflictError.exit_code
-NEEDS_PERSON = ("conflict", "gone", "duplicate")
+
+
+class RefreshOutcome(Word):
+    """What one refresh did (``outcome`` in ``refresh --json``)."""
+
+    WRITTEN = "written"
+    DRY_RUN = "dry-run"
+    CONFLICT = "conflict"
+    UP_TO_DATE = "up-to-date"
+    PRESENT_UPSTREAM = "present-upstream"
+
+
+class FileMerge(Word):
+    """How one file of the variant merged onto the new release (``merge`` of each file)."""
+
+    CLEAN = "clean"
+    UPSTREAM = "upstream"  # the change is already there
+    RESOLVED = "resolved"  # taken from the --resolved folder
+    CONFLICT = "conflict"
+    GONE = "gone"
+    DUPLICATE = "duplicate"
+
+
+NEEDS_PERSON = (FileMerge.CONFLICT, FileMerge.GONE, FileMerge.DUPLICATE)
 
 
 @dataclass(frozen=True)
@@ -73,13 +97,16 @@ class RefreshedFile:
     path: str  # in the new variant
     old_path: str  # in the old variant
     action: str  # modify | create | delete
-    merge: str  # clean | upstream (already there) | conflict | gone | duplicate (the last three need a person)
+    merge: FileMerge  # conflict, gone and duplicate need a person
     conflicts: tuple[MergeConflict, ...] = ()
     moved: MovedFile | None = None
     note: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "merge", FileMerge(self.merge))
+
     def to_json(self) -> dict:
-        return {"path": self.path, "old_path": self.old_path, "action": self.action, "merge": self.merge,
+        return {"path": self.path, "old_path": self.old_path, "action": self.action, "merge": str(self.merge),
                 "conflicts": [c.to_json() for c in self.conflicts],
                 "moved": self.moved.to_json() if self.moved else None, "note": self.note}
 
@@ -89,7 +116,7 @@ class RefreshResult:
     patch_id: str
     target: CheckTarget
     release: str  # the release the new variant is for
-    outcome: str  # written | dry-run | conflict | up-to-date | present-upstream
+    outcome: RefreshOutcome
     from_variant: str | None
     new_diff: str | None
     new_releases: str | None
@@ -105,6 +132,9 @@ class RefreshResult:
     replaced: bool = False
     message: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", RefreshOutcome(self.outcome))
+
     @property
     def conflicts(self) -> tuple[MergeConflict, ...]:
         return tuple(c for f in self.files for c in f.conflicts)
@@ -115,11 +145,11 @@ class RefreshResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CONFLICT if self.outcome == "conflict" else EXIT_OK
+        return EXIT_CONFLICT if self.outcome == RefreshOutcome.CONFLICT else EXIT_OK
 
     def to_json(self) -> dict:
         return {"command": "refresh", "patch": self.patch_id, "target": self.target.to_json(),
-                "release": self.release, "outcome": self.outcome, "from_variant": self.from_variant,
+                "release": self.release, "outcome": str(self.outcome), "from_variant": self.from_variant,
                 "from_base": self.from_base,
                 "new_variant": {"diff": self.new_diff, "releases": self.new_releases, "base": self.release}
                 if self.new_diff else None,
@@ -362,13 +392,13 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
                 from_base=source.base)
     current = plan_series(target.root, series, version=target.version, exact=target.exact, recorded=())
     now = current.patches[index]
-    if now.status == "present-upstream":
-        return RefreshResult(outcome="present-upstream", new_diff=None, new_releases=None,
+    if now.status == PatchStatus.PRESENT_UPSTREAM:
+        return RefreshResult(outcome=RefreshOutcome.PRESENT_UPSTREAM, new_diff=None, new_releases=None,
                              message=f"{patch.id} is present upstream in {target.label} ({now.reason}); no "
                                      "variant is needed there: close the last range instead.", **base)
-    if not force and not replace and now.status == "applies" and now.variant is not None and \
+    if not force and not replace and now.status == PatchStatus.APPLIES and now.variant is not None and \
             not any(h.offset or h.fuzz for h in now.hunks) and now.variant.contains(release):
-        return RefreshResult(outcome="up-to-date", new_diff=None, new_releases=None,
+        return RefreshResult(outcome=RefreshOutcome.UP_TO_DATE, new_diff=None, new_releases=None,
                              message=f"{patch.id} variant {now.variant.name} applies to {target.label} exactly; "
                                      "nothing to refresh (--force rebuilds it anyway).", **base)
 
@@ -411,29 +441,30 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
             (draft / path).write_bytes(text.encode("utf-8", "surrogateescape"))
         draft.mkdir(parents=True, exist_ok=True)
         (draft / new_name).write_text(diff_text, encoding="utf-8")
-        people = [f"{f.path}: {len(f.conflicts)} conflict(s)" if f.merge == "conflict" else f"{f.path}: {f.note}"
+        people = [f"{f.path}: {len(f.conflicts)} conflict(s)" if f.merge == FileMerge.CONFLICT
+                  else f"{f.path}: {f.note}"
                   for f in files if f.merge in NEEDS_PERSON]
-        return RefreshResult(outcome="conflict", diff_text=diff_text, draft_dir=draft,
+        return RefreshResult(outcome=RefreshOutcome.CONFLICT, diff_text=diff_text, draft_dir=draft,
                              message=f"{patch.id}: the merge onto {target.label} needs a person "
                                      f"({'; '.join(people)}). The merged files with conflict markers and a "
                                      f"draft diff are in {draft}; the series was not changed. Resolve the files "
                                      f"there, then run the same command with --resolved {draft}.", **common)
     if not diff_text:
-        return RefreshResult(outcome="present-upstream", diff_text="",
+        return RefreshResult(outcome=RefreshOutcome.PRESENT_UPSTREAM, diff_text="",
                              message=f"every change of {patch.id} {source.name} is already in {target.label}; "
                                      "no new variant is needed (add a marker so the check sees it).", **common)
 
     verified = _verify(series, patch, index, target, release, new_name, new_range, diff_text)
-    if verified != "applies":
+    if verified != PatchStatus.APPLIES:
         raise ConflictError(f"The rebuilt diff for {patch.id} does not place on {target.label} with the patch "
                             f"engine ({verified}); nothing was written.",
                             hint="Run with --dry-run to see the diff and fix it by hand.")
     if dry_run:
-        return RefreshResult(outcome="dry-run", diff_text=diff_text, verified=verified,
+        return RefreshResult(outcome=RefreshOutcome.DRY_RUN, diff_text=diff_text, verified=verified,
                              message=f"dry run: would write {patch.folder / new_name} and edit "
                                      f"{patch.folder / PATCH_FILE}.", **common)
     written = _write(series, patch, source, existing, new_name, new_range, old_after, release, diff_text)
-    return RefreshResult(outcome="written", diff_text=diff_text, verified=verified, written=written,
+    return RefreshResult(outcome=RefreshOutcome.WRITTEN, diff_text=diff_text, verified=verified, written=written,
                          message=f"wrote {patch.folder / new_name}" + ("" if existing else
                                  f" and a [[variants]] entry in {patch.folder / PATCH_FILE}") + ".", **common)
 
@@ -459,7 +490,7 @@ def _refresh_file(diff: FileDiff, source: Variant, read_base, read_target, targe
             if path != diff.path else ""
         theirs = read_target(path)
         if theirs is None:
-            return (RefreshedFile(path=path, old_path=diff.path, action="create", merge="clean", note=note),
+            return (RefreshedFile(path=path, old_path=diff.path, action="create", merge=FileMerge.CLEAN, note=note),
                     unified_diff(path, None, diff.target_text), None)
         merged, count = merge_file(theirs, "", diff.target_text, labels)
         return _merged(path, diff.path, "modify", theirs, merged, count, None, resolved)
@@ -470,11 +501,12 @@ def _refresh_file(diff: FileDiff, source: Variant, read_base, read_target, targe
     if diff.action == "delete":
         theirs = read_target(diff.path)
         if theirs is None:
-            return RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge="upstream"), "", None
+            return (RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge=FileMerge.UPSTREAM),
+                    "", None)
         if theirs == base_text:
-            return (RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge="clean"),
+            return (RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge=FileMerge.CLEAN),
                     unified_diff(diff.path, theirs, None), None)
-        return (RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge="gone",
+        return (RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge=FileMerge.GONE,
                               note="changed upstream, and the variant deletes it"), "", None)
     placed = place_hunks(split_lines(base_text), diff)
     if not placed.ok:
@@ -487,7 +519,7 @@ def _refresh_file(diff: FileDiff, source: Variant, read_base, read_target, targe
     if theirs is None:
         moved = find_moved(target_root, path, base_text)
         if moved.new is None:
-            return (RefreshedFile(path=path, old_path=path, action="modify", merge="gone", moved=moved,
+            return (RefreshedFile(path=path, old_path=path, action="modify", merge=FileMerge.GONE, moved=moved,
                                   note=moved.describe()), "", None)
         path = moved.new
         theirs = read_target(path)
@@ -530,23 +562,23 @@ def _merged(path: str, old_path: str, action: str, theirs: str, merged: str, cou
                              hint="Keep the lines you want between <<<<<<< and >>>>>>>, delete the markers, "
                                   "then run the command again.")
         if text != merged:
-            return (RefreshedFile(path=path, old_path=old_path, action=action, merge="resolved", moved=moved,
+            return (RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.RESOLVED, moved=moved,
                                   note=f"taken from {resolved / path}"),
                     unified_diff(path, theirs, text) if text != theirs else "", text)
     if count:
-        return (RefreshedFile(path=path, old_path=old_path, action=action, merge="conflict",
+        return (RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.CONFLICT,
                               conflicts=conflict_regions(path, merged), moved=moved),
                 unified_diff(path, theirs, merged), merged)
     if merged == theirs:
-        unchanged = RefreshedFile(path=path, old_path=old_path, action=action, merge="upstream", moved=moved)
+        unchanged = RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.UPSTREAM, moved=moved)
         return unchanged, "", merged
     twice = _new_duplicates(path, theirs, merged)
     if twice:
-        return (RefreshedFile(path=path, old_path=old_path, action=action, merge="duplicate", moved=moved,
+        return (RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.DUPLICATE, moved=moved,
                               note=f"the merge is clean as text but defines {', '.join(twice)} twice (upstream "
                                    "added its own); keep one by hand"),
                 unified_diff(path, theirs, merged), merged)
-    return (RefreshedFile(path=path, old_path=old_path, action=action, merge="clean", moved=moved),
+    return (RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.CLEAN, moved=moved),
             unified_diff(path, theirs, merged), merged)
 
 
@@ -564,7 +596,7 @@ def _verify(series: Series, patch: Patch, index: int, target: CheckTarget, relea
         plan = plan_series(target.root, Series(path=series.path, patches=patches), version=release, exact=True,
                            recorded=())
         result = plan.patches[index]
-        return result.status if result.status == "applies" else f"{result.status}: {result.reason}"
+        return str(result.status) if result.status == PatchStatus.APPLIES else f"{result.status}: {result.reason}"
 
 
 def _write(series: Series, patch: Patch, source: Variant, existing: Variant | None, new_name: str, new_range: str,
