@@ -351,12 +351,12 @@ def test_core_code_takes_callbacks_not_a_console():
 
 
 def test_fetch_releases_reports_through_its_callbacks(monkeypatch, tmp_path):
-    from sm120kit.upstream import check
+    from sm120kit.upstream import matrix
 
-    monkeypatch.setattr(check.releases, "release_dir", lambda v: tmp_path / v)
-    monkeypatch.setattr(check.releases, "fetch_release", lambda v: tmp_path / v)
+    monkeypatch.setattr(matrix.releases, "release_dir", lambda v: tmp_path / v)
+    monkeypatch.setattr(matrix.releases, "fetch_release", lambda v: tmp_path / v)
     steps, ticks = [], []
-    check.fetch_releases(["0.5.2", "0.5.3"], jobs=1, progress=lambda *a: ticks.append(a), on_step=steps.append)
+    matrix.fetch_releases(["0.5.2", "0.5.3"], jobs=1, progress=lambda *a: ticks.append(a), on_step=steps.append)
     assert steps == ["downloading 2 SGLang release(s) from PyPI (1 at a time) ..."]
     assert sorted(ticks) == [(1, 2, "downloaded 0.5.2"), (2, 2, "downloaded 0.5.3")] or \
         [t[:2] for t in ticks] == [(1, 2), (2, 2)]

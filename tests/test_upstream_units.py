@@ -17,7 +17,7 @@ from sm120kit.patching.hunks import file_diffs, place_hunks, split_lines
 from sm120kit.patching.series import load_patch, load_series
 from sm120kit.upstream.refresh import (_new_duplicates, conflict_regions, edit_metadata, merge_file, new_ranges,
                               unified_diff)
-from sm120kit.upstream.check import MOVE_SIMILARITY, find_moved
+from sm120kit.upstream.moved import MOVE_SIMILARITY, find_moved
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -13,6 +13,7 @@ from sm120kit.sglang import releases
 from sm120kit.util.cache import cache_dir
 from sm120kit.upstream import refresh as refresher
 from sm120kit.upstream import check as upstream
+from sm120kit.upstream import matrix as upgrade_matrix
 from sm120kit.patching.status import PatchStatus
 from sm120kit.upstream.refresh import RefreshOutcome
 from sm120kit.cli import cli
@@ -237,7 +238,7 @@ def matrix_cmd(app: AppContext, ranges: tuple[str, ...], refs: tuple[str, ...], 
     series = patchset.load_series(series_dir)
     versions = _versions(ranges, console)
     clone = _clone(repo, not no_fetch, console) if refs else None
-    matrix = upstream.build_matrix(series, versions=versions, refs=refs, clone=clone, folders=paths, jobs=jobs,
+    matrix = upgrade_matrix.build_matrix(series, versions=versions, refs=refs, clone=clone, folders=paths, jobs=jobs,
                                    progress=console.progress, on_step=console.info, on_debug=console.debug)
     headers = ["SGLang"] + matrix.columns()
     if json_mode:

@@ -9,11 +9,11 @@
 - ``conflict``: which hunk, the lines it expected and what is there now, and, on a git clone holding the
   variant's base tag, the upstream commits that changed those lines since that release (``git log -L``).
 - ``not-applicable``: the release is outside every variant's range (expected), or a file the patch
-  changes is gone; a moved file is found again by content similarity (:data:`MOVE_SIMILARITY`).
+  changes is gone; a moved file is found again by content similarity (:func:`sm120kit.upstream.moved.find_moved`).
 - ``already-applied``: only in a folder whose own sm120kit state record lists the patch.
 
-:func:`build_matrix` runs the same check over many releases and refs (downloads in parallel, each
-release unpacked once in the cache and read in place) and returns one table of series x targets.
+The matrix over many targets is :mod:`sm120kit.upstream.matrix`; finding a file that moved is
+:mod:`sm120kit.upstream.moved`.
 """
 
 from __future__ import annotations
@@ -21,14 +21,11 @@ from __future__ import annotations
 import contextlib
 import difflib
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Iterator, Sequence
 
-from packaging.version import Version
-
-from sm120kit.util.report import Progress, Step, tell
+from sm120kit.util.report import Step, tell
 from sm120kit.sglang import releases
 from sm120kit.errors import ConflictError, DownloadError, WarningsAsErrors
 from sm120kit.sglang.gitrepo import Commit, SglangClone
@@ -38,15 +35,7 @@ from sm120kit.patching.series import Patch, Series, Variant
 from sm120kit.patching.plan import APPLIED_FOUND as APPLIED_WITHOUT_RECORD  # "already-applied", found by reverse-apply
 from sm120kit.patching.plan import PatchPlan, SeriesPlan, plan_series
 from sm120kit.sglang.target import find_target
-
-MOVE_SIMILARITY = 0.6
-"""A file counts as moved to the candidate whose content is at least this similar to the file at the
-variant's base (``difflib.SequenceMatcher.ratio`` over lines; with only the hunks' lines to go by, the
-share of those lines found in the candidate). Candidates with the same file name are tried first. Measured
-on the real moves between SGLang releases (docs/upstream.md): 0.92 to 1.0 from one release to the next.
-Files that merely share a name scored at least 0.6 in 12 of 3223 pairs in SGLang 0.5.23 (near-copies),
-and a file rewritten over many releases falls below it (the extend-attention kernel, 0.5.2 to 0.5.23:
-0.30); such a file is reported gone with its nearest candidate named."""
+from sm120kit.upstream.moved import MovedFile, find_moved
 
 EXIT_OK = 0
 EXIT_CONFLICT = ConflictError.exit_code
@@ -156,81 +145,6 @@ class BaseFiles:
             return (folder / path).read_text(encoding="utf-8", errors="surrogateescape")
         except OSError:
             return None
-
-
-# -- moved files -----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class MovedFile:
-    """Where a file a patch changes went: ``new`` is ``None`` when nothing is similar enough (gone)."""
-
-    old: str
-    new: str | None
-    similarity: float
-    compared: str  # "file" (whole base file) | "hunks" (only the lines the hunks carry)
-    nearest: str | None = None  # the best candidate below the threshold
-
-    def describe(self) -> str:
-        if self.new:
-            return f"{self.old} moved to {self.new} (similarity {self.similarity:.2f})"
-        near = f"; nearest {self.nearest} at {self.similarity:.2f}" if self.nearest else ""
-        return f"{self.old} is gone (no file similar enough{near})"
-
-    def to_json(self) -> dict:
-        return {"old": self.old, "new": self.new, "similarity": round(self.similarity, 4),
-                "compared": self.compared, "nearest": self.nearest}
-
-
-def _score(reference: Sequence[str] | None, fragment: set[str], candidate: Path, floor: float,
-           exact: bool = False) -> float:
-    """Similarity of ``candidate``; below ``floor`` it may be an upper bound (difflib's quick ratios),
-    unless ``exact``."""
-    try:
-        text = candidate.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return 0.0
-    lines = text.splitlines()
-    if reference is not None:
-        matcher = difflib.SequenceMatcher(None, reference, lines, autojunk=False)
-        if not exact:
-            bound = matcher.real_quick_ratio()
-            if bound >= floor:
-                bound = matcher.quick_ratio()
-            if bound < floor:
-                return bound
-        return matcher.ratio()
-    if not fragment:
-        return 0.0
-    present = {line.strip() for line in lines}
-    return len(fragment & present) / len(fragment)
-
-
-def find_moved(root: Path, old: str, reference: str | None, fragment: Sequence[str] = ()) -> MovedFile:
-    """Search ``root/sglang`` for the file ``old`` became, compared with ``reference`` (the file at the
-    base) or, lacking it, the hunk lines: files with the same name first, then every file with the same
-    suffix; the first group with a file at least :data:`MOVE_SIMILARITY` similar gives the answer. Else
-    the file is gone, and the nearest candidate (the same-name file or the best of the others) is named."""
-    package = root / "sglang"
-    old_name = PurePosixPath(old).name
-    suffix = PurePosixPath(old).suffix or ".py"
-    ref_lines = reference.splitlines() if reference is not None else None
-    frag = {line.strip() for line in fragment if line.strip()}
-    files = [p for p in package.rglob(f"*{suffix}") if p.is_file() and ".sm120kit" not in p.parts]
-    compared = "file" if reference is not None else "hunks"
-    near: list[tuple[float, Path]] = []
-    for group in ([p for p in files if p.name == old_name], [p for p in files if p.name != old_name]):
-        scored = sorted(((_score(ref_lines, frag, p, MOVE_SIMILARITY), p) for p in sorted(group)),
-                        key=lambda sp: -sp[0])
-        if scored and scored[0][0] >= MOVE_SIMILARITY:
-            best, path = scored[0]
-            return MovedFile(old=old, new=path.relative_to(root).as_posix(), similarity=best, compared=compared)
-        near += scored[:5]
-    exact = [(_score(ref_lines, frag, p, 1.0, exact=True), p) for _, p in near]
-    if not exact:
-        return MovedFile(old=old, new=None, similarity=0.0, compared=compared)
-    best, path = max(exact, key=lambda sp: sp[0])
-    return MovedFile(old=old, new=None, similarity=best, compared=compared,
-                     nearest=path.relative_to(root).as_posix())
 
 
 # -- results ---------------------------------------------------------------------------------------------
@@ -478,124 +392,3 @@ def _alternatives(series: Series, target: CheckTarget, plan: SeriesPlan, fuzz: i
     loose = plan_series(target.root, series, version=target.version, fuzz=fuzz, exact=False)
     wanted = {p.patch_id for p in troubled}
     return {p.patch_id: p for p in loose.patches if p.patch_id in wanted}
-
-
-# -- the matrix ------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class UpgradeMatrix:
-    """The upgrade check of a series against several targets: one row per release (or ref), one column per
-    patch."""
-
-    series: Path
-    patch_ids: tuple[str, ...]
-    results: tuple[SeriesCheck, ...]
-    seconds: float
-    fetch_seconds: float
-    check_seconds: float
-
-    def columns(self) -> list[str]:
-        prefix = _common_prefix(self.patch_ids)
-        return [pid[len(prefix):] or pid for pid in self.patch_ids]
-
-    def rows(self) -> list[list[str]]:
-        rows = []
-        for result in self.results:
-            cells = {p.patch_id: p.cell for p in result.patches}
-            rows.append([result.target.label] + [cells.get(pid, "") for pid in self.patch_ids])
-        return rows
-
-    def exit_code(self, error_on_warn: bool = False) -> int:
-        codes = [r.exit_code(error_on_warn) for r in self.results]
-        if EXIT_CONFLICT in codes:
-            return EXIT_CONFLICT
-        return EXIT_WARNINGS if EXIT_WARNINGS in codes else EXIT_OK
-
-    def message(self, error_on_warn: bool = False) -> str:
-        code = self.exit_code(error_on_warn)
-        if code == EXIT_CONFLICT:
-            bad = [f"{r.target.label} ({', '.join(p.patch_id for p in r.conflicts)})" for r in self.results
-                   if r.conflicts]
-            return f"conflicts on {len(bad)} target(s): {'; '.join(bad)}."
-        if code == EXIT_WARNINGS:
-            return f"{sum(len(r.warnings) for r in self.results)} warning(s) with --error-on-warn."
-        return ""
-
-    def to_json(self, error_on_warn: bool = False) -> dict:
-        return {"command": "matrix", "series": str(self.series), "patches": list(self.patch_ids),
-                "columns": self.columns(), "seconds": round(self.seconds, 3),
-                "fetch_seconds": round(self.fetch_seconds, 3), "check_seconds": round(self.check_seconds, 3),
-                "rows": [{"target": r.target.to_json(),
-                          "cells": {p.patch_id: p.cell for p in r.patches},
-                          "statuses": {p.patch_id: str(p.status) for p in r.patches},
-                          "variants": {p.patch_id: p.variant for p in r.patches},
-                          "warnings": list(r.warnings)} for r in self.results],
-                "results": [r.to_json(error_on_warn) for r in self.results],
-                "exit_code": self.exit_code(error_on_warn), "message": self.message(error_on_warn)}
-
-
-def _common_prefix(ids: Sequence[str]) -> str:
-    if len(ids) < 2:
-        return ""
-    prefix = ids[0]
-    for other in ids[1:]:
-        while not other.startswith(prefix):
-            prefix = prefix[:-1]
-    cut = max(prefix.rfind("-"), prefix.rfind("_"))
-    return prefix[:cut + 1] if cut >= 0 else ""
-
-
-def fetch_releases(versions: Sequence[str], *, jobs: int = 4, progress: Progress | None = None,
-                   on_step: Step | None = None) -> float:
-    """Download and unpack every release not yet cached, ``jobs`` at a time; the seconds it took."""
-    start = time.perf_counter()
-    missing = [v for v in versions if not (releases.release_dir(v) / "sglang" / "__init__.py").is_file()]
-    if not missing:
-        return 0.0
-    done = 0
-    tell(on_step, f"downloading {len(missing)} SGLang release(s) from PyPI ({jobs} at a time) ...")
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(releases.fetch_release, v): v for v in missing}
-        for future in as_completed(futures):
-            future.result()
-            done += 1
-            if progress is not None:
-                progress(done, len(missing), f"downloaded {futures[future]}")
-    return time.perf_counter() - start
-
-
-def build_matrix(series: Series, *, versions: Sequence[str] = (), refs: Sequence[str] = (),
-                 clone: SglangClone | None = None, folders: Sequence[Path] = (), fuzz: int = 0, jobs: int = 4,
-                 history: bool = True, progress: Progress | None = None, on_step: Step | None = None,
-                 on_debug: Step | None = None) -> UpgradeMatrix:
-    """The series on every release in ``versions`` and every ref of ``clone`` in ``refs``, in that order."""
-    start = time.perf_counter()
-    versions = sorted(dict.fromkeys(versions), key=Version)
-    fetch_seconds = fetch_releases(versions, jobs=jobs, progress=progress, on_step=on_step)
-    checked = time.perf_counter()
-    base_files = BaseFiles(clone)
-    total = len(versions) + len(refs) + len(folders)
-    results: list[SeriesCheck] = []
-
-    def note(label: str) -> None:
-        if progress is not None:
-            progress(len(results), total, f"checked {label}")
-
-    for version in versions:
-        with open_release(version, on_step=on_step) as target:
-            results.append(check_upstream(series, target, fuzz=fuzz, base_files=base_files, history=history))
-        note(version)
-    for ref in refs:
-        assert clone is not None, "refs need a clone"
-        with open_ref(clone, ref, on_debug=on_debug) as target:
-            results.append(check_upstream(series, target, fuzz=fuzz,
-                                          base_files=BaseFiles(clone, target.prefix), history=history))
-        note(ref)
-    for folder in folders:
-        with open_folder(folder) as target:
-            results.append(check_upstream(series, target, fuzz=fuzz, history=history))
-        note(str(folder))
-    end = time.perf_counter()
-    return UpgradeMatrix(series=series.path, patch_ids=tuple(p.id for p in series.patches),
-                         results=tuple(results), seconds=end - start, fetch_seconds=fetch_seconds,
-                         check_seconds=end - checked)

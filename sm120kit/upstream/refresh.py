@@ -7,7 +7,7 @@ rebuilds it with git's merge machinery (``git merge-file``), file by file:
   is one, else the PyPI release), with the patches before this one in the series applied;
 - ours: that file with the old variant applied;
 - theirs: the file in the new target, again with the earlier patches applied (a file that moved is
-  followed to its new path by content similarity, :func:`sm120kit.upstream.check.find_moved`).
+  followed to its new path by content similarity, :func:`sm120kit.upstream.moved.find_moved`).
 
 A clean merge becomes a new diff, checked by planning it on the target with the patch engine before
 anything is written; then the diff file is added and ``patch.toml`` is edited through tomlkit (the new
@@ -47,7 +47,8 @@ from sm120kit.patching.series import PATCH_FILE, Patch, Series, Variant, load_se
 from sm120kit.patching.plan import plan_series
 from sm120kit.patching.status import PatchStatus, Word
 from sm120kit.util.suggest import did_you_mean
-from sm120kit.upstream.check import CheckTarget, MovedFile, find_moved
+from sm120kit.upstream.check import CheckTarget
+from sm120kit.upstream.moved import MovedFile, find_moved
 
 EXIT_OK = 0
 EXIT_CONFLICT = ConflictError.exit_code
