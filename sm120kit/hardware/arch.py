@@ -170,11 +170,8 @@ def parse_arch(text: str, *, known_only: bool = True, allow_plus_ptx: bool = Fal
     readers of compiled target lists pass False so a newer target than this table does not stop them.
     Raises :class:`NotAnArch` (a ValueError).
     """
-    raw = str(text).strip().lower()
-    m = _ARCH_RE.fullmatch(raw)
-    if m is None or (m.group("ptx") and not allow_plus_ptx):
-        raise _refuse(str(text), "is not a target GPU architecture: not a compute capability or architecture name")
-    num = m.group("num")
+    m = _ARCH_RE.fullmatch(str(text).strip().lower())
+    num = m.group("num") if m is not None and (allow_plus_ptx or not m.group("ptx")) else ""
     if "." in num:
         major_s, minor_s = num.split(".", 1)
         capability = (int(major_s), int(minor_s))
