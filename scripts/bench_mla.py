@@ -349,24 +349,32 @@ SWEEP_TILE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype)
 ]
 
 
+def _sweep_case(mla, kind, prefix, n, heads, kvd):
+    """One sweep case on the GPU and a call of the split attention on it with tiles, splits, merge and
+    prefix kernel as arguments (None: the launcher's pick)."""
+    is_dec = kind == "decode"
+    c = decode_case(prefix, n, heads, kvd, 1) if is_dec else verify_case(prefix, n, heads, kvd, "tree", 1)
+    max_tok = 1 if is_dec else c["max_len"]
+    batch = len(c["prefix_lens"])
+    scale = 0.5 if kvd == "fp8" else 1.0
+    o = torch.empty(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
+    tail = None if is_dec else (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
+
+    def call(cfg=None, splits=None, merge=None, prefix_kernel="auto"):
+        mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, None if is_dec else c["qo_indptr"],
+                                 c["kv_indptr"], c["kv_indices"], batch, max_tok, 1 / LK**0.5, scale, scale,
+                                 tail=tail, tiles=cfg, num_splits=splits, v_from_k=True, merge=merge,
+                                 prefix=prefix_kernel)
+
+    return c, o, call, max_tok, batch
+
+
 def sweep_tiles(mla, roof):
     """Each variant of SWEEP_VARIANTS on each case of SWEEP_TILE_CASES; outputs compared with the pick's."""
     out = []
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for kind, prefix, n, heads, kvd in SWEEP_TILE_CASES:
-        is_dec = kind == "decode"
-        c = decode_case(prefix, n, heads, kvd, 1) if is_dec else verify_case(prefix, n, heads, kvd, "tree", 1)
-        max_tok = 1 if is_dec else c["max_len"]
-        batch = len(c["prefix_lens"])
-        scale = 0.5 if kvd == "fp8" else 1.0
-        o = torch.empty(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
-        tail = None if is_dec else (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
-
-        def call(cfg=None, splits=None, merge=None):
-            mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, None if is_dec else c["qo_indptr"],
-                                     c["kv_indptr"], c["kv_indices"], batch, max_tok, 1 / LK**0.5, scale, scale,
-                                     tail=tail, tiles=cfg, num_splits=splits, v_from_k=True, merge=merge)
-
+        c, o, call, max_tok, batch = _sweep_case(mla, kind, prefix, n, heads, kvd)
         call()
         ref_out = o.clone()
         t_pick = bench(call)
@@ -399,11 +407,51 @@ def sweep_tiles(mla, roof):
     return out
 
 
+SWEEP_PREFIX_CASES = [  # (prefix, drafts, heads, kv dtype): MLA verify cases the CUDA prefix kernel serves
+    (185000, 8, 16, "bf16"), (185000, 16, 16, "bf16"), (185000, 32, 16, "bf16"), (32768, 8, 16, "bf16"),
+    (32768, 8, 8, "bf16"), (185000, 8, 8, "bf16"), (185000, 8, 128, "bf16"), (131072, 8, 16, "bf16"),
+]
+
+
+def sweep_prefix(mla, roof):
+    """The CUDA mma.sync prefix kernel (at 1 and 2 waves of programs) against the Triton prefix kernel
+    on the same inputs; outputs compared with the Triton kernel's."""
+    out = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for prefix, n, heads, kvd in SWEEP_PREFIX_CASES:
+        c, o, call, max_tok, batch = _sweep_case(mla, "verify", prefix, n, heads, kvd)
+        label = f"verify p{prefix} n{n} h{heads} {kvd}"
+        call(prefix_kernel="triton")
+        ref_out = o.clone()
+        t_tri = bench(lambda: call(prefix_kernel="triton"))
+        out.append({"case": label, "variant": "triton prefix kernel", "ms": round(t_tri, 4),
+                    "pct": row("verify", label, c, heads, None, t_tri, roof, None)["pct_roofline_new"]})
+        print(json.dumps(out[-1]), flush=True)
+        for waves in (1, 2):
+            splits = mla.num_splits_for(mla._mma.row_blocks(max_tok, heads) * batch, sms, waves)
+            fn = lambda: call(splits=splits, prefix_kernel="mma")  # noqa: E731
+            try:
+                fn()
+                diff = (o.float() - ref_out.float()).abs().max().item()
+                t = bench(fn)
+            except Exception as e:  # noqa: BLE001
+                out.append({"case": label, "variant": f"mma {waves} waves", "error": str(e)[:200]})
+                print(json.dumps(out[-1]), flush=True)
+                continue
+            out.append({"case": label, "variant": f"mma, {waves} waves ({splits} splits)", "ms": round(t, 4),
+                        "pct": row("verify", label, c, heads, None, t, roof, None)["pct_roofline_new"],
+                        "triton_over_mma": round(t_tri / t, 3), "diff": round(diff, 5)})
+            print(json.dumps(out[-1]), flush=True)
+        del c
+    return out
+
+
 def numerics():
     """bf16 and fp8 on the GPU against the float32 reference: GQA and MLA, batches of uneven requests."""
     mla = ref.load_module()
     out = []
-    for kvh, lk, lv, heads, kvd in ((1, 576, 512, 16, "bf16"), (1, 576, 512, 16, "fp8"), (8, 128, 128, 64, "bf16"),
+    for kvh, lk, lv, heads, kvd in ((1, 576, 512, 16, "bf16"), (1, 576, 512, 128, "bf16"), (1, 576, 512, 4, "bf16"),
+                                   (1, 576, 512, 16, "fp8"), (8, 128, 128, 64, "bf16"),
                                    (4, 128, 128, 32, "fp8"), (2, 256, 256, 16, "bf16")):
         kv_dtype = torch.float8_e4m3fn if kvd == "fp8" else torch.bfloat16
         scale = 0.5 if kvd == "fp8" else 1.0
@@ -417,7 +465,9 @@ def numerics():
                                         c["kv_indptr"], c["kv_indices"], c["custom_mask"], False, c["mask_indptr"],
                                         c["max_len"], scale, scale)
         diff = (o.float() - ref.reference_verify(c, k_scale=scale, v_scale=scale)).abs().max().item()
+        mma = mla._mma.kernel(o.device) is not None and lk == 576 and kvd == "bf16" and heads * 16 >= mla.MMA_MIN_ROWS
         out.append({"check": "verify", "kv_heads": kvh, "lk": lk, "lv": lv, "heads": heads, "kv": kvd, "ran": ran,
+                    "prefix_kernel": "mma" if mma else "triton", "mma_error": mla._mma.error(o.device),
                     "max_abs_diff": round(diff, 5)})
         print(json.dumps(out[-1]), flush=True)
         if kvh == 1:
@@ -440,6 +490,7 @@ def main():
     ap.add_argument("--sweep", action="store_true", help="time every SM120-legal tile set and split count first")
     ap.add_argument("--sweep-splits", action="store_true", help="time split counts past the cap at 185k")
     ap.add_argument("--sweep-tiles", action="store_true", help="time the variants of SWEEP_VARIANTS first")
+    ap.add_argument("--sweep-prefix", action="store_true", help="time the CUDA prefix kernel against Triton's first")
     ap.add_argument("--no-numerics", action="store_true", help="skip the float32-reference checks")
     ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")
     ap.add_argument("--json", help="write the results to this file")
@@ -460,6 +511,8 @@ def main():
     result = {"gpu": name, "capability": list(cap), "mode": mode, "roofline_read_gbs": round(roof[0]),
               "roofline_tflops": round(roof[1]), "rows": [], "sweep": [], "timing": TIMING}
     result["numerics"] = [] if args.no_numerics else numerics()
+    if args.sweep_prefix:
+        result["sweep_prefix"] = sweep_prefix(mla, roof)
     if args.sweep_tiles:
         result["sweep_tiles"] = sweep_tiles(mla, roof)
     if args.sweep:

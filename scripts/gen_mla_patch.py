@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write the diffs of the ``sm120-mla-attention`` patch from its kernel module and the backend hook.
 
-The patch adds ``patches/sglang/sm120-mla-attention/sm120_mla.py`` to SGLang beside its Triton attention
+The patch adds ``patches/sglang/sm120-mla-attention/sm120_mla.py`` (and ``sm120_mla_mma.py``, the CUDA
+prefix kernel it imports) to SGLang beside its Triton attention
 kernels (``sglang/kernels/ops/attention/`` from 0.5.16, ``sglang/srt/layers/attention/triton_ops/``
 before) and inserts a call of its ``install()`` into the Triton
 attention backend's constructor, after the backend has bound its launchers. The module file is the
@@ -28,6 +29,8 @@ from sm120kit.sglang import releases  # noqa: E402
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-mla-attention"
 MODULE_SOURCE = PATCH_DIR / "sm120_mla.py"
+# The CUDA prefix kernel sm120_mla.py imports, added beside it.
+MMA_SOURCE = PATCH_DIR / "sm120_mla_mma.py"
 BACKEND_PATH = "sglang/srt/layers/attention/triton_backend.py"
 # The Triton attention kernels' package: srt/layers/attention/triton_ops up to 0.5.15, kernels/ops/attention on.
 OLD_PACKAGE, NEW_PACKAGE = "sglang.srt.layers.attention.triton_ops", "sglang.kernels.ops.attention"
@@ -46,8 +49,8 @@ HOOK = """\
 """
 
 
-def module_path(package: str) -> str:
-    return package.replace(".", "/") + "/sm120_mla.py"
+def module_path(package: str, name: str = "sm120_mla.py") -> str:
+    return package.replace(".", "/") + "/" + name
 
 
 def backend_diff(original: str, package: str) -> list[str]:
@@ -67,7 +70,8 @@ def render(base: str) -> str:
     root = releases.fetch_release(base)
     original = (root / BACKEND_PATH).read_text(encoding="utf-8")
     module = new_file_diff(MODULE_SOURCE.read_text(encoding="utf-8"), module_path(package))
-    return "".join(module + backend_diff(original, package))
+    mma = new_file_diff(MMA_SOURCE.read_text(encoding="utf-8"), module_path(package, MMA_SOURCE.name))
+    return "".join(module + mma + backend_diff(original, package))
 
 
 def main(argv: list[str] | None = None) -> int:

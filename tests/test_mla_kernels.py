@@ -88,6 +88,8 @@ def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, version):
     plan = {p.patch_id: p for p in result.plan.patches}
     assert plan["sm120-mla-attention"].status == "applies"
     assert (root / module_of(version)).read_bytes() == (PATCH_DIR / "sm120_mla.py").read_bytes()
+    mma_path = root / module_of(version).replace("sm120_mla.py", "sm120_mla_mma.py")
+    assert mma_path.read_bytes() == (PATCH_DIR / "sm120_mla_mma.py").read_bytes()
     backend = (root / BACKEND).read_text()
     assert backend.count("sm120_mla.install(self, model_runner.device)") == 1
     # The hook sits in TritonAttnBackend.__init__, after the launchers are bound and before the
@@ -98,6 +100,7 @@ def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, version):
     revert_series(find_target(root / "sglang"))
     assert (root / BACKEND).read_bytes() == before
     assert not (root / module_of(version)).exists()
+    assert not mma_path.exists()
 
 
 @pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])  # the oldest argument order and the newest
@@ -262,3 +265,60 @@ def test_verify_checks_reach_the_patched_launchers_for_faked_sm120(patched_0523)
     new = [k for k in data["kernels"] if k["module"].endswith("sm120_mla")]
     assert {k["name"] for k in new} == {"_prefix_kernel", "_prefix_pair_kernel", "_tail_kernel", "_merge_kernel"}
     assert max(k["shared"] for k in new) <= LIMIT
+
+
+@pytest.fixture(scope="module")
+def mma(mla):
+    return mla._mma
+
+
+@pytest.mark.parametrize("arch", ["sm_120a", "sm_121a"])
+def test_mma_prefix_kernel_compiles_within_the_limit(mma, arch):
+    """The CUDA verify prefix kernel, compiled by NVRTC (the nvidia-cuda-nvrtc wheel; no GPU here) as it is at
+    first use on the card: both entry points, within 255 registers and 101376 B of shared memory (the
+    kernel's dynamic shared memory is the launcher's SMEM_BYTES, which the source checks at compile time)."""
+    from sm120kit.hardware.cubin import resource_usage
+
+    cubin = mma.compile_cubin(arch)
+    usage = resource_usage(cubin)
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    assert set(usage) == set(mma.KERNEL_NAMES.values())
+    for name, res in usage.items():
+        assert res.registers <= 255, (name, res)
+        assert res.shared + mma.SMEM_BYTES <= LIMIT, (name, res)
+    assert mma.SMEM_BYTES > 48 * 1024  # so the launcher must raise the dynamic shared-memory cap
+
+
+def test_mma_source_refuses_another_shared_memory_layout(mma):
+    bad = mma.SOURCE.replace("#define SROW 1168", "#define SROW 1184")
+    with pytest.raises(mma.CompileError, match="shared memory layout"):
+        mma.compile_cubin("sm_120a", bad)
+
+
+def test_mma_prefix_kernel_takes_only_bf16_mla(mma):
+    """Which calls the CUDA kernel takes (CPU tensors here: the checks on dtypes, dims and strides are the
+    same; on the CPU `serves` is False, so these launches take the Triton kernel)."""
+    import torch
+
+    def case(dtype=torch.bfloat16, lk=576, kv_heads=1, idx=torch.int64, ptr=torch.int32):
+        q = torch.empty(8, 16, lk, dtype=dtype)
+        kv = torch.empty(64, kv_heads, lk, dtype=dtype)
+        return (q, kv, torch.zeros(2, dtype=ptr), torch.zeros(2, dtype=ptr), torch.zeros(64, dtype=idx), kv_heads)
+
+    assert mma.fits(*case())
+    assert mma.fits(*case(idx=torch.int32))
+    assert not mma.serves(*case())  # not a CUDA tensor
+    for bad in (case(dtype=torch.float16), case(lk=512), case(kv_heads=2), case(idx=torch.int16),
+                case(ptr=torch.int64)):
+        assert not mma.fits(*bad)
+    q, kv, *rest = case()
+    assert not mma.fits(q[:, :, :575], kv, *rest)  # no 576-dim rows
+    odd = torch.empty(64 * 577, dtype=torch.bfloat16).as_strided((63, 1, 576), (577, 577, 1))
+    assert not mma.fits(q, odd, *rest)  # a row stride that breaks the 16-byte copies
+
+
+def test_mma_path_is_off_by_env(mma, monkeypatch):
+    monkeypatch.setenv("SGLANG_SM120_MLA_MMA", "0")
+    assert not mma._env_enabled()
+    monkeypatch.setenv("SGLANG_SM120_MLA_MMA", "1")
+    assert mma._env_enabled()

@@ -27,6 +27,7 @@ Every configuration picked here compiles for sm_120a and sm_121a within 101376 b
 memory (``sm120kit audit`` checks it).
 """
 
+import importlib.util
 import inspect
 import os
 from typing import Dict, NamedTuple, Optional, Tuple
@@ -35,12 +36,22 @@ import torch
 import triton
 import triton.language as tl
 
+try:
+    from . import sm120_mla_mma as _mma
+except ImportError:  # imported from its file (sm120kit's tests and benchmark): the sibling file
+    _spec = importlib.util.spec_from_file_location(
+        "sm120_mla_mma", os.path.join(os.path.dirname(os.path.abspath(__file__)), "sm120_mla_mma.py"))
+    _mma = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_mma)
+
 SMEM_LIMIT_SM120 = 101376
 MAX_TAIL = 64  # longest draft tail (tokens per request) the tree-verify path serves
 MAX_SPLITS = 256
 MIN_CHUNK = 256  # fewest prefix tokens one split walks
 MERGE_BLOCK_DV = 64  # value dims per merge program
 MERGE_CHUNK_S = 64  # partial results the merge reads per step (a 64 x 64 fp32 tile: 32 registers a thread)
+MMA_MIN_ROWS = 64  # query rows per request from which MLA verify takes the CUDA prefix kernel
+MMA_WAVES = 1  # waves of the CUDA prefix kernel's programs (one resident per SM)
 
 
 class TileConfig(NamedTuple):
@@ -666,6 +677,7 @@ def _run_split_attention(
     num_splits: Optional[int] = None,
     v_from_k: Optional[bool] = None,
     merge: Optional[Tuple[int, int]] = None,
+    prefix: str = "auto",
 ):
     lk, lv = q.shape[-1], v_buffer.shape[-1]
     heads = q.shape[1]
@@ -679,16 +691,30 @@ def _run_split_attention(
     rows_blocks = n_head_blocks * n_tok_blocks
     dims = dict(Lk=lk, Lv=lv, BLOCK_D=block_d, BLOCK_DPE=block_dpe, BLOCK_DV=block_dv)
     is_decode = q_indptr is None
-    # Decode fills eight waves, verify two: the fastest measured (docs/benchmarks.md, split sweep).
-    splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q), 8 if is_decode else 2)
+    v_shared = _v_shares_k(k_buffer, v_buffer, block_d, lv) if v_from_k is None else v_from_k
+    use_mma = (
+        prefix != "triton"
+        and not is_decode
+        and v_shared
+        and (prefix == "mma" or max_tokens * heads >= MMA_MIN_ROWS)
+        and _mma.serves(q, k_buffer, q_indptr, kv_indptr, kv_indices, n_kv)
+        and _mma.kernel(q.device) is not None
+    )
+    if use_mma:
+        splits = num_splits or num_splits_for(_mma.row_blocks(max_tokens, heads) * batch, _sm_count(q), MMA_WAVES)
+    else:
+        # Decode fills eight waves, verify two: the fastest measured (docs/benchmarks.md, split sweep).
+        splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q), 8 if is_decode else 2)
     n_slots = splits + (1 if tail is not None else 0)
     total_tokens = q.shape[0]
     o_part = torch.empty((total_tokens, heads, n_slots, lv), dtype=torch.float32, device=q.device)
     l_part = torch.empty((total_tokens, heads, n_slots), dtype=torch.float32, device=q.device)
     qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
-    if v_from_k is None:
-        v_from_k = _v_shares_k(k_buffer, v_buffer, block_d, lv)
-    if not is_decode and v_from_k and block_dpe > 0 and cfg.block_t * cfg.block_h == 32:
+    v_from_k = v_shared
+    if use_mma:
+        _mma.prefix_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale, float(v_scale),
+                         batch, max_tokens, splits, MIN_CHUNK)
+    elif not is_decode and v_from_k and block_dpe > 0 and cfg.block_t * cfg.block_h == 32:
         _prefix_pair_kernel[(rows_blocks, splits, batch * n_kv)](
             q,
             k_buffer,

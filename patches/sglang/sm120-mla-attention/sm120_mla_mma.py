@@ -1,0 +1,529 @@
+# Copyright 2026 the sm120kit authors. Licensed under the Apache License, Version 2.0.
+"""The MLA verify prefix pass as a CUDA mma.sync kernel, compiled at first use by NVRTC.
+
+Added to SGLang by sm120kit's ``sm120-mla-attention`` patch, beside ``sm120_mla.py``, which calls
+:func:`prefix_pass` for bf16 MLA verify (576 query/key dims, the first 512 of them the values, one
+latent KV head) and runs its Triton prefix kernel wherever this one declines or cannot be built.
+
+Why CUDA: in the Triton kernel every warp of a 16-row dot reads the whole 16 x 576 query block from
+shared memory at each KV step, so verify is bound by shared-memory reads at about a third of the
+mma.sync roofline. Here a program holds 64 query rows (draft tokens x heads) in eight warps: warp
+``w`` keeps rows ``16 * (w % 4)`` onward and query dims ``288 * (w // 4)`` onward in registers for the
+whole split (72 registers), multiplies them with its half of each 32-token KV tile, and adds its
+partner's half of the scores through shared memory (one 2 KB exchange per warp and step). The same
+warp then owns 256 of the 512 value dims of the output (128 fp32 registers). Per 32-token step the
+program reads 278 KB of shared memory for 4.5 MFLOP, twice the ratio of the Triton kernel.
+
+Shared memory: two stages of a 32 x 576 bf16 KV tile (rows padded by 16 bytes, so the eight rows an
+``ldmatrix`` reads fall in distinct banks) copied with ``cp.async``, three slots of KV indices and the
+score exchange: 91520 bytes, within SM120's 101376. The kernel writes the same partial results as the
+Triton prefix kernel (fp32 output normalised by its own sum, base-2 log-sum-exp per split), so the
+draft-tail pass and the merge are unchanged.
+
+The kernel needs only the CUDA driver and NVRTC (the ``nvidia-cuda-nvrtc`` wheel that CUDA builds of
+torch depend on, or a CUDA toolkit); both are found with ``ctypes``. If either is missing, or the
+compile fails, :func:`available` is False and the caller keeps its Triton kernel.
+``SGLANG_SM120_MLA_MMA=0`` turns this path off.
+"""
+
+import ctypes
+import glob
+import os
+import sys
+import threading
+from typing import Dict, Optional, Tuple
+
+import torch
+
+ROWS = 64  # query rows (draft tokens x heads) per program
+BLOCK_N = 32  # KV tokens per step
+HEAD_DIM = 576
+V_DIM = 512
+THREADS = 256
+STAGE_BYTES = BLOCK_N * (HEAD_DIM * 2 + 16)
+IDX_OFFSET = 2 * STAGE_BYTES
+XCH_OFFSET = IDX_OFFSET + 3 * BLOCK_N * 8
+SMEM_BYTES = XCH_OFFSET + 8 * 32 * 16 * 4
+KERNEL_NAMES = {torch.int32: "sm120_mla_prefix_mma_i32", torch.int64: "sm120_mla_prefix_mma_i64"}
+
+SOURCE = r"""
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+#define ROWS 64
+#define BN 32
+#define D 576
+#define DHALF 288
+#define DV_WARP 256
+#define ROW_BYTES 1152
+#define SROW 1168
+#define STAGE_BYTES (BN * SROW)
+#define CHUNKS_PER_THREAD 9
+#define IDX_OFF (2 * STAGE_BYTES)
+#define XCH_OFF (IDX_OFF + 3 * BN * 8)
+#define SMEM_BYTES (XCH_OFF + 8 * 32 * 16 * 4)
+// The launcher passes its own figure; both must agree.
+static_assert(SMEM_BYTES == EXPECTED_SMEM_BYTES, "shared memory layout differs from the launcher's");
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void cp_async_idx(u32 dst, const int* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
+
+__device__ __forceinline__ void cp_async_idx(u32 dst, const long long* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 8 : 0));
+}
+
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_bf16(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ void pair_sync(int id) {
+    asm volatile("bar.sync %0, 64;\n" :: "r"(id));
+}
+
+// One program: ROWS query rows of one request against one split of its prefix.
+// Grid (row blocks, splits, requests), 256 threads.
+template <typename IdxT>
+__device__ __forceinline__ void prefix_body(
+    const u16* __restrict__ Q, const u16* __restrict__ KV,
+    const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices,
+    float* __restrict__ O_part, float* __restrict__ L_part,
+    float qk_scale, float v_scale,
+    long long stride_qt, long long stride_qh, long long stride_kt,
+    long long stride_ot, long long stride_oh, long long stride_os,
+    long long stride_lt, long long stride_lh,
+    int heads, int num_splits, int min_split)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int rb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+    const int q_start = q_indptr[b];
+    const int n_rows = (q_indptr[b + 1] - q_start) * heads;
+    if (rb * ROWS >= n_rows) return;
+    const int kv_start = kv_indptr[b];
+    const int kv_len = kv_indptr[b + 1] - kv_start;
+    int chunk = ((kv_len + num_splits - 1) / num_splits + BN - 1) / BN * BN;
+    chunk = chunk > min_split ? chunk : min_split;
+    const int start = split * chunk;
+    const int end = kv_len < start + chunk ? kv_len : start + chunk;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int rg = warp & 3, hf = warp >> 2;
+    const int g = lane >> 2, c4 = lane & 3;
+    const int r0 = rb * ROWS + rg * 16 + g, r1 = r0 + 8;
+    const bool ok0 = r0 < n_rows, ok1 = r1 < n_rows;
+
+    if (start >= end) {
+        const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
+        const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
+        if (hf == 0 && c4 == 0) {
+            if (ok0) L_part[t0 * stride_lt + h0 * stride_lh + split] = -__int_as_float(0x7f800000);
+            if (ok1) L_part[t1 * stride_lt + h1 * stride_lh + split] = -__int_as_float(0x7f800000);
+        }
+        return;
+    }
+    const int n_tiles = (end - start + BN - 1) / BN;
+    IdxT* idx = (IdxT*)(smem + IDX_OFF);
+
+    // KV indices of tiles 0 and 1 (later tiles are copied two steps ahead).
+    if (tid < 2 * BN) {
+        int col = start + tid;
+        idx[tid] = col < end ? kv_indices[kv_start + col] : 0;
+    }
+
+    // This warp's query fragments: rows r0/r1, dims hf*288 .. hf*288+287, as 18 k16 A fragments.
+    u32 qa[18][4];
+    {
+        const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
+        const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
+        const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 2;
+        const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 2;
+#pragma unroll
+        for (int s = 0; s < 18; ++s) {
+            qa[s][0] = ok0 ? *(const u32*)(q0p + s * 16) : 0u;
+            qa[s][1] = ok1 ? *(const u32*)(q1p + s * 16) : 0u;
+            qa[s][2] = ok0 ? *(const u32*)(q0p + s * 16 + 8) : 0u;
+            qa[s][3] = ok1 ? *(const u32*)(q1p + s * 16 + 8) : 0u;
+        }
+    }
+    __syncthreads();
+
+    const u32 kv_base = smem_addr(smem);
+    const u32 idx_base = smem_addr(idx);
+    // Each KV row is copied by 8 threads, 9 chunks of 16 bytes each, 128 bytes apart.
+    const int ld_row = tid >> 3;
+    const u32 ld_dst = kv_base + ld_row * SROW + (tid & 7) * 16;
+    auto load_tile = [&](int tile, int stage) {
+        const bool valid = start + tile * BN + ld_row < end;
+        const u16* src = KV + (long long)idx[(tile % 3) * BN + ld_row] * stride_kt + (tid & 7) * 8;
+#pragma unroll
+        for (int i = 0; i < CHUNKS_PER_THREAD; ++i)
+            cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, src + i * 64, valid ? 16 : 0);
+    };
+    auto load_idx = [&](int tile) {
+        if (tid < BN) {
+            const int col = start + tile * BN + tid;
+            const bool valid = col < end;
+            cp_async_idx(idx_base + ((tile % 3) * BN + tid) * (u32)sizeof(IdxT),
+                         kv_indices + kv_start + (valid ? col : 0), valid);
+        }
+    };
+    load_tile(0, 0);
+    cp_commit();
+
+    float o[32][4];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    const float NEG_INF = -__int_as_float(0x7f800000);
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+    float4* xch_mine = (float4*)(smem + XCH_OFF) + warp * 128 + lane;
+    const float4* xch_partner = (const float4*)(smem + XCH_OFF) + (warp ^ 4) * 128 + lane;
+
+    // ldmatrix row addresses (bytes within a stage) of this lane.
+    const int mi = lane >> 3, mr = lane & 7;
+    const u32 k_lane = ((mi >> 1) * 8 + mr) * SROW + (hf * DHALF + (mi & 1) * 8) * 2;
+    const u32 v_lane = ((mi & 1) * 8 + mr) * SROW + (hf * DV_WARP + (mi >> 1) * 8) * 2;
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        const int stage = tile & 1;
+        cp_wait_all();
+        __syncthreads();
+        if (tile + 1 < n_tiles) {
+            if (tile + 2 < n_tiles) load_idx(tile + 2);
+            load_tile(tile + 1, stage ^ 1);
+        }
+        cp_commit();
+        const u32 st = kv_base + stage * STAGE_BYTES;
+
+        // Partial scores over this warp's half of the dims: 16 rows x 32 tokens.
+        float s[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < 18; ++ks) {
+#pragma unroll
+            for (int np = 0; np < 2; ++np) {
+                u32 b0, b1, b2, b3;
+                ldsm_x4(st + k_lane + np * 16 * SROW + ks * 32, b0, b1, b2, b3);
+                mma_bf16(s[2 * np], qa[ks], b0, b1);
+                mma_bf16(s[2 * np + 1], qa[ks], b2, b3);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xch_mine[i * 32] = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+        pair_sync(1 + rg);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float4 p = xch_partner[i * 32];
+            s[i][0] += p.x; s[i][1] += p.y; s[i][2] += p.z; s[i][3] += p.w;
+        }
+
+        // Online softmax (base 2) over the 32 tokens.
+        const int col0 = start + tile * BN + c4 * 2;
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const bool valid = col0 + i * 8 + j < end;
+                s[i][j] = valid ? s[i][j] * qk_scale : NEG_INF;
+                s[i][2 + j] = valid ? s[i][2 + j] * qk_scale : NEG_INF;
+                mx0 = fmaxf(mx0, s[i][j]);
+                mx1 = fmaxf(mx1, s[i][2 + j]);
+            }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float alpha0 = exp2f(m0 - mx0), alpha1 = exp2f(m1 - mx1);
+        m0 = mx0;
+        m1 = mx1;
+        l0 *= alpha0;
+        l1 *= alpha1;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            s[i][0] = exp2f(s[i][0] - m0); s[i][1] = exp2f(s[i][1] - m0);
+            s[i][2] = exp2f(s[i][2] - m1); s[i][3] = exp2f(s[i][3] - m1);
+            l0 += s[i][0] + s[i][1];
+            l1 += s[i][2] + s[i][3];
+        }
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            o[i][0] *= alpha0; o[i][1] *= alpha0; o[i][2] *= alpha1; o[i][3] *= alpha1;
+        }
+        u32 pa[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            pa[j][0] = pack_bf16(s[2 * j][0], s[2 * j][1]);
+            pa[j][1] = pack_bf16(s[2 * j][2], s[2 * j][3]);
+            pa[j][2] = pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]);
+            pa[j][3] = pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3]);
+        }
+
+        // This warp's 256 value dims: o += p @ v.
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+            for (int dt = 0; dt < 16; ++dt) {
+                u32 b0, b1, b2, b3;
+                ldsm_x4_t(st + v_lane + j * 16 * SROW + dt * 32, b0, b1, b2, b3);
+                mma_bf16(o[2 * dt], pa[j], b0, b1);
+                mma_bf16(o[2 * dt + 1], pa[j], b2, b3);
+            }
+        }
+    }
+
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float sc0 = v_scale / l0, sc1 = v_scale / l1;
+    const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
+    const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
+    float* o0 = O_part + t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
+    float* o1 = O_part + t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        if (ok0) *(float2*)(o0 + i * 8) = make_float2(o[i][0] * sc0, o[i][1] * sc0);
+        if (ok1) *(float2*)(o1 + i * 8) = make_float2(o[i][2] * sc1, o[i][3] * sc1);
+    }
+    if (hf == 0 && c4 == 0) {
+        if (ok0) L_part[t0 * stride_lt + h0 * stride_lh + split] = m0 + log2f(l0);
+        if (ok1) L_part[t1 * stride_lt + h1 * stride_lh + split] = m1 + log2f(l1);
+    }
+}
+
+#define PREFIX_ARGS(IdxT) \
+    const u16* __restrict__ Q, const u16* __restrict__ KV, const int* __restrict__ q_indptr, \
+    const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices, float* __restrict__ O_part, \
+    float* __restrict__ L_part, float qk_scale, float v_scale, long long stride_qt, long long stride_qh, \
+    long long stride_kt, long long stride_ot, long long stride_oh, long long stride_os, long long stride_lt, \
+    long long stride_lh, int heads, int num_splits, int min_split
+#define PREFIX_CALL \
+    prefix_body(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, stride_qt, stride_qh, \
+                stride_kt, stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads, num_splits, min_split)
+
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_i32(PREFIX_ARGS(int)) { PREFIX_CALL; }
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_i64(PREFIX_ARGS(long long)) { PREFIX_CALL; }
+"""
+
+_LOCK = threading.Lock()
+_KERNELS: Dict[int, Optional["_Kernel"]] = {}
+_ERRORS: Dict[int, str] = {}
+
+
+def _env_enabled() -> bool:
+    return os.environ.get("SGLANG_SM120_MLA_MMA", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _load(path: str):
+    """Load a library; NVRTC's builtins library beside it first, which NVRTC opens by name and which a
+    wheel's folder is not on the loader's path for."""
+    for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.*"))):
+        if ".alt." not in builtins:
+            try:
+                ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                pass
+    return ctypes.CDLL(path)
+
+
+def nvrtc_library():
+    """NVRTC: from the loader's path, a CUDA toolkit, or an NVIDIA wheel on sys.path (CUDA builds of torch
+    depend on ``nvidia-cuda-nvrtc``); None if there is none."""
+    for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            pass
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidates = sorted(glob.glob(os.path.join(home, "lib64", "libnvrtc.so.*")), reverse=True)
+    for root in sys.path:
+        for pattern in ("nvidia/cu13/lib/libnvrtc.so.*", "nvidia/cuda_nvrtc/lib/libnvrtc.so.*"):
+            candidates += sorted(glob.glob(os.path.join(root, pattern)), reverse=True)
+    for path in candidates:
+        if ".alt." in path:
+            continue
+        try:
+            return _load(path)
+        except OSError:
+            pass
+    return None
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+def compile_cubin(arch: str, source: str = SOURCE) -> bytes:
+    """Compile ``source`` to a cubin for ``arch`` (``sm_120a``, ``sm_90``) with NVRTC; no GPU needed."""
+    lib = nvrtc_library()
+    if lib is None:
+        raise CompileError("NVRTC (libnvrtc) was not found")
+    prog = ctypes.c_void_p()
+    rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"sm120_mla_mma.cu", 0, None, None)
+    if rc:
+        raise CompileError(f"nvrtcCreateProgram returned {rc}")
+    try:
+        opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"--use_fast_math",
+                f"-DEXPECTED_SMEM_BYTES={SMEM_BYTES}".encode()]
+        arr = (ctypes.c_char_p * len(opts))(*opts)
+        rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+        if rc:
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(prog, log)
+            raise CompileError(f"NVRTC could not compile for {arch}: {log.value.decode(errors='replace')}")
+        size = ctypes.c_size_t()
+        if lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)):
+            raise CompileError(f"NVRTC gave no cubin for {arch}")
+        cubin = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetCUBIN(prog, cubin)
+        return cubin.raw
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+class _Kernel:
+    """The compiled kernel loaded into the current CUDA context of one device."""
+
+    def __init__(self, cubin: bytes):
+        self.driver = ctypes.CDLL("libcuda.so.1")
+        self.module = ctypes.c_void_p()
+        self.cubin = ctypes.create_string_buffer(cubin, len(cubin))
+        self._check(self.driver.cuModuleLoadData(ctypes.byref(self.module), self.cubin), "cuModuleLoadData")
+        self.functions = {}
+        for dtype, name in KERNEL_NAMES.items():
+            function = ctypes.c_void_p()
+            self._check(self.driver.cuModuleGetFunction(ctypes.byref(function), self.module, name.encode()),
+                        "cuModuleGetFunction")
+            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self._check(self.driver.cuFuncSetAttribute(function, 8, SMEM_BYTES), "cuFuncSetAttribute")
+            self.functions[dtype] = function
+        self.driver.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+
+    @staticmethod
+    def _check(rc: int, what: str) -> None:
+        if rc:
+            raise CompileError(f"{what} returned CUDA error {rc}")
+
+    def launch(self, index_dtype, grid: Tuple[int, int, int], stream: int, args) -> None:
+        params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
+        self._check(
+            self.driver.cuLaunchKernel(self.functions[index_dtype], grid[0], grid[1], grid[2], THREADS, 1, 1, SMEM_BYTES,
+                                       ctypes.c_void_p(stream), params, None),
+            "cuLaunchKernel",
+        )
+
+
+def _arch(index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+
+
+def kernel(device: torch.device) -> Optional[_Kernel]:
+    """The kernel for ``device``, compiled and loaded on first use; None if it cannot be."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with _LOCK:
+        if index not in _KERNELS:
+            try:
+                with torch.cuda.device(index):
+                    torch.cuda.init()
+                    _KERNELS[index] = _Kernel(compile_cubin(_arch(index)))
+            except (CompileError, OSError, AttributeError) as exc:
+                _KERNELS[index] = None
+                _ERRORS[index] = str(exc)
+        return _KERNELS[index]
+
+
+def error(device: torch.device) -> Optional[str]:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _ERRORS.get(index)
+
+
+def fits(q, kv, q_indptr, kv_indptr, kv_indices, kv_heads: int) -> bool:
+    """Whether the tensors are what the kernel takes: bf16 MLA 576/512 with one KV head, int32 row
+    pointers, int32 or int64 KV slots, rows aligned for 4- and 16-byte loads."""
+    return (
+        q.dtype == torch.bfloat16
+        and kv.dtype == torch.bfloat16
+        and q.dim() == 3
+        and kv.dim() == 3
+        and q.shape[-1] == HEAD_DIM
+        and kv.shape[-1] == HEAD_DIM
+        and kv_heads == 1
+        and q.stride(-1) == 1
+        and kv.stride(-1) == 1
+        and q.stride(0) % 2 == 0
+        and q.stride(1) % 2 == 0
+        and kv.stride(0) % 8 == 0
+        and q.data_ptr() % 16 == 0
+        and kv.data_ptr() % 16 == 0
+        and all(t.dtype == torch.int32 and t.is_contiguous() for t in (q_indptr, kv_indptr))
+        and kv_indices.dtype in KERNEL_NAMES
+        and kv_indices.is_contiguous()
+    )
+
+
+def serves(q, kv, q_indptr, kv_indptr, kv_indices, kv_heads: int) -> bool:
+    """Whether this kernel takes the call: on a CUDA tensor that :func:`fits`, unless turned off."""
+    return _env_enabled() and q.is_cuda and fits(q, kv, q_indptr, kv_indptr, kv_indices, kv_heads)
+
+
+def row_blocks(max_tokens: int, heads: int) -> int:
+    return -(-(max_tokens * heads) // ROWS)
+
+
+def prefix_pass(q, kv, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale: float, v_scale: float,
+                batch: int, max_tokens: int, num_splits: int, min_split: int) -> bool:
+    """Write the prefix partial results of every split into ``o_part``/``l_part``; False if not run."""
+    k = kernel(q.device)
+    if k is None:
+        return False
+    heads = q.shape[1]
+    args = [
+        ctypes.c_void_p(q.data_ptr()), ctypes.c_void_p(kv.data_ptr()), ctypes.c_void_p(q_indptr.data_ptr()),
+        ctypes.c_void_p(kv_indptr.data_ptr()), ctypes.c_void_p(kv_indices.data_ptr()),
+        ctypes.c_void_p(o_part.data_ptr()), ctypes.c_void_p(l_part.data_ptr()),
+        ctypes.c_float(qk_scale), ctypes.c_float(v_scale),
+        ctypes.c_longlong(q.stride(0)), ctypes.c_longlong(q.stride(1)), ctypes.c_longlong(kv.stride(0)),
+        ctypes.c_longlong(o_part.stride(0)), ctypes.c_longlong(o_part.stride(1)),
+        ctypes.c_longlong(o_part.stride(2)), ctypes.c_longlong(l_part.stride(0)),
+        ctypes.c_longlong(l_part.stride(1)), ctypes.c_int(heads), ctypes.c_int(num_splits),
+        ctypes.c_int(min_split),
+    ]
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    k.launch(kv_indices.dtype, (row_blocks(max_tokens, heads), num_splits, batch), stream, args)
+    return True
