@@ -410,6 +410,7 @@ def sweep_tiles(mla, roof):
 SWEEP_PREFIX_CASES = [  # (prefix, drafts, heads, kv dtype): MLA verify cases the CUDA prefix kernel serves
     (185000, 8, 16, "bf16"), (185000, 16, 16, "bf16"), (185000, 32, 16, "bf16"), (32768, 8, 16, "bf16"),
     (32768, 8, 8, "bf16"), (185000, 8, 8, "bf16"), (185000, 8, 128, "bf16"), (131072, 8, 16, "bf16"),
+    (185000, 8, 16, "fp8"), (32768, 8, 16, "fp8"), (32768, 32, 16, "bf16"),
 ]
 
 
@@ -427,8 +428,8 @@ def sweep_prefix(mla, roof):
         out.append({"case": label, "variant": "triton prefix kernel", "ms": round(t_tri, 4),
                     "pct": row("verify", label, c, heads, None, t_tri, roof, None)["pct_roofline_new"]})
         print(json.dumps(out[-1]), flush=True)
-        for waves in (1, 2):
-            splits = mla.num_splits_for(mla._mma.row_blocks(max_tok, heads) * batch, sms, waves)
+        for waves in (0.5, 1, 2):
+            splits = int(mla.num_splits_for(mla._mma.row_blocks(max_tok, heads) * batch, sms, waves))
             fn = lambda: call(splits=splits, prefix_kernel="mma")  # noqa: E731
             try:
                 fn()
@@ -465,7 +466,7 @@ def numerics():
                                         c["kv_indptr"], c["kv_indices"], c["custom_mask"], False, c["mask_indptr"],
                                         c["max_len"], scale, scale)
         diff = (o.float() - ref.reference_verify(c, k_scale=scale, v_scale=scale)).abs().max().item()
-        mma = mla._mma.kernel(o.device) is not None and lk == 576 and kvd == "bf16" and heads * 16 >= mla.MMA_MIN_ROWS
+        mma = mla._mma.kernel(o.device) is not None and lk == 576 and heads * 16 >= mla.MMA_MIN_ROWS
         out.append({"check": "verify", "kv_heads": kvh, "lk": lk, "lv": lv, "heads": heads, "kv": kvd, "ran": ran,
                     "prefix_kernel": "mma" if mma else "triton", "mma_error": mla._mma.error(o.device),
                     "max_abs_diff": round(diff, 5)})

@@ -283,10 +283,11 @@ def test_mma_prefix_kernel_compiles_within_the_limit(mma, arch):
     usage = resource_usage(cubin)
     assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
     assert set(usage) == set(mma.KERNEL_NAMES.values())
-    for name, res in usage.items():
+    for (kv_dtype, _), name in mma.KERNEL_NAMES.items():
+        res = usage[name]
         assert res.registers <= 255, (name, res)
-        assert res.shared + mma.SMEM_BYTES <= LIMIT, (name, res)
-    assert mma.SMEM_BYTES > 48 * 1024  # so the launcher must raise the dynamic shared-memory cap
+        assert res.shared + mma.SMEM_BYTES[kv_dtype] <= LIMIT, (name, res)
+        assert mma.SMEM_BYTES[kv_dtype] > 48 * 1024  # so the launcher must raise the dynamic shared-memory cap
 
 
 def test_mma_source_refuses_another_shared_memory_layout(mma):
@@ -307,6 +308,10 @@ def test_mma_prefix_kernel_takes_only_bf16_mla(mma):
 
     assert mma.fits(*case())
     assert mma.fits(*case(idx=torch.int32))
+    q, kv, *rest = case()
+    assert mma.fits(q, kv.to(torch.float8_e4m3fn), *rest)
+    assert not mma.fits(q, kv.to(torch.float8_e5m2), *rest)
+    assert not mma.fits(q.to(torch.float8_e4m3fn), kv.to(torch.float8_e4m3fn), *rest)
     assert not mma.serves(*case())  # not a CUDA tensor
     for bad in (case(dtype=torch.float16), case(lk=512), case(kv_heads=2), case(idx=torch.int16),
                 case(ptr=torch.int64)):

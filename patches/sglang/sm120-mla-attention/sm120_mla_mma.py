@@ -40,30 +40,39 @@ BLOCK_N = 32  # KV tokens per step
 HEAD_DIM = 576
 V_DIM = 512
 THREADS = 256
-STAGE_BYTES = BLOCK_N * (HEAD_DIM * 2 + 16)
-IDX_OFFSET = 2 * STAGE_BYTES
-XCH_OFFSET = IDX_OFFSET + 3 * BLOCK_N * 8
-SMEM_BYTES = XCH_OFFSET + 8 * 32 * 16 * 4
-KERNEL_NAMES = {torch.int32: "sm120_mla_prefix_mma_i32", torch.int64: "sm120_mla_prefix_mma_i64"}
+TILE_BYTES = BLOCK_N * (HEAD_DIM * 2 + 16)  # one 16-bit KV tile, rows padded by 16 bytes
+FP8_TILE_BYTES = BLOCK_N * (HEAD_DIM + 16)  # one fp8 KV tile as copied, rows padded by 16 bytes
+IDX_BYTES = 3 * BLOCK_N * 8
+XCH_BYTES = 8 * 32 * 16 * 4
+# bf16 KV: two stages of the tile; fp8 KV: two stages of the fp8 tile and one f16 tile converted from it.
+SMEM_BYTES = {
+    torch.bfloat16: 2 * TILE_BYTES + IDX_BYTES + XCH_BYTES,
+    torch.float8_e4m3fn: TILE_BYTES + 2 * FP8_TILE_BYTES + IDX_BYTES + XCH_BYTES,
+}
+KERNEL_NAMES = {
+    (kv, idx): f"sm120_mla_prefix_mma_{kv_name}_{idx_name}"
+    for kv, kv_name in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8"))
+    for idx, idx_name in ((torch.int32, "i32"), (torch.int64, "i64"))
+}
 
 SOURCE = r"""
 typedef unsigned int u32;
 typedef unsigned short u16;
+typedef unsigned char u8;
 
 #define ROWS 64
 #define BN 32
-#define D 576
 #define DHALF 288
 #define DV_WARP 256
-#define ROW_BYTES 1152
-#define SROW 1168
-#define STAGE_BYTES (BN * SROW)
-#define CHUNKS_PER_THREAD 9
-#define IDX_OFF (2 * STAGE_BYTES)
-#define XCH_OFF (IDX_OFF + 3 * BN * 8)
-#define SMEM_BYTES (XCH_OFF + 8 * 32 * 16 * 4)
-// The launcher passes its own figure; both must agree.
-static_assert(SMEM_BYTES == EXPECTED_SMEM_BYTES, "shared memory layout differs from the launcher's");
+#define SROW 1168     // bytes per row of a 16-bit KV tile: 576 x 2, padded so ldmatrix rows fall in distinct banks
+#define SROW8 592     // bytes per row of an fp8 KV tile as copied
+#define TILE_BYTES (BN * SROW)
+#define TILE8_BYTES (BN * SROW8)
+#define IDX_BYTES (3 * BN * 8)
+
+// The launcher passes its own figures; the layouts below must agree with them.
+static_assert(2 * TILE_BYTES + IDX_BYTES + 8 * 32 * 16 * 4 == EXPECTED_SMEM_BF16, "shared memory layout differs from the launcher's");
+static_assert(TILE_BYTES + 2 * TILE8_BYTES + IDX_BYTES + 8 * 32 * 16 * 4 == EXPECTED_SMEM_FP8, "shared memory layout differs from the launcher's");
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return (u32)__cvta_generic_to_shared(p);
@@ -94,17 +103,51 @@ __device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
 }
 
-__device__ __forceinline__ void mma_bf16(float* c, const u32* a, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// c += a @ b on one m16n8k16 tile: bf16 operands (F16 false) or f16 (F16 true), fp32 accumulator.
+template <bool F16>
+__device__ __forceinline__ void mma16(float* c, const u32* a, u32 b0, u32 b1) {
+    if constexpr (F16) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
 }
 
-__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+// Two floats as a pair of 16-bit values, the first in the low half.
+template <bool F16>
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
     u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    if constexpr (F16) {
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    } else {
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    }
+    return r;
+}
+
+// A pair of bf16 query values as the operand type: unchanged, or as f16 (clamped to its range).
+template <bool F16>
+__device__ __forceinline__ u32 q_pair(u32 w) {
+    if constexpr (F16) {
+        const float lo = fminf(fmaxf(__uint_as_float(w << 16), -65504.f), 65504.f);
+        const float hi = fminf(fmaxf(__uint_as_float(w & 0xffff0000u), -65504.f), 65504.f);
+        return pack2<true>(lo, hi);
+    } else {
+        return w;
+    }
+}
+
+__device__ __forceinline__ u32 e4m3x2_to_f16x2(u16 v) {
+    u32 r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(v));
     return r;
 }
 
@@ -113,10 +156,11 @@ __device__ __forceinline__ void pair_sync(int id) {
 }
 
 // One program: ROWS query rows of one request against one split of its prefix.
-// Grid (row blocks, splits, requests), 256 threads.
-template <typename IdxT>
+// Grid (row blocks, splits, requests), 256 threads. KV8: the KV rows are fp8 e4m3 (576 bytes), copied as
+// they are and converted to f16 in shared memory, and both dots run on f16 operands.
+template <typename IdxT, bool KV8>
 __device__ __forceinline__ void prefix_body(
-    const u16* __restrict__ Q, const u16* __restrict__ KV,
+    const u16* __restrict__ Q, const void* __restrict__ KV_,
     const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices,
     float* __restrict__ O_part, float* __restrict__ L_part,
     float qk_scale, float v_scale,
@@ -125,6 +169,13 @@ __device__ __forceinline__ void prefix_body(
     long long stride_lt, long long stride_lh,
     int heads, int num_splits, int min_split)
 {
+    constexpr int STAGE_BYTES = KV8 ? TILE8_BYTES : TILE_BYTES;  // what one cp.async stage holds
+    constexpr int STAGE_OFF = KV8 ? TILE_BYTES : 0;              // where the stages start
+    constexpr int IDX_OFF = STAGE_OFF + 2 * STAGE_BYTES;
+    constexpr int XCH_OFF = IDX_OFF + IDX_BYTES;
+    const u8* KV = (const u8*)KV_;
+    constexpr int ELEM = KV8 ? 1 : 2;
+
     extern __shared__ __align__(16) unsigned char smem[];
     const int rb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
     const int q_start = q_indptr[b];
@@ -155,40 +206,33 @@ __device__ __forceinline__ void prefix_body(
     const int n_tiles = (end - start + BN - 1) / BN;
     IdxT* idx = (IdxT*)(smem + IDX_OFF);
 
-    // KV indices of tiles 0 and 1 (later tiles are copied two steps ahead).
+    // KV slots of tiles 0 and 1 (later tiles are copied two steps ahead).
     if (tid < 2 * BN) {
         int col = start + tid;
         idx[tid] = col < end ? kv_indices[kv_start + col] : 0;
     }
 
-    // This warp's query fragments: rows r0/r1, dims hf*288 .. hf*288+287, as 18 k16 A fragments.
-    u32 qa[18][4];
-    {
-        const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
-        const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
-        const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 2;
-        const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 2;
-#pragma unroll
-        for (int s = 0; s < 18; ++s) {
-            qa[s][0] = ok0 ? *(const u32*)(q0p + s * 16) : 0u;
-            qa[s][1] = ok1 ? *(const u32*)(q1p + s * 16) : 0u;
-            qa[s][2] = ok0 ? *(const u32*)(q0p + s * 16 + 8) : 0u;
-            qa[s][3] = ok1 ? *(const u32*)(q1p + s * 16 + 8) : 0u;
-        }
-    }
     __syncthreads();
 
     const u32 kv_base = smem_addr(smem);
     const u32 idx_base = smem_addr(idx);
-    // Each KV row is copied by 8 threads, 9 chunks of 16 bytes each, 128 bytes apart.
+    // Each KV row is copied by 8 threads, in 16-byte chunks 128 bytes apart: 9 chunks a thread (bf16),
+    // 4 or 5 (fp8: 36 chunks a row).
     const int ld_row = tid >> 3;
-    const u32 ld_dst = kv_base + ld_row * SROW + (tid & 7) * 16;
+    const u32 ld_dst = kv_base + STAGE_OFF + ld_row * (KV8 ? SROW8 : SROW) + (tid & 7) * 16;
     auto load_tile = [&](int tile, int stage) {
         const bool valid = start + tile * BN + ld_row < end;
-        const u16* src = KV + (long long)idx[(tile % 3) * BN + ld_row] * stride_kt + (tid & 7) * 8;
+        const u8* src = KV + ((long long)idx[(tile % 3) * BN + ld_row] * stride_kt + (tid & 7) * (16 / ELEM)) * ELEM;
+        if constexpr (KV8) {
 #pragma unroll
-        for (int i = 0; i < CHUNKS_PER_THREAD; ++i)
-            cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, src + i * 64, valid ? 16 : 0);
+            for (int i = 0; i < 5; ++i)
+                if (i < 4 || (tid & 7) < 4)
+                    cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 9; ++i)
+                cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
+        }
     };
     auto load_idx = [&](int tile) {
         if (tid < BN) {
@@ -201,6 +245,23 @@ __device__ __forceinline__ void prefix_body(
     load_tile(0, 0);
     cp_commit();
 
+    // This warp's query fragments, loaded while tile 0 is in flight: rows r0/r1, dims hf*288 .. hf*288+287,
+    // as 18 k16 A fragments.
+    u32 qa[18][4];
+    {
+        const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
+        const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
+        const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 2;
+        const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 2;
+#pragma unroll
+        for (int s = 0; s < 18; ++s) {
+            qa[s][0] = ok0 ? q_pair<KV8>(*(const u32*)(q0p + s * 16)) : 0u;
+            qa[s][1] = ok1 ? q_pair<KV8>(*(const u32*)(q1p + s * 16)) : 0u;
+            qa[s][2] = ok0 ? q_pair<KV8>(*(const u32*)(q0p + s * 16 + 8)) : 0u;
+            qa[s][3] = ok1 ? q_pair<KV8>(*(const u32*)(q1p + s * 16 + 8)) : 0u;
+        }
+    }
+
     float o[32][4];
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -209,7 +270,7 @@ __device__ __forceinline__ void prefix_body(
     float4* xch_mine = (float4*)(smem + XCH_OFF) + warp * 128 + lane;
     const float4* xch_partner = (const float4*)(smem + XCH_OFF) + (warp ^ 4) * 128 + lane;
 
-    // ldmatrix row addresses (bytes within a stage) of this lane.
+    // ldmatrix row addresses (bytes within a 16-bit tile) of this lane.
     const int mi = lane >> 3, mr = lane & 7;
     const u32 k_lane = ((mi >> 1) * 8 + mr) * SROW + (hf * DHALF + (mi & 1) * 8) * 2;
     const u32 v_lane = ((mi & 1) * 8 + mr) * SROW + (hf * DV_WARP + (mi >> 1) * 8) * 2;
@@ -218,12 +279,28 @@ __device__ __forceinline__ void prefix_body(
         const int stage = tile & 1;
         cp_wait_all();
         __syncthreads();
+        if constexpr (KV8) {
+            // fp8 stage -> the f16 tile: each thread converts 9 groups of 8 values of one row.
+            const u8* src = smem + STAGE_OFF + stage * STAGE_BYTES + ld_row * SROW8 + (tid & 7) * 8;
+            unsigned char* dst = smem + ld_row * SROW + (tid & 7) * 16;
+#pragma unroll
+            for (int i = 0; i < 9; ++i) {
+                const uint2 v = *(const uint2*)(src + i * 64);
+                uint4 h;
+                h.x = e4m3x2_to_f16x2((u16)(v.x & 0xffffu));
+                h.y = e4m3x2_to_f16x2((u16)(v.x >> 16));
+                h.z = e4m3x2_to_f16x2((u16)(v.y & 0xffffu));
+                h.w = e4m3x2_to_f16x2((u16)(v.y >> 16));
+                *(uint4*)(dst + i * 128) = h;
+            }
+        }
         if (tile + 1 < n_tiles) {
             if (tile + 2 < n_tiles) load_idx(tile + 2);
             load_tile(tile + 1, stage ^ 1);
         }
         cp_commit();
-        const u32 st = kv_base + stage * STAGE_BYTES;
+        if constexpr (KV8) __syncthreads();
+        const u32 st = kv_base + (KV8 ? 0 : stage * TILE_BYTES);
 
         // Partial scores over this warp's half of the dims: 16 rows x 32 tokens.
         float s[4][4];
@@ -235,8 +312,8 @@ __device__ __forceinline__ void prefix_body(
             for (int np = 0; np < 2; ++np) {
                 u32 b0, b1, b2, b3;
                 ldsm_x4(st + k_lane + np * 16 * SROW + ks * 32, b0, b1, b2, b3);
-                mma_bf16(s[2 * np], qa[ks], b0, b1);
-                mma_bf16(s[2 * np + 1], qa[ks], b2, b3);
+                mma16<KV8>(s[2 * np], qa[ks], b0, b1);
+                mma16<KV8>(s[2 * np + 1], qa[ks], b2, b3);
             }
         }
 #pragma unroll
@@ -285,10 +362,10 @@ __device__ __forceinline__ void prefix_body(
         u32 pa[2][4];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            pa[j][0] = pack_bf16(s[2 * j][0], s[2 * j][1]);
-            pa[j][1] = pack_bf16(s[2 * j][2], s[2 * j][3]);
-            pa[j][2] = pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]);
-            pa[j][3] = pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3]);
+            pa[j][0] = pack2<KV8>(s[2 * j][0], s[2 * j][1]);
+            pa[j][1] = pack2<KV8>(s[2 * j][2], s[2 * j][3]);
+            pa[j][2] = pack2<KV8>(s[2 * j + 1][0], s[2 * j + 1][1]);
+            pa[j][3] = pack2<KV8>(s[2 * j + 1][2], s[2 * j + 1][3]);
         }
 
         // This warp's 256 value dims: o += p @ v.
@@ -298,8 +375,8 @@ __device__ __forceinline__ void prefix_body(
             for (int dt = 0; dt < 16; ++dt) {
                 u32 b0, b1, b2, b3;
                 ldsm_x4_t(st + v_lane + j * 16 * SROW + dt * 32, b0, b1, b2, b3);
-                mma_bf16(o[2 * dt], pa[j], b0, b1);
-                mma_bf16(o[2 * dt + 1], pa[j], b2, b3);
+                mma16<KV8>(o[2 * dt], pa[j], b0, b1);
+                mma16<KV8>(o[2 * dt + 1], pa[j], b2, b3);
             }
         }
     }
@@ -325,18 +402,30 @@ __device__ __forceinline__ void prefix_body(
 }
 
 #define PREFIX_ARGS(IdxT) \
-    const u16* __restrict__ Q, const u16* __restrict__ KV, const int* __restrict__ q_indptr, \
+    const u16* __restrict__ Q, const void* __restrict__ KV, const int* __restrict__ q_indptr, \
     const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices, float* __restrict__ O_part, \
     float* __restrict__ L_part, float qk_scale, float v_scale, long long stride_qt, long long stride_qh, \
     long long stride_kt, long long stride_ot, long long stride_oh, long long stride_os, long long stride_lt, \
     long long stride_lh, int heads, int num_splits, int min_split
-#define PREFIX_CALL \
-    prefix_body(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, stride_qt, stride_qh, \
-                stride_kt, stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads, num_splits, min_split)
+#define PREFIX_CALL(IdxT, KV8) \
+    prefix_body<IdxT, KV8>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, stride_qt, \
+                           stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads, \
+                           num_splits, min_split)
 
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_i32(PREFIX_ARGS(int)) { PREFIX_CALL; }
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_i64(PREFIX_ARGS(long long)) { PREFIX_CALL; }
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_bf16_i32(PREFIX_ARGS(int)) {
+    PREFIX_CALL(int, false);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_bf16_i64(PREFIX_ARGS(long long)) {
+    PREFIX_CALL(long long, false);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_fp8_i32(PREFIX_ARGS(int)) {
+    PREFIX_CALL(int, true);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_fp8_i64(PREFIX_ARGS(long long)) {
+    PREFIX_CALL(long long, true);
+}
 """
+
 
 _LOCK = threading.Lock()
 _KERNELS: Dict[int, Optional["_Kernel"]] = {}
@@ -397,7 +486,8 @@ def compile_cubin(arch: str, source: str = SOURCE) -> bytes:
         raise CompileError(f"nvrtcCreateProgram returned {rc}")
     try:
         opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"--use_fast_math",
-                f"-DEXPECTED_SMEM_BYTES={SMEM_BYTES}".encode()]
+                f"-DEXPECTED_SMEM_BF16={SMEM_BYTES[torch.bfloat16]}".encode(),
+                f"-DEXPECTED_SMEM_FP8={SMEM_BYTES[torch.float8_e4m3fn]}".encode()]
         arr = (ctypes.c_char_p * len(opts))(*opts)
         rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
         if rc:
@@ -425,13 +515,13 @@ class _Kernel:
         self.cubin = ctypes.create_string_buffer(cubin, len(cubin))
         self._check(self.driver.cuModuleLoadData(ctypes.byref(self.module), self.cubin), "cuModuleLoadData")
         self.functions = {}
-        for dtype, name in KERNEL_NAMES.items():
+        for (kv_dtype, idx_dtype), name in KERNEL_NAMES.items():
             function = ctypes.c_void_p()
             self._check(self.driver.cuModuleGetFunction(ctypes.byref(function), self.module, name.encode()),
                         "cuModuleGetFunction")
             # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            self._check(self.driver.cuFuncSetAttribute(function, 8, SMEM_BYTES), "cuFuncSetAttribute")
-            self.functions[dtype] = function
+            self._check(self.driver.cuFuncSetAttribute(function, 8, SMEM_BYTES[kv_dtype]), "cuFuncSetAttribute")
+            self.functions[(kv_dtype, idx_dtype)] = function
         self.driver.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
 
     @staticmethod
@@ -439,10 +529,11 @@ class _Kernel:
         if rc:
             raise CompileError(f"{what} returned CUDA error {rc}")
 
-    def launch(self, index_dtype, grid: Tuple[int, int, int], stream: int, args) -> None:
+    def launch(self, kv_dtype, index_dtype, grid: Tuple[int, int, int], stream: int, args) -> None:
         params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
         self._check(
-            self.driver.cuLaunchKernel(self.functions[index_dtype], grid[0], grid[1], grid[2], THREADS, 1, 1, SMEM_BYTES,
+            self.driver.cuLaunchKernel(self.functions[(kv_dtype, index_dtype)], grid[0], grid[1], grid[2], THREADS, 1, 1,
+                                       SMEM_BYTES[kv_dtype],
                                        ctypes.c_void_p(stream), params, None),
             "cuLaunchKernel",
         )
@@ -474,11 +565,12 @@ def error(device: torch.device) -> Optional[str]:
 
 
 def fits(q, kv, q_indptr, kv_indptr, kv_indices, kv_heads: int) -> bool:
-    """Whether the tensors are what the kernel takes: bf16 MLA 576/512 with one KV head, int32 row
-    pointers, int32 or int64 KV slots, rows aligned for 4- and 16-byte loads."""
+    """Whether the tensors are what the kernel takes: MLA 576/512 with one KV head, bf16 queries, bf16 or fp8
+    (e4m3) KV, int32 row pointers, int32 or int64 KV slots, rows aligned for 4- and 16-byte loads."""
+    elem = kv.element_size()
     return (
         q.dtype == torch.bfloat16
-        and kv.dtype == torch.bfloat16
+        and kv.dtype in SMEM_BYTES
         and q.dim() == 3
         and kv.dim() == 3
         and q.shape[-1] == HEAD_DIM
@@ -488,11 +580,11 @@ def fits(q, kv, q_indptr, kv_indptr, kv_indices, kv_heads: int) -> bool:
         and kv.stride(-1) == 1
         and q.stride(0) % 2 == 0
         and q.stride(1) % 2 == 0
-        and kv.stride(0) % 8 == 0
+        and (kv.stride(0) * elem) % 16 == 0
         and q.data_ptr() % 16 == 0
         and kv.data_ptr() % 16 == 0
         and all(t.dtype == torch.int32 and t.is_contiguous() for t in (q_indptr, kv_indptr))
-        and kv_indices.dtype in KERNEL_NAMES
+        and (kv.dtype, kv_indices.dtype) in KERNEL_NAMES
         and kv_indices.is_contiguous()
     )
 
@@ -525,5 +617,5 @@ def prefix_pass(q, kv, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale
         ctypes.c_int(min_split),
     ]
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    k.launch(kv_indices.dtype, (row_blocks(max_tokens, heads), num_splits, batch), stream, args)
+    k.launch(kv.dtype, kv_indices.dtype, (row_blocks(max_tokens, heads), num_splits, batch), stream, args)
     return True
