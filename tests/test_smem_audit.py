@@ -387,3 +387,34 @@ def test_tuned_moe_files_load_under_their_device_name(release_dir, tmp_path):
         wanted = picked[name]
         assert (kernel.block["BLOCK_SIZE_N"], kernel.block["BLOCK_SIZE_K"]) == (
             wanted["BLOCK_SIZE_N"], wanted["BLOCK_SIZE_K"]), (name, kernel, wanted)
+
+
+MLA_TREE_VERIFY = """
+[[attention]]
+name = "mla-tree-verify"
+qk_head_dim = 576
+v_head_dim = 512
+num_heads = 16
+num_kv_heads = 1
+dtypes = ["bfloat16"]
+kv_cache_dtypes = ["auto", "fp8_e4m3"]
+launchers = ["tree-verify"]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (patches_dir() / "sglang" / "series.toml").is_file(),
+                    reason="the SM120 patch series (patches/sglang/series.toml) is not in this checkout")
+def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tree, tmp_path, capsys):
+    """sm120-mla-attention's CUDA verify prefix kernel (compiled by NVRTC, as at first use on the card) is in
+    the audit of the tree-verify launcher, beside its Triton kernels, for both KV dtypes and both targets."""
+    tree = installed_tree("0.5.23")
+    code, _, err = _cli(capsys, "apply", str(tree))
+    assert code == 0, err
+    result = smem_audit.audit_tree(tree.parent, archs=("12.0", "12.1"), matrix=_matrix(tmp_path, MLA_TREE_VERIFY),
+                                   cache=AuditCache(tmp_path / "cache"), jobs=2)
+    assert result.ok, [(c.case.id, [k.shared for k in c.kernels], c.error) for c in result.cases]
+    cuda = {(c.arch, k.name, k.shared) for c in result.cases for k in c.kernels if "prefix_mma" in k.name}
+    assert {(arch, name) for arch, name, _ in cuda} == {
+        (arch, f"sm120_mla_prefix_mma_{kv}_i64") for arch in ("12.0", "12.1") for kv in ("bf16", "fp8")}
+    assert all(48 * 1024 < shared <= LIMIT for _, _, shared in cuda)

@@ -84,6 +84,8 @@ class Probe:
         self.policy = policy
         self.modules: dict[str, Any] = {}
         self.failures: dict[str, ImportFailed] = {}
+        self.arch = ""  # "12.0": the target of the CUDA kernels a launcher compiles with NVRTC
+        self.cuda_kernels: list[dict] = []  # those kernels of the current case (Triton's are recorded apart)
 
     # -- modules ----------------------------------------------------------------------------------------
     def module(self, kind: str):
@@ -252,6 +254,37 @@ class Probe:
             }
             if not _call(module.sm120_tree_verify_fwd, args):
                 raise CaseSkipped(f"sm120_tree_verify_fwd declines this shape ({drafts} draft tokens)")
+        return self._mma_prefix(module, args, hkv)
+
+    def _mma_prefix(self, module, args: dict, kv_heads: int) -> str | None:
+        """The CUDA verify prefix kernel the patch adds beside the Triton ones (sm120_mla_mma.py), for the
+        shapes it takes on a GPU: compiled with NVRTC for the target, as at first use on the card."""
+        mma = getattr(module, "_mma", None)
+        if mma is None or not mma.fits(args["q_extend"], args["k_buffer"], args["qo_indptr"], args["kv_indptr"],
+                                       args["kv_indices"], kv_heads):
+            return None
+        import hashlib
+
+        from sm120kit.hardware import cubin as cubin_reader
+
+        major, minor = self.arch.split(".")
+        target = f"sm_{major}{minor}a"
+        try:
+            binary = mma.compile_cubin(target)
+        except mma.CompileError as exc:
+            return f"CUDA verify prefix kernel not compiled: {exc}"
+        usage = cubin_reader.resource_usage(binary) or {}
+        kv_dtype, idx_dtype = args["k_buffer"].dtype, args["kv_indices"].dtype
+        name = mma.KERNEL_NAMES[(kv_dtype, idx_dtype)]
+        res = usage.get(name)
+        self.cuda_kernels.append({
+            "name": name, "module": mma.__name__, "constexprs": {"ROWS": mma.ROWS, "BLOCK_N": mma.BLOCK_N},
+            "num_warps": mma.THREADS // 32, "num_stages": 2,
+            # dynamic shared memory the launcher asks for, plus what the cubin reserves itself
+            "shared": mma.SMEM_BYTES[kv_dtype] + (res.shared if res else 0),
+            "target": f"cuda:{major}{minor}", "hash": hashlib.sha256(binary).hexdigest()[:16],
+            "registers": res.registers if res else None,
+        })
         return None
 
     def _mla_decode(self, p: dict) -> str | None:
@@ -559,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     device = preset(args.arch)
     tool = cubin.find_cuobjdump()
     probe = Probe(root, policy)
+    probe.arch = args.arch
     results: dict[str, dict] = {}
     started = time.perf_counter()
     with faked_cuda(device), faked_triton_target(device) as recorder, stand_in_packages() as stood_in:
@@ -580,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 seen.add(record.hash)
                 entry["kernels"].append(_kernel_json(record, cubin.resource_usage(record.cubin, tool) if tool else None))
+            entry["kernels"] += probe.cuda_kernels
+            probe.cuda_kernels = []
             entry["seconds"] = round(time.perf_counter() - case_start, 3)
             results[case["id"]] = entry
             print(DONE_MARK + case["id"], flush=True)

@@ -85,9 +85,11 @@ LAUNCHERS: dict[str, LauncherSpec] = {
          "sglang.srt.layers.attention.linear.lightning_attn"),
     ),
     # Added by the series' sm120-mla-attention patch (absent from unpatched releases).
+    # Its CUDA prefix kernel (sm120_mla_mma, beside it) is a helper: its source is part of the audit's cache key.
     "tree-verify": LauncherSpec(
         "tree-verify", "sm120_tree_verify_fwd",
         ("sglang.kernels.ops.attention.sm120_mla", "sglang.srt.layers.attention.triton_ops.sm120_mla"),
+        (("sglang.kernels.ops.attention.sm120_mla_mma", "sglang.srt.layers.attention.triton_ops.sm120_mla_mma"),),
     ),
     "mla-decode": LauncherSpec(
         "mla-decode", "sm120_mla_decode_fwd",
