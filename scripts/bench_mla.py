@@ -360,11 +360,11 @@ def _sweep_case(mla, kind, prefix, n, heads, kvd):
     o = torch.empty(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
     tail = None if is_dec else (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
 
-    def call(cfg=None, splits=None, merge=None, prefix_kernel="auto"):
+    def call(cfg=None, splits=None, merge=None, prefix_kernel="auto", fuse_tail=None):
         mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, None if is_dec else c["qo_indptr"],
                                  c["kv_indptr"], c["kv_indices"], batch, max_tok, 1 / LK**0.5, scale, scale,
                                  tail=tail, tiles=cfg, num_splits=splits, v_from_k=True, merge=merge,
-                                 prefix=prefix_kernel)
+                                 prefix=prefix_kernel, fuse_tail=fuse_tail)
 
     return c, o, call, max_tok, batch
 
@@ -407,16 +407,16 @@ def sweep_tiles(mla, roof):
     return out
 
 
-SWEEP_PREFIX_CASES = [  # (prefix, drafts, heads, kv dtype): MLA verify cases the CUDA prefix kernel serves
-    (185000, 8, 16, "bf16"), (185000, 16, 16, "bf16"), (185000, 32, 16, "bf16"), (32768, 8, 16, "bf16"),
-    (32768, 8, 8, "bf16"), (185000, 8, 8, "bf16"), (185000, 8, 128, "bf16"), (131072, 8, 16, "bf16"),
-    (185000, 8, 16, "fp8"), (32768, 8, 16, "fp8"), (32768, 32, 16, "bf16"),
+SWEEP_PREFIX_CASES = [  # (prefix, drafts, heads, kv dtype): MLA verify cases that decide the prefix defaults
+    (185000, 8, 16, "bf16"), (32768, 8, 16, "bf16"), (32768, 8, 8, "bf16"), (32768, 32, 16, "bf16"),
+    (185000, 8, 16, "fp8"), (32768, 1, 16, "bf16"),
 ]
 
 
 def sweep_prefix(mla, roof):
-    """The CUDA mma.sync prefix kernel (at 1 and 2 waves of programs) against the Triton prefix kernel
-    on the same inputs; outputs compared with the Triton kernel's."""
+    """On the same inputs: the Triton prefix kernel, the CUDA mma.sync prefix kernel at 1 and 2 waves of
+    programs, and the CUDA kernel with the draft tail as its own pass instead of inside the merge. Outputs
+    compared with the Triton kernel's."""
     out = []
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for prefix, n, heads, kvd in SWEEP_PREFIX_CASES:
@@ -428,18 +428,19 @@ def sweep_prefix(mla, roof):
         out.append({"case": label, "variant": "triton prefix kernel", "ms": round(t_tri, 4),
                     "pct": row("verify", label, c, heads, None, t_tri, roof, None)["pct_roofline_new"]})
         print(json.dumps(out[-1]), flush=True)
-        for waves in (0.5, 1, 2):
+        for waves, fuse in ((1, True), (2, True), (1, False)):
             splits = int(mla.num_splits_for(mla._mma.row_blocks(max_tok, heads) * batch, sms, waves))
-            fn = lambda: call(splits=splits, prefix_kernel="mma")  # noqa: E731
+            fn = lambda: call(splits=splits, prefix_kernel="mma", fuse_tail=fuse)  # noqa: E731
+            name = f"mma, {waves} waves ({splits} splits)" + ("" if fuse else ", tail as its own pass")
             try:
                 fn()
                 diff = (o.float() - ref_out.float()).abs().max().item()
                 t = bench(fn)
             except Exception as e:  # noqa: BLE001
-                out.append({"case": label, "variant": f"mma {waves} waves", "error": str(e)[:200]})
+                out.append({"case": label, "variant": name, "error": str(e)[:200]})
                 print(json.dumps(out[-1]), flush=True)
                 continue
-            out.append({"case": label, "variant": f"mma, {waves} waves ({splits} splits)", "ms": round(t, 4),
+            out.append({"case": label, "variant": name, "ms": round(t, 4),
                         "pct": row("verify", label, c, heads, None, t, roof, None)["pct_roofline_new"],
                         "triton_over_mma": round(t_tri / t, 3), "diff": round(diff, 5)})
             print(json.dumps(out[-1]), flush=True)
@@ -493,6 +494,7 @@ def main():
     ap.add_argument("--sweep-tiles", action="store_true", help="time the variants of SWEEP_VARIANTS first")
     ap.add_argument("--sweep-prefix", action="store_true", help="time the CUDA prefix kernel against Triton's first")
     ap.add_argument("--no-numerics", action="store_true", help="skip the float32-reference checks")
+    ap.add_argument("--heads", type=int, action="append", help="only the cases with this many heads (repeatable)")
     ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")
     ap.add_argument("--json", help="write the results to this file")
     args = ap.parse_args()
@@ -521,6 +523,8 @@ def main():
     if args.sweep_splits:
         result["sweep_splits"] = sweep_splits(mla, roof)
     for prefix, drafts, heads, kvd, tree, page in verify_cases(args.cases):
+        if args.heads and heads not in args.heads:
+            continue
         c = verify_case(prefix, drafts, heads, kvd, tree, page)
         scale = 0.5 if kvd == "fp8" else 1.0
         new, old, o_new, o_old = run_verify(mla, ext, c, heads, page, scale)
@@ -540,6 +544,8 @@ def main():
         print(json.dumps(r), flush=True)
         del c
     for prefix, batch, heads, kvd, page in decode_cases(args.cases):
+        if args.heads and heads not in args.heads:
+            continue
         c = decode_case(prefix, batch, heads, kvd, page)
         scale = 0.5 if kvd == "fp8" else 1.0
         for splits_old in (8, 64, 256):

@@ -85,6 +85,18 @@ def main(out_path: str) -> int:
                 ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o), page_size=page)
                 records.append({"check": "verify-reference", "shape": name, "dtype": str(dtype)[6:], "mask": tree,
                                 "page_size": page, "ran": ran, "max_abs_diff": diff(o, ref.reference_verify(c))})
+    # The draft tail as its own pass (_tail_kernel) instead of inside the merge.
+    sm120_mla.FUSE_TAIL = False
+    try:
+        for name, (kvh, lk, lv, heads) in SHAPES.items():
+            c = ref.make_verify_case([200, 75, 0], [8, 5, 3], heads=heads, kv_heads=kvh, lk=lk, lv=lv,
+                                     dtype=torch.float32, tree="tree", seed=lk + kvh, pool_extra=128)
+            o = torch.zeros(c["q"].shape[0], heads, lv, dtype=torch.float32)
+            ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o))
+            records.append({"check": "verify-separate-tail", "shape": name, "dtype": "float32", "ran": ran,
+                            "max_abs_diff": diff(o, ref.reference_verify(c))})
+    finally:
+        sm120_mla.FUSE_TAIL = True
     for dtype in (torch.float32, torch.float16):
         c = ref.make_decode_case([300, 17, 1], heads=16, dtype=dtype, seed=3)
         o = torch.zeros(3, 16, 512, dtype=dtype)

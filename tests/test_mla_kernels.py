@@ -116,7 +116,9 @@ def test_kernels_match_the_reference_and_the_release(tmp_path_factory, tmp_path,
     for r in records:
         by_check.setdefault(r["check"], []).append(r)
     # Tolerances: float32 agrees to rounding; fp16 outputs carry fp16 rounding of |o| < 2 (one ulp 2^-10).
-    for r in by_check["verify-reference"] + by_check["decode-reference"] + by_check["verify-scales"]:
+    assert {r["shape"] for r in by_check["verify-separate-tail"]} == {"mla", "gqa", "mha"}
+    for r in (by_check["verify-reference"] + by_check["decode-reference"] + by_check["verify-scales"]
+              + by_check["verify-separate-tail"]):
         assert r["ran"], r
         assert r["max_abs_diff"] < (1e-5 if r["dtype"] == "float32" else 2e-3), r
     assert {r["shape"] for r in by_check["verify-reference"]} == {"mla", "gqa", "mha"}

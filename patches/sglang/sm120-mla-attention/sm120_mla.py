@@ -50,6 +50,13 @@ MAX_SPLITS = 256
 MIN_CHUNK = 256  # fewest prefix tokens one split walks
 MERGE_BLOCK_DV = 64  # value dims per merge program
 MERGE_CHUNK_S = 64  # partial results the merge reads per step (a 64 x 64 fp32 tile: 32 registers a thread)
+# Verify: up to this many query rows (draft tokens x heads) per request, the draft tail is scored inside the
+# merge; more rows take the tail's own pass (_tail_kernel), which shares each tail key across a block of
+# rows. Measured on the H200 in SM120 mode (docs/benchmarks.md, 32k prefix): 16 and 128 rows gain from the
+# merge (1 draft x 16 heads: 0.033 -> 0.030 ms), 256 and more lose (32 drafts x 16 heads: 0.166 -> 0.187 ms).
+FUSE_TAIL_MAX_ROWS = 128
+FUSE_TAIL = True  # False: the tail always takes its own pass
+TAIL_BLOCK_DK = 64  # query/key dims the merge's draft-tail scores take per step ([64 tokens, 64] fp32 at most)
 MMA_MIN_ROWS = 64  # query rows per request from which MLA verify takes the CUDA prefix kernel
 MMA_WAVES = 1  # waves of the CUDA prefix kernel's programs (one resident per SM)
 
@@ -630,6 +637,107 @@ def _merge_kernel(
             tl.store(LSE + t * stride_lse_t + h * stride_lse_h, total)
 
 
+@triton.jit
+def _merge_tail_kernel(
+    O_part,
+    L_part,
+    O,
+    Q,
+    K_Ext,
+    V_Ext,
+    q_indptr,
+    kv_indptr,
+    mask_ptr,
+    mask_indptr,
+    n_slots,
+    batch,
+    kv_group,
+    tail_scale,
+    stride_ot,
+    stride_oh,
+    stride_os,
+    stride_lt,
+    stride_lh,
+    stride_out_t,
+    stride_out_h,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    Lk: tl.constexpr,
+    Lv: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    CHUNK_S: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """The merge of the prefix splits with the draft tail computed in place: one program per (token, head,
+    slice of the value dims) scores the token's query against its request's draft tokens under the tree
+    mask (fp32, BLOCK_DK dims at a time), then weighs that result and every split's by exp2(lse - max).
+    Saves the separate tail pass and its round trip through O_part."""
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_dv = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)
+    dv_ok = offs_dv < Lv
+    # The request of token t: the number of requests that end at or before it.
+    offs_b = tl.arange(0, BLOCK_B)
+    ends = tl.load(q_indptr + 1 + offs_b, mask=offs_b < batch, other=2147483647)
+    b = tl.sum((ends <= t).to(tl.int32), 0)
+    q_start = tl.load(q_indptr + b)
+    n_tok = tl.load(q_indptr + b + 1) - q_start
+    kv_len = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
+    t_loc = t - q_start
+    kvh = h // kv_group
+    offs_n = tl.arange(0, BLOCK_N)
+    col_ok = offs_n < n_tok
+    k_rows = K_Ext + (q_start + offs_n)[:, None] * stride_kt + kvh * stride_kh
+    scores = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for d0 in tl.static_range(0, Lk, BLOCK_DK):
+        offs_d = d0 + tl.arange(0, BLOCK_DK)
+        d_ok = offs_d < Lk
+        q = tl.load(Q + t * stride_qt + h * stride_qh + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+        k = tl.load(k_rows + offs_d[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+        scores += tl.sum(k * q[None, :], 1)
+    m_start = tl.load(mask_indptr + b)
+    allowed = tl.load(mask_ptr + m_start + t_loc * (kv_len + n_tok) + kv_len + offs_n, mask=col_ok, other=0)
+    scores = tl.where((allowed != 0) & col_ok, scores * tail_scale, float("-inf"))
+    m_tail = tl.max(scores, 0)
+    m_tail_safe = tl.where(m_tail == float("-inf"), 0.0, m_tail)
+    p = tl.exp2(scores - m_tail_safe)
+    l_tail = tl.sum(p, 0)
+    v = tl.load(V_Ext + (q_start + offs_n)[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
+                mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(tl.float32)
+    o_tail = tl.sum(p[:, None] * v, 0)  # not yet divided by l_tail
+    lse_tail = tl.where(l_tail > 0, m_tail_safe + tl.log2(tl.where(l_tail > 0, l_tail, 1.0)), float("-inf"))
+
+    offs_s = tl.arange(0, BLOCK_S)
+    lse_all = tl.load(L_part + t * stride_lt + h * stride_lh + offs_s, mask=offs_s < n_slots,
+                      other=float("-inf"))
+    m = tl.maximum(tl.max(lse_all, 0), lse_tail)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    w_tail = tl.where(lse_tail > float("-inf"), tl.exp2(lse_tail - m_safe), 0.0)
+    acc = o_tail * (w_tail / tl.where(l_tail > 0, l_tail, 1.0))
+    denom = w_tail
+    offs_c = tl.arange(0, CHUNK_S)
+    for s0 in range(0, n_slots, CHUNK_S):
+        s = s0 + offs_c
+        lse = tl.load(L_part + t * stride_lt + h * stride_lh + s, mask=s < n_slots, other=float("-inf"))
+        w = tl.where(lse > float("-inf"), tl.exp2(lse - m_safe), 0.0)
+        denom += tl.sum(w, 0)
+        parts = tl.load(
+            O_part + t * stride_ot + h * stride_oh + s[:, None] * stride_os + offs_dv[None, :],
+            mask=(w > 0)[:, None] & dv_ok[None, :],
+            other=0.0,
+        )
+        acc += tl.sum(parts * w[:, None], 0)
+    out = acc / tl.where(denom > 0, denom, 1.0)
+    tl.store(O + t * stride_out_t + h * stride_out_h + offs_dv, out.to(O.dtype.element_ty), mask=dv_ok)
+
+
 def num_splits_for(programs_per_split: int, sm_count: int, waves: int = 2) -> int:
     """KV splits per request: as many programs as fill ``waves`` waves of the GPU's SMs, and no more.
 
@@ -678,6 +786,7 @@ def _run_split_attention(
     v_from_k: Optional[bool] = None,
     merge: Optional[Tuple[int, int]] = None,
     prefix: str = "auto",
+    fuse_tail: Optional[bool] = None,
 ):
     lk, lv = q.shape[-1], v_buffer.shape[-1]
     heads = q.shape[1]
@@ -705,7 +814,10 @@ def _run_split_attention(
     else:
         # Decode fills eight waves, verify two: the fastest measured (docs/benchmarks.md, split sweep).
         splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q), 8 if is_decode else 2)
-    n_slots = splits + (1 if tail is not None else 0)
+    if fuse_tail is None:
+        fuse_tail = FUSE_TAIL and max_tokens * heads <= FUSE_TAIL_MAX_ROWS
+    separate_tail = tail is not None and not fuse_tail
+    n_slots = splits + (1 if separate_tail else 0)
     total_tokens = q.shape[0]
     o_part = torch.empty((total_tokens, heads, n_slots, lv), dtype=torch.float32, device=q.device)
     l_part = torch.empty((total_tokens, heads, n_slots), dtype=torch.float32, device=q.device)
@@ -770,7 +882,7 @@ def _run_split_attention(
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
-    if tail is not None:
+    if separate_tail:
         k_ext, v_ext, custom_mask, mask_indptr = tail
         tail_n = max(16, _pow2_at_least(max_tokens))
         tail_t = max(1, min(cfg.block_t, 16 // min(cfg.block_h, 16)))
@@ -794,10 +906,51 @@ def _run_split_attention(
             num_warps=4,
             num_stages=1,
         )
-    store_lse = lse_out is not None
-    lse_t = lse_out if store_lse else l_part
     merge_dv, merge_chunk = merge or (MERGE_BLOCK_DV, MERGE_CHUNK_S)
     merge_dv = min(block_dv, merge_dv)
+    if tail is not None and not separate_tail:
+        k_ext, v_ext, custom_mask, mask_indptr = tail
+        _merge_tail_kernel[(total_tokens, heads, -(-lv // merge_dv))](
+            o_part,
+            l_part,
+            o,
+            q,
+            k_ext,
+            v_ext,
+            q_indptr,
+            kv_indptr,
+            custom_mask,
+            mask_indptr,
+            n_slots,
+            batch,
+            group,
+            float(sm_scale) * 1.4426950408889634,
+            o_part.stride(0),
+            o_part.stride(1),
+            o_part.stride(2),
+            l_part.stride(0),
+            l_part.stride(1),
+            o.stride(0),
+            o.stride(1),
+            q.stride(0),
+            q.stride(1),
+            k_ext.stride(0),
+            k_ext.stride(1),
+            v_ext.stride(0),
+            v_ext.stride(1),
+            Lk=lk,
+            Lv=lv,
+            BLOCK_DK=TAIL_BLOCK_DK,
+            BLOCK_DV=merge_dv,
+            BLOCK_S=_pow2_at_least(n_slots),
+            CHUNK_S=merge_chunk,
+            BLOCK_B=max(2, _pow2_at_least(batch)),
+            BLOCK_N=max(16, _pow2_at_least(max_tokens)),
+            num_warps=4,
+        )
+        return
+    store_lse = lse_out is not None
+    lse_t = lse_out if store_lse else l_part
     _merge_kernel[(total_tokens, heads, -(-lv // merge_dv))](
         o_part,
         l_part,
