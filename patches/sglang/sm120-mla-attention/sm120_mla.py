@@ -15,8 +15,13 @@ context. The kernels here split the prefix across many programs instead:
   as [tokens, dims] tiles that both dots take from shared memory, so Triton copies them ahead of use.
 * ``_prefix_pair_kernel``: the same pass for MLA verify, its 32 rows as two 16-row groups over one KV
   tile (see its docstring for why).
+* ``sm120_mla_mma.py`` (beside this module): the MLA verify prefix pass as a CUDA mma.sync kernel with
+  the queries in registers, for requests of 64 query rows or more, bf16 or fp8 KV; the Triton kernels
+  above run where it declines or cannot be compiled.
 * ``_tail_kernel``: the draft tokens against each other, with SGLang's ``custom_mask`` layout.
 * ``_merge_kernel``: the log-sum-exp merge of the partial results, written in the output dtype.
+* ``_merge_tail_kernel``: the merge with the draft tail scored in place, for requests of up to
+  FUSE_TAIL_MAX_ROWS query rows (one pass fewer).
 
 Entry points take the arguments of the release's ``extend_attention_fwd`` / ``decode_attention_fwd``
 and return True when they ran, False (having written nothing) for a case they do not serve, so the

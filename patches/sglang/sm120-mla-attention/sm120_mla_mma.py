@@ -2,8 +2,9 @@
 """The MLA verify prefix pass as a CUDA mma.sync kernel, compiled at first use by NVRTC.
 
 Added to SGLang by sm120kit's ``sm120-mla-attention`` patch, beside ``sm120_mla.py``, which calls
-:func:`prefix_pass` for bf16 MLA verify (576 query/key dims, the first 512 of them the values, one
-latent KV head) and runs its Triton prefix kernel wherever this one declines or cannot be built.
+:func:`prefix_pass` for MLA verify (576 query/key dims, the first 512 of them the values, one latent KV
+head; bf16 queries, bf16 or fp8 e4m3 KV) and runs its Triton prefix kernel wherever this one declines
+or cannot be built.
 
 Why CUDA: in the Triton kernel every warp of a 16-row dot reads the whole 16 x 576 query block from
 shared memory at each KV step, so verify is bound by shared-memory reads at about a third of the
@@ -14,16 +15,18 @@ partner's half of the scores through shared memory (one 2 KB exchange per warp a
 warp then owns 256 of the 512 value dims of the output (128 fp32 registers). Per 32-token step the
 program reads 278 KB of shared memory for 4.5 MFLOP, twice the ratio of the Triton kernel.
 
-Shared memory: two stages of a 32 x 576 bf16 KV tile (rows padded by 16 bytes, so the eight rows an
-``ldmatrix`` reads fall in distinct banks) copied with ``cp.async``, three slots of KV indices and the
-score exchange: 91520 bytes, within SM120's 101376. The kernel writes the same partial results as the
-Triton prefix kernel (fp32 output normalised by its own sum, base-2 log-sum-exp per split), so the
-draft-tail pass and the merge are unchanged.
+Shared memory (:data:`SMEM_BYTES`): two stages of a 32 x 576 bf16 KV tile (rows padded by 16 bytes, so
+the eight rows an ``ldmatrix`` reads fall in distinct banks) copied with ``cp.async``, three slots of KV
+indices and the score exchange, 91904 bytes; for fp8 KV two stages of the fp8 tile as copied and one
+f16 tile converted from it, 92416 bytes. Both are within SM120's 101376, and the source refuses to
+compile if its layout and the launcher's figures differ. The kernel writes the same partial results as
+the Triton prefix kernel (fp32 output normalised by its own sum, base-2 log-sum-exp per split), so the
+merge is shared.
 
 The kernel needs only the CUDA driver and NVRTC (the ``nvidia-cuda-nvrtc`` wheel that CUDA builds of
 torch depend on, or a CUDA toolkit); both are found with ``ctypes``. If either is missing, or the
-compile fails, :func:`available` is False and the caller keeps its Triton kernel.
-``SGLANG_SM120_MLA_MMA=0`` turns this path off.
+compile fails, :func:`kernel` returns None (:func:`error` says why) and the caller keeps its Triton
+kernel. ``SGLANG_SM120_MLA_MMA=0`` turns this path off.
 """
 
 import ctypes
