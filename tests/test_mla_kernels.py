@@ -109,7 +109,7 @@ def test_kernels_match_the_reference_and_the_release(tmp_path_factory, tmp_path,
     out = tmp_path / "numerics.json"
     env = dict(os.environ, PYTHONPATH=str(patched), TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "mla_interpret_check.py"), str(out)],
-                          capture_output=True, text=True, env=env, timeout=1500, cwd=tmp_path)
+                          capture_output=True, text=True, env=env, timeout=3000, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     records = json.loads(out.read_text())
     by_check: dict[str, list[dict]] = {}
