@@ -389,36 +389,50 @@ def sweep_tiles(mla, roof):
             if waves:
                 rows_blocks = -(-heads // cfg.block_h) * -(-max_tok // cfg.block_t)
                 splits = mla.num_splits_for(rows_blocks * batch, sms, waves)
-            fn = lambda: call(cfg, splits, merge)  # noqa: E731
             variant = {"tiles": list(cfg), "waves": waves, "splits": splits, "merge": merge}
-            try:
-                fn()
-                diff = (o.float() - ref_out.float()).abs().max().item()
-                t = bench(fn)
-            except Exception as e:  # noqa: BLE001
-                out.append({"case": label, "variant": variant, "error": str(e)[:120]})
-                print(json.dumps(out[-1]), flush=True)
-                continue
-            r = row(kind, label, c, heads, None, t, roof, None)
-            out.append({"case": label, "variant": variant, "ms": round(t, 4), "pct": r["pct_roofline_new"],
-                        "pick_over_variant": round(t_pick / t, 3), "diff": round(diff, 5)})
-            print(json.dumps(out[-1]), flush=True)
+            _timed_variant(out, label, variant, c, heads, lambda: call(cfg, splits, merge), ref_out, o, t_pick, roof)
         del c
     return out
 
 
 SWEEP_PREFIX_CASES = [  # (prefix, drafts, heads, kv dtype): MLA verify cases that decide the prefix defaults
     (185000, 8, 16, "bf16"), (32768, 8, 16, "bf16"), (32768, 8, 8, "bf16"), (32768, 32, 16, "bf16"),
-    (185000, 8, 16, "fp8"), (32768, 1, 16, "bf16"),
+    (185000, 8, 16, "fp8"), (32768, 8, 16, "fp8"), (32768, 1, 16, "bf16"),
 ]
+# (label, rescale slack): the CUDA prefix kernel's choices, each timed against the Triton prefix kernel on
+# the same inputs; -inf rescales the output at every step, as a textbook online softmax does.
+SWEEP_PREFIX_VARIANTS = [("mma, rescale every step", float("-inf")), ("mma, rescale past 8", 8.0)]
+SWEEP_MERGE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype)
+    ("verify", 32768, 8, 16, "bf16"), ("verify", 32768, 8, 8, "bf16"), ("verify", 32768, 1, 16, "bf16"),
+    ("verify", 185000, 8, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"), ("decode", 185000, 1, 16, "bf16"),
+    ("decode", 32768, 4, 16, "bf16"),
+]
+SWEEP_MERGES = [(64, 64, 4), (64, 128, 4), (32, 128, 4), (128, 64, 4), (128, 64, 8), (128, 128, 8), (256, 32, 4),
+                (256, 64, 8)]  # (value dims, slots per step, warps) of a merge program
+
+
+def _timed_variant(out, label, name, c, heads, fn, ref_out, o, t_base, roof, extra=None):
+    """Run ``fn`` once (its output compared with ``ref_out``), time it, and append one sweep record."""
+    try:
+        fn()
+        diff = (o.float() - ref_out.float()).abs().max().item()
+        t = bench(fn)
+    except Exception as e:  # noqa: BLE001
+        out.append({"case": label, "variant": name, "error": str(e)[:200]})
+    else:
+        kind = label.split()[0]
+        out.append({"case": label, "variant": name, "ms": round(t, 4),
+                    "pct": row(kind, label, c, heads, None, t, roof, None)["pct_roofline_new"],
+                    "base_over_variant": round(t_base / t, 3), "diff": round(diff, 5), **(extra or {})})
+    print(json.dumps(out[-1]), flush=True)
 
 
 def sweep_prefix(mla, roof):
-    """On the same inputs: the Triton prefix kernel, the CUDA mma.sync prefix kernel at 1 and 2 waves of
-    programs, and the CUDA kernel with the draft tail as its own pass instead of inside the merge. Outputs
-    compared with the Triton kernel's."""
+    """On the same inputs: the Triton prefix kernel, and the CUDA mma.sync prefix kernel with each variant
+    of SWEEP_PREFIX_VARIANTS (one wave of programs, the launcher's tail placement). Outputs compared with
+    the Triton kernel's."""
     out = []
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    slack = mla._mma.RESCALE_SLACK
     for prefix, n, heads, kvd in SWEEP_PREFIX_CASES:
         c, o, call, max_tok, batch = _sweep_case(mla, "verify", prefix, n, heads, kvd)
         label = f"verify p{prefix} n{n} h{heads} {kvd}"
@@ -428,23 +442,68 @@ def sweep_prefix(mla, roof):
         out.append({"case": label, "variant": "triton prefix kernel", "ms": round(t_tri, 4),
                     "pct": row("verify", label, c, heads, None, t_tri, roof, None)["pct_roofline_new"]})
         print(json.dumps(out[-1]), flush=True)
-        for waves, fuse in ((1, True), (2, True), (1, False)):
-            splits = int(mla.num_splits_for(mla._mma.row_blocks(max_tok, heads) * batch, sms, waves))
-            fn = lambda: call(splits=splits, prefix_kernel="mma", fuse_tail=fuse)  # noqa: E731
-            name = f"mma, {waves} waves ({splits} splits)" + ("" if fuse else ", tail as its own pass")
+        for name, variant_slack in SWEEP_PREFIX_VARIANTS:
+            mla._mma.RESCALE_SLACK = variant_slack
             try:
-                fn()
-                diff = (o.float() - ref_out.float()).abs().max().item()
-                t = bench(fn)
-            except Exception as e:  # noqa: BLE001
-                out.append({"case": label, "variant": name, "error": str(e)[:200]})
-                print(json.dumps(out[-1]), flush=True)
-                continue
-            out.append({"case": label, "variant": name, "ms": round(t, 4),
-                        "pct": row("verify", label, c, heads, None, t, roof, None)["pct_roofline_new"],
-                        "triton_over_mma": round(t_tri / t, 3), "diff": round(diff, 5)})
-            print(json.dumps(out[-1]), flush=True)
+                _timed_variant(out, label, name, c, heads, lambda: call(prefix_kernel="mma"), ref_out, o, t_tri, roof)
+            finally:
+                mla._mma.RESCALE_SLACK = slack
         del c
+    return out
+
+
+def sweep_merge(mla, roof):
+    """The merge's program shape (SWEEP_MERGES) on SWEEP_MERGE_CASES, against the launchers' default."""
+    out = []
+    for kind, prefix, n, heads, kvd in SWEEP_MERGE_CASES:
+        c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
+        label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
+        call()
+        ref_out = o.clone()
+        t_pick = bench(call)
+        default = [mla.MERGE_BLOCK_DV, mla.MERGE_CHUNK_S, mla.MERGE_WARPS]
+        out.append({"case": label, "variant": f"merge {default} (default)", "ms": round(t_pick, 4),
+                    "pct": row(kind, label, c, heads, None, t_pick, roof, None)["pct_roofline_new"]})
+        print(json.dumps(out[-1]), flush=True)
+        for merge in SWEEP_MERGES:
+            _timed_variant(out, label, f"merge {list(merge)}", c, heads, lambda: call(merge=merge), ref_out, o,
+                           t_pick, roof)
+        del c
+    return out
+
+
+PROFILE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): where the time of a call goes
+    ("verify", 32768, 8, 16, "bf16"), ("verify", 32768, 8, 8, "bf16"), ("verify", 32768, 1, 16, "bf16"),
+    ("verify", 185000, 8, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"),
+]
+
+
+def profile(modules, roof, calls=50):
+    """GPU time per call of each kernel the launchers of each module run (torch.profiler over plain
+    launches), beside the whole call timed by CUDA graph replay; ``modules`` maps a label to a module."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    out = []
+    for kind, prefix, n, heads, kvd in PROFILE_CASES:
+        label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
+        for name, mla in modules.items():
+            c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
+            t_graph = bench(call)
+            torch.cuda.synchronize()
+            with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    call()
+                torch.cuda.synchronize()
+            kernels = {}
+            for e in prof.events():
+                if e.device_type == torch.autograd.DeviceType.CUDA:
+                    kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time / calls
+            out.append({"case": label, "module": name, "graph_us": round(t_graph * 1e3, 2),
+                        "pct": row(kind, label, c, heads, None, t_graph, roof, None)["pct_roofline_new"],
+                        "kernels_us": {k[:60]: round(v, 2) for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])}})
+            print(json.dumps(out[-1]), flush=True)
+            del c
     return out
 
 
@@ -493,6 +552,10 @@ def main():
     ap.add_argument("--sweep-splits", action="store_true", help="time split counts past the cap at 185k")
     ap.add_argument("--sweep-tiles", action="store_true", help="time the variants of SWEEP_VARIANTS first")
     ap.add_argument("--sweep-prefix", action="store_true", help="time the CUDA prefix kernel against Triton's first")
+    ap.add_argument("--sweep-merge", action="store_true", help="time the merge's program shapes first")
+    ap.add_argument("--profile", action="store_true", help="GPU time of each kernel of a call, on PROFILE_CASES")
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="with --profile: also profile the sm120_mla.py in DIR (another revision of the patch's module)")
     ap.add_argument("--no-numerics", action="store_true", help="skip the float32-reference checks")
     ap.add_argument("--heads", type=int, action="append", help="only the cases with this many heads (repeatable)")
     ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")
@@ -516,6 +579,13 @@ def main():
     result["numerics"] = [] if args.no_numerics else numerics()
     if args.sweep_prefix:
         result["sweep_prefix"] = sweep_prefix(mla, roof)
+    if args.profile:
+        modules = {"this": mla}
+        if args.baseline:
+            modules["baseline"] = ref.load_module(Path(args.baseline) / "sm120_mla.py", "sm120_mla_baseline")
+        result["profile"] = profile(modules, roof)
+    if args.sweep_merge:
+        result["sweep_merge"] = sweep_merge(mla, roof)
     if args.sweep_tiles:
         result["sweep_tiles"] = sweep_tiles(mla, roof)
     if args.sweep:

@@ -14,9 +14,10 @@ import torch
 MODULE_PATH = Path(__file__).resolve().parents[1] / "patches" / "sglang" / "sm120-mla-attention" / "sm120_mla.py"
 
 
-def load_module():
-    """The kernel module exactly as the patch adds it to SGLang, imported from the series."""
-    spec = importlib.util.spec_from_file_location("sm120_mla_under_test", MODULE_PATH)
+def load_module(path=None, name="sm120_mla_under_test"):
+    """The kernel module exactly as the patch adds it to SGLang, imported from the series (or another copy
+    of it, at ``path``, with its sibling files beside it)."""
+    spec = importlib.util.spec_from_file_location(name, path or MODULE_PATH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

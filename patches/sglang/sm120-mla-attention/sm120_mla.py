@@ -54,7 +54,11 @@ MAX_TAIL = 64  # longest draft tail (tokens per request) the tree-verify path se
 MAX_SPLITS = 256
 MIN_CHUNK = 256  # fewest prefix tokens one split walks
 MERGE_BLOCK_DV = 64  # value dims per merge program
-MERGE_CHUNK_S = 64  # partial results the merge reads per step (a 64 x 64 fp32 tile: 32 registers a thread)
+# Partial results the merge reads per step: a 128 x 64 fp32 tile, 64 registers a thread at 4 warps, so up to
+# 128 splits take one round of loads. Measured on the H200 in SM120 mode (docs/benchmarks.md, merge sweep):
+# 1.02-1.08x over 64 slots a step on every case swept; wider or more warps lost on the short ones.
+MERGE_CHUNK_S = 128
+MERGE_WARPS = 4
 # Verify: up to this many query rows (draft tokens x heads) per request, the draft tail is scored inside the
 # merge; more rows take the tail's own pass (_tail_kernel), which shares each tail key across a block of
 # rows. Measured on the H200 in SM120 mode (docs/benchmarks.md, 32k prefix): 16 and 128 rows gain from the
@@ -587,6 +591,39 @@ def _tail_kernel(
 
 
 @triton.jit
+def _slot_lse(L_part, row_l, n_slots, s0, CHUNK_S: tl.constexpr):
+    """The log-sum-exps of CHUNK_S slots from slot s0 on (-inf past the last)."""
+    s = s0 + tl.arange(0, CHUNK_S)
+    return tl.load(L_part + row_l + s, mask=s < n_slots, other=float("-inf"))
+
+
+@triton.jit
+def _slot_parts(O_part, row_o, offs_dv, dv_ok, stride_os, s0, lse, CHUNK_S: tl.constexpr):
+    """The partial results of the same slots; a slot with no tokens (lse -inf) is neither written by the
+    prefix pass nor read here."""
+    s = s0 + tl.arange(0, CHUNK_S)
+    return tl.load(O_part + row_o + s[:, None] * stride_os + offs_dv[None, :],
+                   mask=(lse > float("-inf"))[:, None] & dv_ok[None, :], other=0.0)
+
+
+@triton.jit
+def _merge_slots(O_part, L_part, row_o, row_l, offs_dv, dv_ok, n_slots, stride_os, m_safe, lse0, parts0,
+                 CHUNK_S: tl.constexpr):
+    """Sum over every slot of its partial result weighted by exp2(lse - m_safe), and the sum of the
+    weights: the first chunk as the caller loaded it (so its loads overlap the caller's), the rest here."""
+    w = tl.where(lse0 > float("-inf"), tl.exp2(lse0 - m_safe), 0.0)
+    acc = tl.sum(parts0 * w[:, None], 0)
+    denom = tl.sum(w, 0)
+    for s0 in range(CHUNK_S, n_slots, CHUNK_S):
+        lse = _slot_lse(L_part, row_l, n_slots, s0, CHUNK_S)
+        parts = _slot_parts(O_part, row_o, offs_dv, dv_ok, stride_os, s0, lse, CHUNK_S)
+        w = tl.where(lse > float("-inf"), tl.exp2(lse - m_safe), 0.0)
+        acc += tl.sum(parts * w[:, None], 0)
+        denom += tl.sum(w, 0)
+    return acc, denom
+
+
+@triton.jit
 def _merge_kernel(
     O_part,
     L_part,
@@ -615,25 +652,16 @@ def _merge_kernel(
     h = tl.program_id(1)
     offs_dv = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)
     dv_ok = offs_dv < Lv
+    row_o = t * stride_ot + h * stride_oh
+    row_l = t * stride_lt + h * stride_lh
     offs_s = tl.arange(0, BLOCK_S)
-    lse_all = tl.load(L_part + t * stride_lt + h * stride_lh + offs_s, mask=offs_s < n_slots,
-                      other=float("-inf"))
+    lse_all = tl.load(L_part + row_l + offs_s, mask=offs_s < n_slots, other=float("-inf"))
+    lse0 = _slot_lse(L_part, row_l, n_slots, 0, CHUNK_S)
+    parts0 = _slot_parts(O_part, row_o, offs_dv, dv_ok, stride_os, 0, lse0, CHUNK_S)
     m = tl.max(lse_all, 0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
-    acc = tl.zeros([BLOCK_DV], dtype=tl.float32)
-    denom = 0.0
-    offs_c = tl.arange(0, CHUNK_S)
-    for s0 in range(0, n_slots, CHUNK_S):
-        s = s0 + offs_c
-        lse = tl.load(L_part + t * stride_lt + h * stride_lh + s, mask=s < n_slots, other=float("-inf"))
-        w = tl.where(lse > float("-inf"), tl.exp2(lse - m_safe), 0.0)
-        denom += tl.sum(w, 0)
-        parts = tl.load(
-            O_part + t * stride_ot + h * stride_oh + s[:, None] * stride_os + offs_dv[None, :],
-            mask=(w > 0)[:, None] & dv_ok[None, :],
-            other=0.0,
-        )
-        acc += tl.sum(parts * w[:, None], 0)
+    acc, denom = _merge_slots(O_part, L_part, row_o, row_l, offs_dv, dv_ok, n_slots, stride_os, m_safe, lse0, parts0,
+                              CHUNK_S)
     out = acc / tl.where(denom > 0, denom, 1.0)
     tl.store(O + t * stride_out_t + h * stride_out_h + offs_dv, out.to(O.dtype.element_ty), mask=dv_ok)
     if STORE_LSE:
@@ -683,62 +711,68 @@ def _merge_tail_kernel(
     """The merge of the prefix splits with the draft tail computed in place: one program per (token, head,
     slice of the value dims) scores the token's query against its request's draft tokens under the tree
     mask (fp32, BLOCK_DK dims at a time), then weighs that result and every split's by exp2(lse - max).
-    Saves the separate tail pass and its round trip through O_part."""
+    Saves the separate tail pass and its round trip through O_part.
+
+    The program is a chain of memory latencies, so the loads come in two rounds: first all that depend on
+    nothing (the splits' log-sum-exps, the request pointers of the whole batch, from which the token's
+    request is picked in registers), then the splits' first chunk of partial results and the tail's keys,
+    values and mask."""
     t = tl.program_id(0)
     h = tl.program_id(1)
     offs_dv = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)
     dv_ok = offs_dv < Lv
-    # The request of token t: the number of requests that end at or before it.
+    row_o = t * stride_ot + h * stride_oh
+    row_l = t * stride_lt + h * stride_lh
+    offs_s = tl.arange(0, BLOCK_S)
+    lse_all = tl.load(L_part + row_l + offs_s, mask=offs_s < n_slots, other=float("-inf"))
+    lse0 = _slot_lse(L_part, row_l, n_slots, 0, CHUNK_S)
+    # The request of token t (the number of requests that end at or before it) and its pointers.
     offs_b = tl.arange(0, BLOCK_B)
-    ends = tl.load(q_indptr + 1 + offs_b, mask=offs_b < batch, other=2147483647)
-    b = tl.sum((ends <= t).to(tl.int32), 0)
-    q_start = tl.load(q_indptr + b)
-    n_tok = tl.load(q_indptr + b + 1) - q_start
-    kv_len = tl.load(kv_indptr + b + 1) - tl.load(kv_indptr + b)
+    b_ok = offs_b < batch
+    q_lo = tl.load(q_indptr + offs_b, mask=b_ok, other=0)
+    q_hi = tl.load(q_indptr + 1 + offs_b, mask=b_ok, other=2147483647)
+    kv_lo = tl.load(kv_indptr + offs_b, mask=b_ok, other=0)
+    kv_hi = tl.load(kv_indptr + 1 + offs_b, mask=b_ok, other=0)
+    m_lo = tl.load(mask_indptr + offs_b, mask=b_ok, other=0)
+    offs_k = tl.arange(0, BLOCK_DK)
+    q_row = Q + t * stride_qt + h * stride_qh
+    b = tl.sum((q_hi <= t).to(tl.int32), 0)
+    mine = offs_b == b
+    q_start = tl.sum(tl.where(mine, q_lo, 0), 0)
+    n_tok = tl.sum(tl.where(mine, q_hi, 0), 0) - q_start
+    kv_len = tl.sum(tl.where(mine, kv_hi - kv_lo, 0), 0)
+    m_start = tl.sum(tl.where(mine, m_lo, 0), 0)
     t_loc = t - q_start
     kvh = h // kv_group
     offs_n = tl.arange(0, BLOCK_N)
     col_ok = offs_n < n_tok
     k_rows = K_Ext + (q_start + offs_n)[:, None] * stride_kt + kvh * stride_kh
+    parts0 = _slot_parts(O_part, row_o, offs_dv, dv_ok, stride_os, 0, lse0, CHUNK_S)
+    allowed = tl.load(mask_ptr + m_start + t_loc * (kv_len + n_tok) + kv_len + offs_n, mask=col_ok, other=0)
+    v = tl.load(V_Ext + (q_start + offs_n)[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
+                mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(tl.float32)
     scores = tl.zeros([BLOCK_N], dtype=tl.float32)
     for d0 in tl.static_range(0, Lk, BLOCK_DK):
-        offs_d = d0 + tl.arange(0, BLOCK_DK)
+        offs_d = d0 + offs_k
         d_ok = offs_d < Lk
-        q = tl.load(Q + t * stride_qt + h * stride_qh + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+        q = tl.load(q_row + offs_d, mask=d_ok, other=0.0).to(tl.float32)
         k = tl.load(k_rows + offs_d[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
         scores += tl.sum(k * q[None, :], 1)
-    m_start = tl.load(mask_indptr + b)
-    allowed = tl.load(mask_ptr + m_start + t_loc * (kv_len + n_tok) + kv_len + offs_n, mask=col_ok, other=0)
     scores = tl.where((allowed != 0) & col_ok, scores * tail_scale, float("-inf"))
     m_tail = tl.max(scores, 0)
     m_tail_safe = tl.where(m_tail == float("-inf"), 0.0, m_tail)
     p = tl.exp2(scores - m_tail_safe)
     l_tail = tl.sum(p, 0)
-    v = tl.load(V_Ext + (q_start + offs_n)[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
-                mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(tl.float32)
     o_tail = tl.sum(p[:, None] * v, 0)  # not yet divided by l_tail
     lse_tail = tl.where(l_tail > 0, m_tail_safe + tl.log2(tl.where(l_tail > 0, l_tail, 1.0)), float("-inf"))
 
-    offs_s = tl.arange(0, BLOCK_S)
-    lse_all = tl.load(L_part + t * stride_lt + h * stride_lh + offs_s, mask=offs_s < n_slots,
-                      other=float("-inf"))
     m = tl.maximum(tl.max(lse_all, 0), lse_tail)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     w_tail = tl.where(lse_tail > float("-inf"), tl.exp2(lse_tail - m_safe), 0.0)
-    acc = o_tail * (w_tail / tl.where(l_tail > 0, l_tail, 1.0))
-    denom = w_tail
-    offs_c = tl.arange(0, CHUNK_S)
-    for s0 in range(0, n_slots, CHUNK_S):
-        s = s0 + offs_c
-        lse = tl.load(L_part + t * stride_lt + h * stride_lh + s, mask=s < n_slots, other=float("-inf"))
-        w = tl.where(lse > float("-inf"), tl.exp2(lse - m_safe), 0.0)
-        denom += tl.sum(w, 0)
-        parts = tl.load(
-            O_part + t * stride_ot + h * stride_oh + s[:, None] * stride_os + offs_dv[None, :],
-            mask=(w > 0)[:, None] & dv_ok[None, :],
-            other=0.0,
-        )
-        acc += tl.sum(parts * w[:, None], 0)
+    acc, denom = _merge_slots(O_part, L_part, row_o, row_l, offs_dv, dv_ok, n_slots, stride_os, m_safe, lse0, parts0,
+                              CHUNK_S)
+    acc += o_tail * (w_tail / tl.where(l_tail > 0, l_tail, 1.0))
+    denom += w_tail
     out = acc / tl.where(denom > 0, denom, 1.0)
     tl.store(O + t * stride_out_t + h * stride_out_h + offs_dv, out.to(O.dtype.element_ty), mask=dv_ok)
 
@@ -911,7 +945,8 @@ def _run_split_attention(
             num_warps=4,
             num_stages=1,
         )
-    merge_dv, merge_chunk = merge or (MERGE_BLOCK_DV, MERGE_CHUNK_S)
+    merge_dv, merge_chunk, merge_warps = (tuple(merge) + (MERGE_WARPS,))[:3] if merge else (
+        MERGE_BLOCK_DV, MERGE_CHUNK_S, MERGE_WARPS)
     merge_dv = min(block_dv, merge_dv)
     if tail is not None and not separate_tail:
         k_ext, v_ext, custom_mask, mask_indptr = tail
@@ -951,7 +986,7 @@ def _run_split_attention(
             CHUNK_S=merge_chunk,
             BLOCK_B=max(2, _pow2_at_least(batch)),
             BLOCK_N=max(16, _pow2_at_least(max_tokens)),
-            num_warps=4,
+            num_warps=merge_warps,
         )
         return
     store_lse = lse_out is not None
@@ -976,7 +1011,7 @@ def _run_split_attention(
         BLOCK_S=_pow2_at_least(n_slots),
         CHUNK_S=merge_chunk,
         STORE_LSE=store_lse,
-        num_warps=4,
+        num_warps=merge_warps,
     )
 
 

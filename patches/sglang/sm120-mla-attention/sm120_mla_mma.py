@@ -43,6 +43,10 @@ BLOCK_N = 32  # KV tokens per step
 HEAD_DIM = 576
 V_DIM = 512
 THREADS = 256
+# The running max of a row moves (and the output is rescaled) only when a step's scores pass it by more
+# than this, base 2: exact up to rounding, and it skips most of the 128 multiplies a thread does per step
+# to rescale its output (-inf: rescale at every step, as a textbook online softmax does).
+RESCALE_SLACK = 8.0
 TILE_BYTES = BLOCK_N * (HEAD_DIM * 2 + 16)  # one 16-bit KV tile, rows padded by 16 bytes
 FP8_TILE_BYTES = BLOCK_N * (HEAD_DIM + 16)  # one fp8 KV tile as copied, rows padded by 16 bytes
 IDX_BYTES = 3 * BLOCK_N * 8
@@ -166,7 +170,7 @@ __device__ __forceinline__ void prefix_body(
     const u16* __restrict__ Q, const void* __restrict__ KV_,
     const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices,
     float* __restrict__ O_part, float* __restrict__ L_part,
-    float qk_scale, float v_scale,
+    float qk_scale, float v_scale, float rescale_slack,
     long long stride_qt, long long stride_qh, long long stride_kt,
     long long stride_ot, long long stride_oh, long long stride_os,
     long long stride_lt, long long stride_lh,
@@ -346,21 +350,27 @@ __device__ __forceinline__ void prefix_body(
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float alpha0 = exp2f(m0 - mx0), alpha1 = exp2f(m1 - mx1);
-        m0 = mx0;
-        m1 = mx1;
-        l0 *= alpha0;
-        l1 *= alpha1;
+        // The running max moves, and the output is rescaled, only when some row of the warp grew by more
+        // than rescale_slack (base 2): otherwise the stale max stays, the result is the same up to
+        // rounding, and the probabilities stay below 2^rescale_slack (256 at the default 8, within f16
+        // and bf16 operands and fp32 sums).
+        if (__any_sync(0xffffffffu, mx0 > m0 + rescale_slack || mx1 > m1 + rescale_slack)) {
+            const float alpha0 = exp2f(m0 - mx0), alpha1 = exp2f(m1 - mx1);
+            m0 = mx0;
+            m1 = mx1;
+            l0 *= alpha0;
+            l1 *= alpha1;
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                o[i][0] *= alpha0; o[i][1] *= alpha0; o[i][2] *= alpha1; o[i][3] *= alpha1;
+            }
+        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             s[i][0] = exp2f(s[i][0] - m0); s[i][1] = exp2f(s[i][1] - m0);
             s[i][2] = exp2f(s[i][2] - m1); s[i][3] = exp2f(s[i][3] - m1);
             l0 += s[i][0] + s[i][1];
             l1 += s[i][2] + s[i][3];
-        }
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            o[i][0] *= alpha0; o[i][1] *= alpha0; o[i][2] *= alpha1; o[i][3] *= alpha1;
         }
         u32 pa[2][4];
 #pragma unroll
@@ -391,8 +401,10 @@ __device__ __forceinline__ void prefix_body(
     const float sc0 = v_scale / l0, sc1 = v_scale / l1;
     const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
     const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
-    float* o0 = O_part + t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
-    float* o1 = O_part + t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
+    const long long off0 = t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
+    const long long off1 = t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
+    float* o0 = O_part + off0;
+    float* o1 = O_part + off1;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
         if (ok0) *(float2*)(o0 + i * 8) = make_float2(o[i][0] * sc0, o[i][1] * sc0);
@@ -407,13 +419,13 @@ __device__ __forceinline__ void prefix_body(
 #define PREFIX_ARGS(IdxT) \
     const u16* __restrict__ Q, const void* __restrict__ KV, const int* __restrict__ q_indptr, \
     const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices, float* __restrict__ O_part, \
-    float* __restrict__ L_part, float qk_scale, float v_scale, long long stride_qt, long long stride_qh, \
-    long long stride_kt, long long stride_ot, long long stride_oh, long long stride_os, long long stride_lt, \
-    long long stride_lh, int heads, int num_splits, int min_split
+    float* __restrict__ L_part, float qk_scale, float v_scale, float rescale_slack, long long stride_qt, \
+    long long stride_qh, long long stride_kt, long long stride_ot, long long stride_oh, long long stride_os, \
+    long long stride_lt, long long stride_lh, int heads, int num_splits, int min_split
 #define PREFIX_CALL(IdxT, KV8) \
-    prefix_body<IdxT, KV8>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, stride_qt, \
-                           stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads, \
-                           num_splits, min_split)
+    prefix_body<IdxT, KV8>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, \
+                           rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, \
+                           stride_lt, stride_lh, heads, num_splits, min_split)
 
 extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_bf16_i32(PREFIX_ARGS(int)) {
     PREFIX_CALL(int, false);
@@ -612,7 +624,7 @@ def prefix_pass(q, kv, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale
         ctypes.c_void_p(q.data_ptr()), ctypes.c_void_p(kv.data_ptr()), ctypes.c_void_p(q_indptr.data_ptr()),
         ctypes.c_void_p(kv_indptr.data_ptr()), ctypes.c_void_p(kv_indices.data_ptr()),
         ctypes.c_void_p(o_part.data_ptr()), ctypes.c_void_p(l_part.data_ptr()),
-        ctypes.c_float(qk_scale), ctypes.c_float(v_scale),
+        ctypes.c_float(qk_scale), ctypes.c_float(v_scale), ctypes.c_float(RESCALE_SLACK),
         ctypes.c_longlong(q.stride(0)), ctypes.c_longlong(q.stride(1)), ctypes.c_longlong(kv.stride(0)),
         ctypes.c_longlong(o_part.stride(0)), ctypes.c_longlong(o_part.stride(1)),
         ctypes.c_longlong(o_part.stride(2)), ctypes.c_longlong(l_part.stride(0)),
