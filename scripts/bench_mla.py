@@ -432,7 +432,7 @@ def sweep_prefix(mla, roof):
     of SWEEP_PREFIX_VARIANTS (one wave of programs, the launcher's tail placement). Outputs compared with
     the Triton kernel's."""
     out = []
-    slack = mla._mma.RESCALE_SLACK
+    slack = mla.cuda_prefix.RESCALE_SLACK
     for prefix, n, heads, kvd in SWEEP_PREFIX_CASES:
         c, o, call, max_tok, batch = _sweep_case(mla, "verify", prefix, n, heads, kvd)
         label = f"verify p{prefix} n{n} h{heads} {kvd}"
@@ -443,11 +443,11 @@ def sweep_prefix(mla, roof):
                     "pct": row("verify", label, c, heads, None, t_tri, roof, None)["pct_roofline_new"]})
         print(json.dumps(out[-1]), flush=True)
         for name, variant_slack in SWEEP_PREFIX_VARIANTS:
-            mla._mma.RESCALE_SLACK = variant_slack
+            mla.cuda_prefix.RESCALE_SLACK = variant_slack
             try:
                 _timed_variant(out, label, name, c, heads, lambda: call(prefix_kernel="mma"), ref_out, o, t_tri, roof)
             finally:
-                mla._mma.RESCALE_SLACK = slack
+                mla.cuda_prefix.RESCALE_SLACK = slack
         del c
     return out
 
@@ -526,9 +526,9 @@ def numerics():
                                         c["kv_indptr"], c["kv_indices"], c["custom_mask"], False, c["mask_indptr"],
                                         c["max_len"], scale, scale)
         diff = (o.float() - ref.reference_verify(c, k_scale=scale, v_scale=scale)).abs().max().item()
-        mma = mla._mma.kernel(o.device) is not None and lk == 576 and heads * 16 >= mla.MMA_MIN_ROWS
+        uses_mma = mla.cuda_prefix.kernel(o.device) is not None and lk == 576 and heads * 16 >= mla.MMA_MIN_ROWS
         out.append({"check": "verify", "kv_heads": kvh, "lk": lk, "lv": lv, "heads": heads, "kv": kvd, "ran": ran,
-                    "prefix_kernel": "mma" if mma else "triton", "mma_error": mla._mma.error(o.device),
+                    "prefix_kernel": "mma" if uses_mma else "triton", "mma_error": mla.cuda_prefix.error(o.device),
                     "max_abs_diff": round(diff, 5)})
         print(json.dumps(out[-1]), flush=True)
         if kvh == 1:

@@ -284,7 +284,7 @@ def test_verify_checks_reach_the_patched_launchers_for_faked_sm120(patched_0523)
 
 @pytest.fixture(scope="module")
 def mma(mla):
-    return mla._mma
+    return mla.cuda_prefix
 
 
 @pytest.mark.parametrize("arch", ["sm_120a", "sm_121a"])

@@ -259,7 +259,7 @@ class Probe:
     def _mma_prefix(self, module, args: dict, kv_heads: int) -> str | None:
         """The CUDA verify prefix kernel the patch adds beside the Triton ones (sm120_mla_mma.py), for the
         shapes it takes on a GPU: compiled with NVRTC for the target, as at first use on the card."""
-        mma = getattr(module, "_mma", None)
+        mma = getattr(module, "cuda_prefix", None)
         if mma is None or not mma.fits(args["q_extend"], args["k_buffer"], args["qo_indptr"], args["kv_indptr"],
                                        args["kv_indices"], kv_heads):
             return None

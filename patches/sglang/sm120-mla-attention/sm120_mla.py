@@ -15,9 +15,9 @@ context. The kernels here split the prefix across many programs instead:
   as [tokens, dims] tiles that both dots take from shared memory, so Triton copies them ahead of use.
 * ``_prefix_pair_kernel``: the same pass for MLA verify, its 32 rows as two 16-row groups over one KV
   tile (see its docstring for why).
-* ``sm120_mla_mma.py`` (beside this module): the MLA verify prefix pass as a CUDA mma.sync kernel with
-  the queries in registers, for requests of 64 query rows or more, bf16 or fp8 KV; the Triton kernels
-  above run where it declines or cannot be compiled.
+* ``sm120_mla_mma.py`` (beside this module, imported as ``cuda_prefix``): the MLA verify prefix pass as a
+  CUDA mma.sync kernel with the queries in registers, for requests of 64 query rows or more, bf16 or fp8
+  KV; the Triton kernels above run where it declines or cannot be compiled.
 * ``_tail_kernel``: the draft tokens against each other, with SGLang's ``custom_mask`` layout.
 * ``_merge_kernel``: the log-sum-exp merge of the partial results, written in the output dtype.
 * ``_merge_tail_kernel``: the merge with the draft tail scored in place, for requests of up to
@@ -42,12 +42,12 @@ import triton
 import triton.language as tl
 
 try:
-    from . import sm120_mla_mma as _mma
+    from . import sm120_mla_mma as cuda_prefix
 except ImportError:  # imported from its file (sm120kit's tests and benchmark): the sibling file
     _spec = importlib.util.spec_from_file_location(
         "sm120_mla_mma", os.path.join(os.path.dirname(os.path.abspath(__file__)), "sm120_mla_mma.py"))
-    _mma = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_mma)
+    cuda_prefix = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(cuda_prefix)
 
 SMEM_LIMIT_SM120 = 101376
 MAX_TAIL = 64  # longest draft tail (tokens per request) the tree-verify path serves
@@ -845,11 +845,12 @@ def _run_split_attention(
         and not is_decode
         and v_shared
         and (prefix == "mma" or max_tokens * heads >= MMA_MIN_ROWS)
-        and _mma.serves(q, k_buffer, q_indptr, kv_indptr, kv_indices, n_kv)
-        and _mma.kernel(q.device) is not None
+        and cuda_prefix.serves(q, k_buffer, q_indptr, kv_indptr, kv_indices, n_kv)
+        and cuda_prefix.kernel(q.device) is not None
     )
     if use_mma:
-        splits = num_splits or num_splits_for(_mma.row_blocks(max_tokens, heads) * batch, _sm_count(q), MMA_WAVES)
+        programs_per_split = cuda_prefix.row_blocks(max_tokens, heads) * batch
+        splits = num_splits or num_splits_for(programs_per_split, _sm_count(q), MMA_WAVES)
     else:
         # Decode fills eight waves, verify two: the fastest measured (docs/benchmarks.md, split sweep).
         splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q), 8 if is_decode else 2)
@@ -863,7 +864,7 @@ def _run_split_attention(
     qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
     v_from_k = v_shared
     if use_mma:
-        _mma.prefix_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale, float(v_scale),
+        cuda_prefix.prefix_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale, float(v_scale),
                          batch, max_tokens, splits, MIN_CHUNK)
     elif not is_decode and v_from_k and block_dpe > 0 and cfg.block_t * cfg.block_h == 32:
         _prefix_pair_kernel[(rows_blocks, splits, batch * n_kv)](

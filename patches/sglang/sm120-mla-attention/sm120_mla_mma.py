@@ -230,16 +230,11 @@ __device__ __forceinline__ void prefix_body(
     auto load_tile = [&](int tile, int stage) {
         const bool valid = start + tile * BN + ld_row < end;
         const u8* src = KV + ((long long)idx[(tile % 3) * BN + ld_row] * stride_kt + (tid & 7) * (16 / ELEM)) * ELEM;
-        if constexpr (KV8) {
+        constexpr int CHUNKS = KV8 ? 5 : 9;  // per thread; an fp8 row has 36 chunks, so 4 threads copy a fifth
 #pragma unroll
-            for (int i = 0; i < 5; ++i)
-                if (i < 4 || (tid & 7) < 4)
-                    cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 9; ++i)
+        for (int i = 0; i < CHUNKS; ++i)
+            if (!KV8 || i < 4 || (tid & 7) < 4)
                 cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
-        }
     };
     auto load_idx = [&](int tile) {
         if (tid < BN) {
