@@ -375,14 +375,9 @@ def sweep_tiles(mla, roof):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for kind, prefix, n, heads, kvd in SWEEP_TILE_CASES:
         c, o, call, max_tok, batch = _sweep_case(mla, kind, prefix, n, heads, kvd)
-        call()
-        ref_out = o.clone()
-        t_pick = bench(call)
         label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
         pick = mla.pick_tiles(LK, LV, heads, max_tok)
-        out.append({"case": label, "variant": "pick", "tiles": list(pick), "ms": round(t_pick, 4),
-                    "pct": row(kind, label, c, heads, None, t_pick, roof, None)["pct_roofline_new"]})
-        print(json.dumps(out[-1]), flush=True)
+        ref_out, t_pick = _timed_base(out, label, "pick", c, heads, call, o, roof, tiles=list(pick))
         for tiles, waves, merge in SWEEP_VARIANTS[kind]:
             cfg = mla.TileConfig(*tiles) if tiles else pick
             splits = None
@@ -411,7 +406,19 @@ SWEEP_MERGES = [(64, 64, 4), (64, 128, 4), (32, 128, 4), (128, 64, 4), (128, 64,
                 (256, 64, 8)]  # (value dims, slots per step, warps) of a merge program
 
 
-def _timed_variant(out, label, name, c, heads, fn, ref_out, o, t_base, roof, extra=None):
+def _timed_base(out, label, name, c, heads, fn, o, roof, **fields):
+    """Run and time the call every variant of a sweep case is compared with; append its record (with
+    ``fields``) and return (its output, its time)."""
+    fn()
+    ref_out = o.clone()
+    t = bench(fn)
+    out.append({"case": label, "variant": name, "ms": round(t, 4),
+                "pct": row(label.split()[0], label, c, heads, None, t, roof, None)["pct_roofline_new"], **fields})
+    print(json.dumps(out[-1]), flush=True)
+    return ref_out, t
+
+
+def _timed_variant(out, label, name, c, heads, fn, ref_out, o, t_base, roof):
     """Run ``fn`` once (its output compared with ``ref_out``), time it, and append one sweep record."""
     try:
         fn()
@@ -423,7 +430,7 @@ def _timed_variant(out, label, name, c, heads, fn, ref_out, o, t_base, roof, ext
         kind = label.split()[0]
         out.append({"case": label, "variant": name, "ms": round(t, 4),
                     "pct": row(kind, label, c, heads, None, t, roof, None)["pct_roofline_new"],
-                    "base_over_variant": round(t_base / t, 3), "diff": round(diff, 5), **(extra or {})})
+                    "base_over_variant": round(t_base / t, 3), "diff": round(diff, 5)})
     print(json.dumps(out[-1]), flush=True)
 
 
@@ -436,12 +443,8 @@ def sweep_prefix(mla, roof):
     for prefix, n, heads, kvd in SWEEP_PREFIX_CASES:
         c, o, call, max_tok, batch = _sweep_case(mla, "verify", prefix, n, heads, kvd)
         label = f"verify p{prefix} n{n} h{heads} {kvd}"
-        call(prefix_kernel="triton")
-        ref_out = o.clone()
-        t_tri = bench(lambda: call(prefix_kernel="triton"))
-        out.append({"case": label, "variant": "triton prefix kernel", "ms": round(t_tri, 4),
-                    "pct": row("verify", label, c, heads, None, t_tri, roof, None)["pct_roofline_new"]})
-        print(json.dumps(out[-1]), flush=True)
+        ref_out, t_tri = _timed_base(out, label, "triton prefix kernel", c, heads,
+                                     lambda: call(prefix_kernel="triton"), o, roof)
         for name, variant_slack in SWEEP_PREFIX_VARIANTS:
             mla.cuda_prefix.RESCALE_SLACK = variant_slack
             try:
@@ -458,13 +461,8 @@ def sweep_merge(mla, roof):
     for kind, prefix, n, heads, kvd in SWEEP_MERGE_CASES:
         c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
         label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
-        call()
-        ref_out = o.clone()
-        t_pick = bench(call)
         default = [mla.MERGE_BLOCK_DV, mla.MERGE_CHUNK_S, mla.MERGE_WARPS]
-        out.append({"case": label, "variant": f"merge {default} (default)", "ms": round(t_pick, 4),
-                    "pct": row(kind, label, c, heads, None, t_pick, roof, None)["pct_roofline_new"]})
-        print(json.dumps(out[-1]), flush=True)
+        ref_out, t_pick = _timed_base(out, label, f"merge {default} (default)", c, heads, call, o, roof)
         for merge in SWEEP_MERGES:
             _timed_variant(out, label, f"merge {list(merge)}", c, heads, lambda: call(merge=merge), ref_out, o,
                            t_pick, roof)
@@ -526,7 +524,8 @@ def numerics():
                                         c["kv_indptr"], c["kv_indices"], c["custom_mask"], False, c["mask_indptr"],
                                         c["max_len"], scale, scale)
         diff = (o.float() - ref.reference_verify(c, k_scale=scale, v_scale=scale)).abs().max().item()
-        uses_mma = mla.cuda_prefix.kernel(o.device) is not None and lk == 576 and heads * 16 >= mla.MMA_MIN_ROWS
+        uses_mma = (mla.cuda_prefix.kernel(o.device) is not None and lk == 576
+                    and heads * 16 >= mla.MMA_MIN_ROWS)
         out.append({"check": "verify", "kv_heads": kvh, "lk": lk, "lv": lv, "heads": heads, "kv": kvd, "ran": ran,
                     "prefix_kernel": "mma" if uses_mma else "triton", "mma_error": mla.cuda_prefix.error(o.device),
                     "max_abs_diff": round(diff, 5)})
@@ -555,7 +554,7 @@ def main():
     ap.add_argument("--sweep-merge", action="store_true", help="time the merge's program shapes first")
     ap.add_argument("--profile", action="store_true", help="GPU time of each kernel of a call, on PROFILE_CASES")
     ap.add_argument("--baseline", metavar="DIR",
-                    help="with --profile: also profile the sm120_mla.py in DIR (another revision of the patch's module)")
+                    help="with --profile: also profile the sm120_mla.py in DIR (another revision of the module)")
     ap.add_argument("--no-numerics", action="store_true", help="skip the float32-reference checks")
     ap.add_argument("--heads", type=int, action="append", help="only the cases with this many heads (repeatable)")
     ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")

@@ -128,7 +128,6 @@ def reference_checks(records: list) -> None:
                     "max_abs_diff": diff(o, ref.reference_verify(c, k_scale=0.5, v_scale=0.5))})
 
 
-
 def release_checks(records: list) -> None:
     # 2. against the release's own kernels, same inputs, through the backend's routing wrappers.
     extend_fwd = sm120_mla.verify_first(extend_attention.extend_attention_fwd)
@@ -174,7 +173,6 @@ def release_checks(records: list) -> None:
                                          enable_lean=True, lean_Mp=torch.empty(1), lean_locks=torch.empty(1))
     records.append({"check": "decode-release", "shape": "mla", "dtype": "float16", "ran": ran, "case": "enable_lean",
                     "max_abs_diff": diff(o_lean, o_old)})
-
 
 
 def decline_checks(records: list) -> None:

@@ -864,8 +864,8 @@ def _run_split_attention(
     qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
     v_from_k = v_shared
     if use_mma:
-        cuda_prefix.prefix_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale, float(v_scale),
-                         batch, max_tokens, splits, MIN_CHUNK)
+        cuda_prefix.prefix_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale,
+                                float(v_scale), batch, max_tokens, splits, MIN_CHUNK)
     elif not is_decode and v_from_k and block_dpe > 0 and cfg.block_t * cfg.block_h == 32:
         _prefix_pair_kernel[(rows_blocks, splits, batch * n_kv)](
             q,

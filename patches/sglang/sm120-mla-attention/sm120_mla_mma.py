@@ -396,10 +396,8 @@ __device__ __forceinline__ void prefix_body(
     const float sc0 = v_scale / l0, sc1 = v_scale / l1;
     const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
     const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
-    const long long off0 = t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
-    const long long off1 = t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
-    float* o0 = O_part + off0;
-    float* o1 = O_part + off1;
+    float* o0 = O_part + t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
+    float* o1 = O_part + t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
         if (ok0) *(float2*)(o0 + i * 8) = make_float2(o[i][0] * sc0, o[i][1] * sc0);
