@@ -360,11 +360,11 @@ def _sweep_case(mla, kind, prefix, n, heads, kvd):
     o = torch.empty(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
     tail = None if is_dec else (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
 
-    def call(cfg=None, splits=None, merge=None, prefix_kernel="auto", fuse_tail=None):
+    def call(cfg=None, splits=None, merge=None, prefix_kernel="auto", fuse_tail=None, fused=None, min_chunk=None):
         mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, None if is_dec else c["qo_indptr"],
                                  c["kv_indptr"], c["kv_indices"], batch, max_tok, 1 / LK**0.5, scale, scale,
                                  tail=tail, tiles=cfg, num_splits=splits, v_from_k=True, merge=merge,
-                                 prefix=prefix_kernel, fuse_tail=fuse_tail)
+                                 prefix=prefix_kernel, fuse_tail=fuse_tail, fused=fused, min_chunk=min_chunk)
 
     return c, o, call, max_tok, batch
 
@@ -470,6 +470,96 @@ def sweep_merge(mla, roof):
     return out
 
 
+SWEEP_FUSED_CASES = [  # (prefix, drafts, heads, kv dtype): MLA verify through the CUDA kernel
+    (32768, 8, 16, "bf16"), (32768, 8, 8, "bf16"), (32768, 16, 16, "bf16"), (32768, 32, 16, "bf16"),
+    (32768, 8, 32, "bf16"), (32768, 8, 16, "fp8"), (185000, 8, 16, "bf16"), (185000, 16, 16, "bf16"),
+    (185000, 32, 16, "bf16"),
+    (185000, 8, 8, "bf16"), (185000, 8, 16, "fp8"), (8192, 8, 16, "bf16"),
+]
+SWEEP_CHUNK_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): where the fewest tokens a split
+    ("verify", 32768, 1, 16, "bf16"), ("verify", 8192, 1, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"),  # walks
+    ("decode", 8192, 1, 16, "bf16"), ("decode", 32768, 4, 16, "bf16"), ("decode", 131072, 1, 16, "bf16"),
+    ("verify", 131072, 1, 16, "bf16"),
+]
+SWEEP_CHUNKS = (64, 128, 256)
+
+
+def sweep_fused(mla, roof):
+    """MLA verify in one cooperative launch (prefix splits, draft tail, merge) against the three kernels
+    of the unfused path, on SWEEP_FUSED_CASES; then the fewest prefix tokens a split walks
+    (SWEEP_CHUNKS against the launcher's choice) on SWEEP_CHUNK_CASES."""
+    out = []
+    for prefix, n, heads, kvd in SWEEP_FUSED_CASES:
+        c, o, call, _, _ = _sweep_case(mla, "verify", prefix, n, heads, kvd)
+        label = f"verify p{prefix} n{n} h{heads} {kvd}"
+        ref_out, t_base = _timed_base(out, label, "three kernels", c, heads, lambda: call(fused=False), o, roof)
+        _timed_variant(out, label, "one cooperative launch", c, heads, lambda: call(fused=True), ref_out, o, t_base,
+                       roof)
+        del c
+    for kind, prefix, n, heads, kvd in SWEEP_CHUNK_CASES:
+        c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
+        label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
+        ref_out, t_base = _timed_base(out, label, "min chunk: the launcher's", c, heads, call, o, roof)
+        for chunk in SWEEP_CHUNKS:
+            _timed_variant(out, label, f"min chunk {chunk}", c, heads, lambda: call(min_chunk=chunk), ref_out, o,
+                           t_base, roof)
+        del c
+    return out
+
+
+def fused_numerics(mla):
+    """The cooperative-launch verify against the float32 reference and the unfused path on the same
+    inputs: bf16/fp8 KV, int32/int64 slots, V of the tail as SGLang passes it (its own tensor), uneven
+    batches, a mask row with no draft column, and a replay from a CUDA graph."""
+    out = []
+    for kvd, idx64, own_v, heads in (("bf16", False, True, 16), ("fp8", False, True, 16), ("bf16", True, False, 8),
+                                     ("fp8", True, True, 4)):
+        scale = 0.5 if kvd == "fp8" else 1.0
+        c = ref.make_verify_case([3000, 517, 40, 9000], [8, 3, 16, 8], heads=heads, lk=LK, lv=LV,
+                                 dtype=torch.bfloat16, tree="tree", seed=heads + idx64, device="cuda")
+        if kvd == "fp8":
+            c["k_pool"] = (c["k_pool"].float() / scale).to(torch.float8_e4m3fn)
+            c["v_pool"] = c["k_pool"][:, :, :LV]
+        if idx64:
+            c["kv_indices"] = c["kv_indices"].to(torch.int64)
+        if own_v:
+            c["v_ext"] = c["k_ext"][:, :, :LV].contiguous()
+        # Request 1's first draft token sees none of the draft tail (the prefix only).
+        kv1 = int(c["kv_indptr"][2] - c["kv_indptr"][1])
+        m1 = int(c["mask_indptr"][1])
+        c["custom_mask"][m1 + kv1: m1 + kv1 + 3] = False
+        tail = (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
+        outs = {}
+        for fused in (True, False):
+            o = torch.zeros(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
+
+            def run():
+                mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, c["qo_indptr"], c["kv_indptr"],
+                                         c["kv_indices"], 4, c["max_len"], 1 / LK**0.5, scale, scale, tail=tail,
+                                         fused=fused)
+            run()
+            torch.cuda.synchronize()
+            eager = o.clone()
+            o.zero_()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                run()
+            g.replay()
+            g.replay()
+            torch.cuda.synchronize()
+            outs[fused] = (eager, (o.float() - eager.float()).abs().max().item())
+        ref_o = ref.reference_verify(c, k_scale=scale, v_scale=scale)
+        out.append({"check": "verify-fused", "kv": kvd, "kv_indices": "int64" if idx64 else "int32",
+                    "v_ext": "own tensor" if own_v else "view of k_ext", "heads": heads,
+                    "max_abs_diff_fused": round((outs[True][0].float() - ref_o).abs().max().item(), 5),
+                    "max_abs_diff_unfused": round((outs[False][0].float() - ref_o).abs().max().item(), 5),
+                    "fused_vs_unfused": round((outs[True][0].float() - outs[False][0].float()).abs().max().item(), 5),
+                    "graph_replay_vs_eager": round(max(outs[True][1], outs[False][1]), 6)})
+        print(json.dumps(out[-1]), flush=True)
+        del c
+    return out
+
+
 PROFILE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): where the time of a call goes
     ("verify", 32768, 8, 16, "bf16"), ("verify", 32768, 8, 8, "bf16"), ("verify", 32768, 1, 16, "bf16"),
     ("verify", 185000, 8, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"),
@@ -552,6 +642,8 @@ def main():
     ap.add_argument("--sweep-tiles", action="store_true", help="time the variants of SWEEP_VARIANTS first")
     ap.add_argument("--sweep-prefix", action="store_true", help="time the CUDA prefix kernel against Triton's first")
     ap.add_argument("--sweep-merge", action="store_true", help="time the merge's program shapes first")
+    ap.add_argument("--sweep-fused", action="store_true",
+                    help="time verify in one cooperative launch against three kernels, and the splits' fewest tokens")
     ap.add_argument("--profile", action="store_true", help="GPU time of each kernel of a call, on PROFILE_CASES")
     ap.add_argument("--baseline", metavar="DIR",
                     help="with --profile: also profile the sm120_mla.py in DIR (another revision of the module)")
@@ -575,7 +667,9 @@ def main():
     print(f"# rooflines measured in this run: read {roof[0]:.0f} GB/s, mma bf16 {roof[1]:.0f} TFLOP/s", flush=True)
     result = {"gpu": name, "capability": list(cap), "mode": mode, "roofline_read_gbs": round(roof[0]),
               "roofline_tflops": round(roof[1]), "rows": [], "sweep": [], "timing": TIMING}
-    result["numerics"] = [] if args.no_numerics else numerics()
+    result["numerics"] = [] if args.no_numerics else numerics() + fused_numerics(mla)
+    if args.sweep_fused:
+        result["sweep_fused"] = sweep_fused(mla, roof)
     if args.sweep_prefix:
         result["sweep_prefix"] = sweep_prefix(mla, roof)
     if args.profile:

@@ -406,15 +406,16 @@ launchers = ["tree-verify"]
 @pytest.mark.skipif(not (patches_dir() / "sglang" / "series.toml").is_file(),
                     reason="the SM120 patch series (patches/sglang/series.toml) is not in this checkout")
 def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tree, tmp_path, capsys):
-    """sm120-mla-attention's CUDA verify prefix kernel (compiled by NVRTC, as at first use on the card) is in
-    the audit of the tree-verify launcher, beside its Triton kernels, for both KV dtypes and both targets."""
+    """sm120-mla-attention's CUDA verify kernels (the prefix kernel and the one-launch verify, compiled by NVRTC,
+    as at first use on the card) are in the audit of the tree-verify launcher, beside its Triton kernels, for both KV dtypes and both targets."""
     tree = installed_tree("0.5.23")
     code, _, err = _cli(capsys, "apply", str(tree))
     assert code == 0, err
     result = smem_audit.audit_tree(tree.parent, archs=("12.0", "12.1"), matrix=_matrix(tmp_path, MLA_TREE_VERIFY),
                                    cache=AuditCache(tmp_path / "cache"), jobs=2)
     assert result.ok, [(c.case.id, [k.shared for k in c.kernels], c.error) for c in result.cases]
-    cuda = {(c.arch, k.name, k.shared) for c in result.cases for k in c.kernels if "prefix_mma" in k.name}
+    cuda = {(c.arch, k.name, k.shared) for c in result.cases for k in c.kernels if "_mma_" in k.name}
     assert {(arch, name) for arch, name, _ in cuda} == {
-        (arch, f"sm120_mla_prefix_mma_{kv}_i64") for arch in ("12.0", "12.1") for kv in ("bf16", "fp8")}
+        (arch, f"sm120_mla_{kind}_mma_{kv}_i64") for arch in ("12.0", "12.1") for kv in ("bf16", "fp8")
+        for kind in ("prefix", "fused")}
     assert all(48 * 1024 < shared <= LIMIT for _, _, shared in cuda)

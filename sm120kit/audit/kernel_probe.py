@@ -275,16 +275,18 @@ class Probe:
             return f"CUDA verify prefix kernel not compiled: {exc}"
         usage = cubin_reader.resource_usage(binary) or {}
         kv_dtype, idx_dtype = args["k_buffer"].dtype, args["kv_indices"].dtype
-        name = mma.KERNEL_NAMES[(kv_dtype, idx_dtype)]
-        res = usage.get(name)
-        self.cuda_kernels.append({
-            "name": name, "module": mma.__name__, "constexprs": {"ROWS": mma.ROWS, "BLOCK_N": mma.BLOCK_N},
-            "num_warps": mma.THREADS // 32, "num_stages": 2,
-            # dynamic shared memory the launcher asks for, plus what the cubin reserves itself
-            "shared": mma.SMEM_BYTES[kv_dtype] + (res.shared if res else 0),
-            "target": f"cuda:{major}{minor}", "hash": hashlib.sha256(binary).hexdigest()[:16],
-            "registers": res.registers if res else None,
-        })
+        # The prefix kernel, and the one-launch verify (prefix, draft tail, merge) the launcher may pick instead.
+        for names in (mma.KERNEL_NAMES, getattr(mma, "FUSED_NAMES", {})):
+            name = names[(kv_dtype, idx_dtype)]
+            res = usage.get(name)
+            self.cuda_kernels.append({
+                "name": name, "module": mma.__name__, "constexprs": {"ROWS": mma.ROWS, "BLOCK_N": mma.BLOCK_N},
+                "num_warps": mma.THREADS // 32, "num_stages": 2,
+                # dynamic shared memory the launcher asks for, plus what the cubin reserves itself
+                "shared": mma.SMEM_BYTES[kv_dtype] + (res.shared if res else 0),
+                "target": f"cuda:{major}{minor}", "hash": hashlib.sha256(binary).hexdigest()[:16],
+                "registers": res.registers if res else None,
+            })
         return None
 
     def _mla_decode(self, p: dict) -> str | None:

@@ -53,6 +53,10 @@ SMEM_LIMIT_SM120 = 101376
 MAX_TAIL = 64  # longest draft tail (tokens per request) the tree-verify path serves
 MAX_SPLITS = 256
 MIN_CHUNK = 256  # fewest prefix tokens one split walks
+# ... where a split has one program (one request, one row block): decode or verify with one draft token of
+# one KV head at batch 1. Measured on the H200 in SM120 mode (docs/benchmarks.md, chunk sweep): 1.78-1.86x
+# at 8k, 1.10x at 32k, even at 131k; at batch 4, 64 lost (0.89x at 32k), so the others keep MIN_CHUNK.
+MIN_CHUNK_ONE = 64
 MERGE_BLOCK_DV = 64  # value dims per merge program
 # Partial results the merge reads per step: a 128 x 64 fp32 tile, 64 registers a thread at 4 warps, so up to
 # 128 splits take one round of loads. Measured on the H200 in SM120 mode (docs/benchmarks.md, merge sweep):
@@ -68,6 +72,15 @@ FUSE_TAIL = True  # False: the tail always takes its own pass
 TAIL_BLOCK_DK = 64  # query/key dims the merge's draft-tail scores take per step ([64 tokens, 64] fp32 at most)
 MMA_MIN_ROWS = 64  # query rows per request from which MLA verify takes the CUDA prefix kernel
 MMA_WAVES = 1  # waves of the CUDA prefix kernel's programs (one resident per SM)
+# MLA verify through the CUDA kernel: the prefix splits, the draft tail and the merge in one cooperative
+# launch (sm120_mla_mma.fused_pass) when a split has FUSED_PROGRAMS programs (row blocks x requests) and
+# the grid fits on the GPU at once; otherwise, or with FUSED False, the prefix kernel and a merge. Measured
+# on the H200 in SM120 mode (docs/benchmarks.md, fused sweep): with two programs a split (8 drafts x 16
+# heads) 1.055x at 32k (fp8 1.065x), 0.996x at 185k; with one (8 x 8 heads) 0.988x / 0.977x; with four
+# (16 x 16, 8 x 32) 1.03x at 32k but 0.97x at 185k; with eight (32 x 16) 0.96x / 0.93x, the tail's program
+# taking one of the splits.
+FUSED = True
+FUSED_PROGRAMS = (2,)
 
 
 class TileConfig(NamedTuple):
@@ -805,6 +818,25 @@ def _v_shares_k(k_buffer: torch.Tensor, v_buffer: torch.Tensor, block_d: int, lv
     )
 
 
+def _fused_pass(q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens, qk_scale, v_scale,
+                tail_scale, num_splits, min_chunk) -> bool:
+    """MLA verify in one launch of the CUDA kernel: as many prefix splits as leave one program a row block
+    for the draft tail and fit the GPU at once. False, having written nothing, where it does not apply."""
+    k_ext, v_ext, mask, mask_indptr = tail
+    if not cuda_prefix.fused_fits(q, o, k_ext, v_ext, mask, mask_indptr):
+        return False
+    capacity = cuda_prefix.fused_capacity(q, k_buffer, kv_indices)
+    per_split = cuda_prefix.row_blocks(max_tokens, q.shape[1]) * batch
+    splits = num_splits or min(MAX_SPLITS, cuda_prefix.FUSED_MAX_SLOTS - 1, capacity // per_split - 1)
+    if splits < 1 or per_split * (splits + 1) > capacity:
+        return False
+    shape = (q.shape[0], q.shape[1], splits + 1)
+    o_part = torch.empty(shape + (o.shape[-1],), dtype=torch.float32, device=q.device)
+    l_part = torch.empty(shape, dtype=torch.float32, device=q.device)
+    return cuda_prefix.fused_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, k_ext, v_ext, mask, mask_indptr, o_part,
+                                  l_part, o, qk_scale, v_scale, tail_scale, batch, max_tokens, splits, min_chunk)
+
+
 def _run_split_attention(
     q,
     k_buffer,
@@ -826,6 +858,8 @@ def _run_split_attention(
     merge: Optional[Tuple[int, int]] = None,
     prefix: str = "auto",
     fuse_tail: Optional[bool] = None,
+    fused: Optional[bool] = None,
+    min_chunk: Optional[int] = None,
 ):
     lk, lv = q.shape[-1], v_buffer.shape[-1]
     heads = q.shape[1]
@@ -848,6 +882,15 @@ def _run_split_attention(
         and cuda_prefix.serves(q, k_buffer, q_indptr, kv_indptr, kv_indices, n_kv)
         and cuda_prefix.kernel(q.device) is not None
     )
+    if min_chunk is None:
+        min_chunk = MIN_CHUNK_ONE if not use_mma and rows_blocks * batch * n_kv == 1 else MIN_CHUNK
+    qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
+    if fused is None:
+        fused = FUSED and cuda_prefix.row_blocks(max_tokens, heads) * batch in FUSED_PROGRAMS
+    if use_mma and tail is not None and fused and _fused_pass(
+            q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens, qk_scale, float(v_scale),
+            float(sm_scale) * 1.4426950408889634, num_splits, min_chunk):
+        return
     if use_mma:
         programs_per_split = cuda_prefix.row_blocks(max_tokens, heads) * batch
         splits = num_splits or num_splits_for(programs_per_split, _sm_count(q), MMA_WAVES)
@@ -861,11 +904,10 @@ def _run_split_attention(
     total_tokens = q.shape[0]
     o_part = torch.empty((total_tokens, heads, n_slots, lv), dtype=torch.float32, device=q.device)
     l_part = torch.empty((total_tokens, heads, n_slots), dtype=torch.float32, device=q.device)
-    qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
     v_from_k = v_shared
     if use_mma:
         cuda_prefix.prefix_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale,
-                                float(v_scale), batch, max_tokens, splits, MIN_CHUNK)
+                                float(v_scale), batch, max_tokens, splits, min_chunk)
     elif not is_decode and v_from_k and block_dpe > 0 and cfg.block_t * cfg.block_h == 32:
         _prefix_pair_kernel[(rows_blocks, splits, batch * n_kv)](
             q,
@@ -895,7 +937,7 @@ def _run_split_attention(
             BLOCK_T=cfg.block_t,
             BLOCK_H=cfg.block_h,
             BLOCK_N=cfg.block_n,
-            MIN_SPLIT=MIN_CHUNK,
+            MIN_SPLIT=min_chunk,
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
@@ -916,7 +958,7 @@ def _run_split_attention(
             BLOCK_T=cfg.block_t,
             BLOCK_H=cfg.block_h,
             BLOCK_N=cfg.block_n,
-            MIN_SPLIT=MIN_CHUNK,
+            MIN_SPLIT=min_chunk,
             IS_DECODE=is_decode,
             V_FROM_K=v_from_k,
             num_warps=cfg.num_warps,

@@ -51,16 +51,18 @@ TILE_BYTES = BLOCK_N * (HEAD_DIM * 2 + 16)  # one 16-bit KV tile, rows padded by
 FP8_TILE_BYTES = BLOCK_N * (HEAD_DIM + 16)  # one fp8 KV tile as copied, rows padded by 16 bytes
 IDX_BYTES = 3 * BLOCK_N * 8
 XCH_BYTES = 8 * 32 * 16 * 4
+FUSED_MAX_SLOTS = 256  # slots (prefix splits and the draft tail) the fused kernel's merge takes, 32 a group
 # bf16 KV: two stages of the tile; fp8 KV: two stages of the fp8 tile and one f16 tile converted from it.
 SMEM_BYTES = {
     torch.bfloat16: 2 * TILE_BYTES + IDX_BYTES + XCH_BYTES,
     torch.float8_e4m3fn: TILE_BYTES + 2 * FP8_TILE_BYTES + IDX_BYTES + XCH_BYTES,
 }
-KERNEL_NAMES = {
-    (kv, idx): f"sm120_mla_prefix_mma_{kv_name}_{idx_name}"
-    for kv, kv_name in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8"))
-    for idx, idx_name in ((torch.int32, "i32"), (torch.int64, "i64"))
-}
+_NAMED = [((kv, idx), f"{kv_name}_{idx_name}")
+          for kv, kv_name in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8"))
+          for idx, idx_name in ((torch.int32, "i32"), (torch.int64, "i64"))]
+KERNEL_NAMES = {key: f"sm120_mla_prefix_mma_{name}" for key, name in _NAMED}
+# The prefix splits, the draft tail and the merge in one cooperative launch (verify with a draft tail).
+FUSED_NAMES = {key: f"sm120_mla_fused_mma_{name}" for key, name in _NAMED}
 
 SOURCE = r"""
 typedef unsigned int u32;
@@ -164,8 +166,11 @@ __device__ __forceinline__ void pair_sync(int id) {
 
 // One program: ROWS query rows of one request against one split of its prefix.
 // Grid (row blocks, splits, requests), 256 threads. KV8: the KV rows are fp8 e4m3 (576 bytes), copied as
-// they are and converted to f16 in shared memory, and both dots run on f16 operands.
-template <typename IdxT, bool KV8>
+// they are and converted to f16 in shared memory, and both dots run on f16 operands. TAIL: the program
+// scores the request's own draft tokens instead (KV_ holds their keys in token order, V_ext their values,
+// both bf16), under the tree mask (mask/mask_indptr in SGLang's custom_mask layout), and writes its result
+// in slot num_splits.
+template <typename IdxT, bool KV8, bool TAIL>
 __device__ __forceinline__ void prefix_body(
     const u16* __restrict__ Q, const void* __restrict__ KV_,
     const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices,
@@ -174,7 +179,9 @@ __device__ __forceinline__ void prefix_body(
     long long stride_qt, long long stride_qh, long long stride_kt,
     long long stride_ot, long long stride_oh, long long stride_os,
     long long stride_lt, long long stride_lh,
-    int heads, int num_splits, int min_split)
+    int heads, int num_splits, int min_split,
+    const u8* __restrict__ mask, const long long* __restrict__ mask_indptr, const u16* __restrict__ V_ext,
+    long long stride_vt)
 {
     constexpr int STAGE_BYTES = KV8 ? TILE8_BYTES : TILE_BYTES;  // what one cp.async stage holds
     constexpr int STAGE_OFF = KV8 ? TILE_BYTES : 0;              // where the stages start
@@ -190,10 +197,18 @@ __device__ __forceinline__ void prefix_body(
     if (rb * ROWS >= n_rows) return;
     const int kv_start = kv_indptr[b];
     const int kv_len = kv_indptr[b + 1] - kv_start;
-    int chunk = ((kv_len + num_splits - 1) / num_splits + BN - 1) / BN * BN;
-    chunk = chunk > min_split ? chunk : min_split;
-    const int start = split * chunk;
-    const int end = kv_len < start + chunk ? kv_len : start + chunk;
+    const int n_tok = q_indptr[b + 1] - q_start;
+    int start = 0, end = n_tok;
+    if constexpr (!TAIL) {
+        int chunk = ((kv_len + num_splits - 1) / num_splits + BN - 1) / BN * BN;
+        chunk = chunk > min_split ? chunk : min_split;
+        start = split * chunk;
+        end = kv_len < start + chunk ? kv_len : start + chunk;
+    }
+    // Scores a program drops: -inf past the end of a split (every tile of a split has a token of it);
+    // in the tail, where the mask may drop a row's every token of a tile, a finite stand-in, so the
+    // running max stays finite (such a row's result and log-sum-exp are outweighed in the merge).
+    const float DROPPED = TAIL ? -1e30f : -__int_as_float(0x7f800000);
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int rg = warp & 3, hf = warp >> 2;
@@ -216,7 +231,7 @@ __device__ __forceinline__ void prefix_body(
     // KV slots of tiles 0 and 1 (later tiles are copied two steps ahead).
     if (tid < 2 * BN) {
         int col = start + tid;
-        idx[tid] = col < end ? kv_indices[kv_start + col] : 0;
+        idx[tid] = col < end ? (TAIL ? (IdxT)(q_start + col) : kv_indices[kv_start + col]) : (IdxT)0;
     }
 
     __syncthreads();
@@ -240,6 +255,10 @@ __device__ __forceinline__ void prefix_body(
         if (tid < BN) {
             const int col = start + tile * BN + tid;
             const bool valid = col < end;
+            if constexpr (TAIL) {
+                idx[(tile % 3) * BN + tid] = valid ? (IdxT)(q_start + col) : (IdxT)0;
+                return;
+            }
             cp_async_idx(idx_base + ((tile % 3) * BN + tid) * (u32)sizeof(IdxT),
                          kv_indices + kv_start + (valid ? col : 0), valid);
         }
@@ -271,6 +290,14 @@ __device__ __forceinline__ void prefix_body(
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
     float4* xch_mine = (float4*)(smem + XCH_OFF) + warp * 128 + lane;
     const float4* xch_partner = (const float4*)(smem + XCH_OFF) + (warp ^ 4) * 128 + lane;
+    // The tail's mask rows of this thread's two query rows (their draft columns).
+    const u8* mask0 = nullptr;
+    const u8* mask1 = nullptr;
+    if constexpr (TAIL) {
+        const long long m_start = mask_indptr[b], m_cols = kv_len + n_tok;
+        mask0 = mask + m_start + (ok0 ? r0 / heads : 0) * m_cols + kv_len;
+        mask1 = mask + m_start + (ok1 ? r1 / heads : 0) * m_cols + kv_len;
+    }
 
     // ldmatrix row addresses (bytes within a 16-bit tile) of this lane.
     const int mi = lane >> 3, mr = lane & 7;
@@ -334,9 +361,14 @@ __device__ __forceinline__ void prefix_body(
         for (int i = 0; i < 4; ++i) {
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-                const bool valid = col0 + i * 8 + j < end;
-                s[i][j] = valid ? s[i][j] * qk_scale : NEG_INF;
-                s[i][2 + j] = valid ? s[i][2 + j] * qk_scale : NEG_INF;
+                const int col = col0 + i * 8 + j;
+                bool valid0 = col < end, valid1 = valid0;
+                if constexpr (TAIL) {
+                    valid0 = valid0 && (!ok0 || mask0[col] != 0);
+                    valid1 = valid1 && (!ok1 || mask1[col] != 0);
+                }
+                s[i][j] = valid0 ? s[i][j] * qk_scale : DROPPED;
+                s[i][2 + j] = valid1 ? s[i][2 + j] * qk_scale : DROPPED;
                 mx0 = fmaxf(mx0, s[i][j]);
                 mx1 = fmaxf(mx1, s[i][2 + j]);
             }
@@ -374,6 +406,20 @@ __device__ __forceinline__ void prefix_body(
             pa[j][1] = pack2<KV8>(s[2 * j][2], s[2 * j][3]);
             pa[j][2] = pack2<KV8>(s[2 * j + 1][0], s[2 * j + 1][1]);
             pa[j][3] = pack2<KV8>(s[2 * j + 1][2], s[2 * j + 1][3]);
+        }
+
+        if constexpr (TAIL) {
+            // The tail's values need not be its keys' first 512 dims: once every warp has read the keys,
+            // the tile's first 512 dims are copied over from V_ext.
+            __syncthreads();
+            const bool valid = start + tile * BN + ld_row < end;
+            const u16* vsrc = V_ext + (long long)idx[(tile % 3) * BN + ld_row] * stride_vt + (tid & 7) * 8;
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, vsrc + i * 64, valid ? 16 : 0);
+            cp_commit();
+            cp_wait_all();
+            __syncthreads();
         }
 
         // This warp's 256 value dims: o += p @ v.
@@ -416,9 +462,9 @@ __device__ __forceinline__ void prefix_body(
     long long stride_qh, long long stride_kt, long long stride_ot, long long stride_oh, long long stride_os, \
     long long stride_lt, long long stride_lh, int heads, int num_splits, int min_split
 #define PREFIX_CALL(IdxT, KV8) \
-    prefix_body<IdxT, KV8>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, \
-                           rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, \
-                           stride_lt, stride_lh, heads, num_splits, min_split)
+    prefix_body<IdxT, KV8, false>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, \
+                                  rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, \
+                                  stride_lt, stride_lh, heads, num_splits, min_split, nullptr, nullptr, nullptr, 0)
 
 extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_bf16_i32(PREFIX_ARGS(int)) {
     PREFIX_CALL(int, false);
@@ -431,6 +477,142 @@ extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_fp8_i3
 }
 extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_fp8_i64(PREFIX_ARGS(long long)) {
     PREFIX_CALL(long long, true);
+}
+
+// Every program of the grid waits here for every other; the grid must be co-resident (a cooperative
+// launch). bar[0] counts arrivals and is reset by the last, which then moves bar[1], the generation the
+// others wait on, so the two words serve every later launch unchanged.
+__device__ __forceinline__ void grid_barrier(unsigned int* bar) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned int* gen = bar + 1;
+        const unsigned int mine = *gen;
+        const unsigned int n = gridDim.x * gridDim.y * gridDim.z;
+        __threadfence();
+        if (atomicAdd(bar, 1u) == n - 1) {
+            bar[0] = 0;
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == mine) __nanosleep(32);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+#define MERGE_GROUPS (FUSED_MAX_SLOTS / 32)  // the merge takes up to 32 slots (splits and the tail) a group
+#define MERGE_ROUND 40  // slots a warp loads in one round: the 33 of 8 drafts x 8 or 16 heads, with room
+
+// The merge of every slot of every query row after the barrier. A program takes a row's 512 value dims
+// (or a half or a quarter of them, where there are fewer rows than programs): each warp 128 dims (a float4
+// a lane) and a share of the slots, whose partial results and log-sum-exps it loads in one round from L2
+// (ld.global.cg), MERGE_ROUND slots at a time; the warps' sums then meet in shared memory.
+__device__ __forceinline__ void merge_slots(
+    const float* __restrict__ O_part, const float* __restrict__ L_part, u16* __restrict__ O, int n_slots,
+    int heads, int total_rows, long long stride_ot, long long stride_oh, long long stride_os,
+    long long stride_lt, long long stride_lh, long long stride_out_t, long long stride_out_h)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int n_ctas = gridDim.x * gridDim.y * gridDim.z;
+    const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const float NEG_INF = -__int_as_float(0x7f800000);
+    int dsplit = 1;
+    while (dsplit < 4 && total_rows * dsplit * 2 <= n_ctas) dsplit *= 2;
+    const int dgroups = 4 / dsplit, sgroups = 8 / dgroups;  // warps across the dims, across the slots
+    const int dims = 128 * dgroups;                         // value dims of one program's share
+    const int dg = warp % dgroups, sg = warp / dgroups;
+    float* red = (float*)smem;                              // [sgroups][dims] sums, then [sgroups] weights
+    for (int u = cta; u < total_rows * dsplit; u += n_ctas) {
+        const int r = u / dsplit, part = u % dsplit;
+        const long long t = r / heads, h = r % heads;
+        const int d0 = part * dims;
+        const float* lrow = L_part + t * stride_lt + h * stride_lh;
+        const float* orow = O_part + t * stride_ot + h * stride_oh + d0 + dg * 128 + lane * 4;
+        float ax = 0.f, ay = 0.f, az = 0.f, aw = 0.f, den = 0.f, m_safe = 0.f;
+        for (int s0 = sg; s0 < n_slots; s0 += MERGE_ROUND * sgroups) {
+            float4 p[MERGE_ROUND];
+            float l[MERGE_ROUND];
+#pragma unroll
+            for (int j = 0; j < MERGE_ROUND; ++j) {
+                const int s = s0 + j * sgroups;
+                const bool ok = s < n_slots;
+                l[j] = ok ? __ldcg(lrow + s) : NEG_INF;
+                p[j] = ok ? __ldcg((const float4*)(orow + s * stride_os)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            if (s0 == sg) {  // the row's max over every slot, loaded beside the first round
+                float m = NEG_INF;
+#pragma unroll
+                for (int g = 0; g < MERGE_GROUPS; ++g) {
+                    const int s = g * 32 + lane;
+                    if (s < n_slots) m = fmaxf(m, __ldcg(lrow + s));
+                }
+#pragma unroll
+                for (int k = 16; k; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+                m_safe = m == NEG_INF ? 0.f : m;
+            }
+#pragma unroll
+            for (int j = 0; j < MERGE_ROUND; ++j) {
+                // A slot with no tokens (-inf) was never written: its weight is 0 and its values are dropped.
+                const bool live = l[j] > NEG_INF;
+                const float w = live ? exp2f(l[j] - m_safe) : 0.f;
+                den += w;
+                ax = fmaf(w, live ? p[j].x : 0.f, ax);
+                ay = fmaf(w, live ? p[j].y : 0.f, ay);
+                az = fmaf(w, live ? p[j].z : 0.f, az);
+                aw = fmaf(w, live ? p[j].w : 0.f, aw);
+            }
+        }
+        __syncthreads();  // the previous row's sums are read
+        *(float4*)(red + sg * dims + dg * 128 + lane * 4) = make_float4(ax, ay, az, aw);
+        if (dg == 0 && lane == 0) red[sgroups * dims + sg] = den;
+        __syncthreads();
+        if (tid * 2 < dims) {
+            float x = 0.f, y = 0.f, total = 0.f;
+            for (int g = 0; g < sgroups; ++g) {
+                x += red[g * dims + tid * 2];
+                y += red[g * dims + tid * 2 + 1];
+                total += red[sgroups * dims + g];
+            }
+            const float inv = total > 0.f ? 1.f / total : 0.f;
+            *(u32*)(O + t * stride_out_t + h * stride_out_h + d0 + tid * 2) = pack2<false>(x * inv, y * inv);
+        }
+    }
+}
+
+// The whole verify call in one cooperative launch: grid (row blocks, splits + 1, requests); programs
+// 0 .. num_splits - 1 of a row block take the prefix splits, program num_splits the draft tail (bf16 K_ext
+// and V_ext); then, after the grid barrier, every program
+// merges a share of the rows into O (bf16). Saves the merge kernel's launch and its reads from memory.
+#define FUSED_ARGS(IdxT) \
+    PREFIX_ARGS(IdxT), const u16* __restrict__ K_ext, long long stride_et, const u8* __restrict__ mask, \
+    const long long* __restrict__ mask_indptr, const u16* __restrict__ V_ext, long long stride_vt, \
+    float tail_scale, u16* __restrict__ O, long long stride_out_t, long long stride_out_h, int total_rows, \
+    unsigned int* bar
+#define FUSED_CALL(IdxT, KV8) \
+    if (blockIdx.y == num_splits) \
+        prefix_body<IdxT, false, true>(Q, K_ext, q_indptr, kv_indptr, kv_indices, O_part, L_part, tail_scale, \
+                                       1.f, rescale_slack, stride_qt, stride_qh, stride_et, stride_ot, stride_oh, \
+                                       stride_os, stride_lt, stride_lh, heads, num_splits, min_split, mask, \
+                                       mask_indptr, V_ext, stride_vt); \
+    else \
+        PREFIX_CALL(IdxT, KV8); \
+    grid_barrier(bar); \
+    merge_slots(O_part, L_part, O, num_splits + 1, heads, total_rows, stride_ot, stride_oh, stride_os, stride_lt, \
+                stride_lh, stride_out_t, stride_out_h)
+
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_bf16_i32(FUSED_ARGS(int)) {
+    FUSED_CALL(int, false);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_bf16_i64(FUSED_ARGS(long long)) {
+    FUSED_CALL(long long, false);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_fp8_i32(FUSED_ARGS(int)) {
+    FUSED_CALL(int, true);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_fp8_i64(FUSED_ARGS(long long)) {
+    FUSED_CALL(long long, true);
 }
 """
 
@@ -495,7 +677,8 @@ def compile_cubin(arch: str, source: str = SOURCE) -> bytes:
     try:
         opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"--use_fast_math",
                 f"-DEXPECTED_SMEM_BF16={SMEM_BYTES[torch.bfloat16]}".encode(),
-                f"-DEXPECTED_SMEM_FP8={SMEM_BYTES[torch.float8_e4m3fn]}".encode()]
+                f"-DEXPECTED_SMEM_FP8={SMEM_BYTES[torch.float8_e4m3fn]}".encode(),
+                f"-DFUSED_MAX_SLOTS={FUSED_MAX_SLOTS}".encode()]
         arr = (ctypes.c_char_p * len(opts))(*opts)
         rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
         if rc:
@@ -523,22 +706,41 @@ class _Kernel:
         self.cubin = ctypes.create_string_buffer(cubin, len(cubin))
         self._check(self.driver.cuModuleLoadData(ctypes.byref(self.module), self.cubin), "cuModuleLoadData")
         self.functions = {}
-        for (kv_dtype, idx_dtype), name in KERNEL_NAMES.items():
-            function = ctypes.c_void_p()
-            self._check(self.driver.cuModuleGetFunction(ctypes.byref(function), self.module, name.encode()),
-                        "cuModuleGetFunction")
-            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            self._check(self.driver.cuFuncSetAttribute(function, 8, SMEM_BYTES[kv_dtype]), "cuFuncSetAttribute")
-            self.functions[(kv_dtype, idx_dtype)] = function
+        self.fused = {}
+        # Programs of the fused kernel that can be resident on one SM (a cooperative launch's limit).
+        self.capacity = {}
+        for names, table in ((KERNEL_NAMES, self.functions), (FUSED_NAMES, self.fused)):
+            for (kv_dtype, idx_dtype), name in names.items():
+                function = ctypes.c_void_p()
+                self._check(self.driver.cuModuleGetFunction(ctypes.byref(function), self.module, name.encode()),
+                            "cuModuleGetFunction")
+                # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                self._check(self.driver.cuFuncSetAttribute(function, 8, SMEM_BYTES[kv_dtype]), "cuFuncSetAttribute")
+                table[(kv_dtype, idx_dtype)] = function
+        for key, function in self.fused.items():
+            per_sm = ctypes.c_int()
+            self._check(self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                ctypes.byref(per_sm), function, THREADS, ctypes.c_size_t(SMEM_BYTES[key[0]])),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            self.capacity[key] = per_sm.value
         self.driver.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        self.driver.cuLaunchCooperativeKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 2
 
     @staticmethod
     def _check(rc: int, what: str) -> None:
         if rc:
             raise CompileError(f"{what} returned CUDA error {rc}")
 
-    def launch(self, kv_dtype, index_dtype, grid: Tuple[int, int, int], stream: int, args) -> None:
+    def launch(self, kv_dtype, index_dtype, grid: Tuple[int, int, int], stream: int, args, fused=False) -> None:
         params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
+        if fused:
+            self._check(
+                self.driver.cuLaunchCooperativeKernel(self.fused[(kv_dtype, index_dtype)], grid[0], grid[1], grid[2],
+                                                      THREADS, 1, 1, SMEM_BYTES[kv_dtype], ctypes.c_void_p(stream),
+                                                      params),
+                "cuLaunchCooperativeKernel",
+            )
+            return
         self._check(
             self.driver.cuLaunchKernel(self.functions[(kv_dtype, index_dtype)], grid[0], grid[1], grid[2], THREADS, 1, 1,
                                        SMEM_BYTES[kv_dtype],
@@ -626,4 +828,90 @@ def prefix_pass(q, kv, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale
     ]
     stream = torch.cuda.current_stream(q.device).cuda_stream
     k.launch(kv.dtype, kv_indices.dtype, (row_blocks(max_tokens, heads), num_splits, batch), stream, args)
+    return True
+
+
+# Two words per (device, stream) for the fused kernel's grid barrier: it leaves them ready for the next
+# launch, so they are zeroed once (a launch on another stream gets its own, as two may run at once).
+_BARRIERS: Dict[Tuple[int, int], torch.Tensor] = {}
+
+
+def _barrier(device: torch.device, stream: int) -> torch.Tensor:
+    key = (device.index if device.index is not None else torch.cuda.current_device(), stream)
+    with _LOCK:
+        if key not in _BARRIERS:
+            _BARRIERS[key] = torch.zeros(2, dtype=torch.int32, device=device)
+        return _BARRIERS[key]
+
+
+def fused_capacity(q, kv, kv_indices) -> int:
+    """Programs of the fused kernel the GPU of ``q`` holds at once (0: it cannot run there)."""
+    k = kernel(q.device)
+    if k is None:
+        return 0
+    per_sm = k.capacity.get((kv.dtype, kv_indices.dtype), 0)
+    return per_sm * torch.cuda.get_device_properties(q.device).multi_processor_count
+
+
+def fused_fits(q, o, k_ext, v_ext, mask, mask_indptr) -> bool:
+    """Whether the draft tail and output are what the fused kernel takes: bf16 tail keys (576 dims) and
+    values (512) of one KV head with rows aligned for 16-byte copies, a one-byte mask with int64 row
+    pointers, a bf16 output of 512 dims aligned for pair stores."""
+    return (
+        all(
+            t.dtype == torch.bfloat16
+            and t.dim() == 3
+            and t.shape[1] == 1
+            and t.shape[-1] == dim
+            and t.stride(-1) == 1
+            and (t.stride(0) * 2) % 16 == 0
+            and t.data_ptr() % 16 == 0
+            for t, dim in ((k_ext, HEAD_DIM), (v_ext, V_DIM))
+        )
+        and mask.element_size() == 1
+        and mask.is_contiguous()
+        and mask_indptr.dtype == torch.int64
+        and mask_indptr.is_contiguous()
+        and o.dtype == torch.bfloat16
+        and o.dim() == 3
+        and o.shape[-1] == V_DIM
+        and o.stride(-1) == 1
+        and o.stride(0) % 2 == 0
+        and o.stride(1) % 2 == 0
+        and o.data_ptr() % 4 == 0
+    )
+
+
+def fused_pass(q, kv, q_indptr, kv_indptr, kv_indices, k_ext, v_ext, mask, mask_indptr, o_part, l_part, o,
+               qk_scale: float, v_scale: float, tail_scale: float, batch: int, max_tokens: int, num_splits: int,
+               min_split: int) -> bool:
+    """The whole verify call (prefix splits, draft tail, merge into ``o``) in one cooperative launch of
+    (row blocks, num_splits + 1, batch) programs; ``o_part``/``l_part`` hold num_splits + 1 slots. False
+    if not run (no kernel, or more programs than the GPU holds at once)."""
+    k = kernel(q.device)
+    if k is None:
+        return False
+    heads = q.shape[1]
+    grid = (row_blocks(max_tokens, heads), num_splits + 1, batch)
+    if grid[0] * grid[1] * grid[2] > fused_capacity(q, kv, kv_indices) or num_splits + 1 > FUSED_MAX_SLOTS:
+        return False
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    bar = _barrier(q.device, stream)
+    args = [
+        ctypes.c_void_p(q.data_ptr()), ctypes.c_void_p(kv.data_ptr()), ctypes.c_void_p(q_indptr.data_ptr()),
+        ctypes.c_void_p(kv_indptr.data_ptr()), ctypes.c_void_p(kv_indices.data_ptr()),
+        ctypes.c_void_p(o_part.data_ptr()), ctypes.c_void_p(l_part.data_ptr()),
+        ctypes.c_float(qk_scale), ctypes.c_float(v_scale), ctypes.c_float(RESCALE_SLACK),
+        ctypes.c_longlong(q.stride(0)), ctypes.c_longlong(q.stride(1)), ctypes.c_longlong(kv.stride(0)),
+        ctypes.c_longlong(o_part.stride(0)), ctypes.c_longlong(o_part.stride(1)),
+        ctypes.c_longlong(o_part.stride(2)), ctypes.c_longlong(l_part.stride(0)),
+        ctypes.c_longlong(l_part.stride(1)), ctypes.c_int(heads), ctypes.c_int(num_splits),
+        ctypes.c_int(min_split),
+        ctypes.c_void_p(k_ext.data_ptr()), ctypes.c_longlong(k_ext.stride(0)), ctypes.c_void_p(mask.data_ptr()),
+        ctypes.c_void_p(mask_indptr.data_ptr()), ctypes.c_void_p(v_ext.data_ptr()), ctypes.c_longlong(v_ext.stride(0)),
+        ctypes.c_float(tail_scale), ctypes.c_void_p(o.data_ptr()),
+        ctypes.c_longlong(o.stride(0)), ctypes.c_longlong(o.stride(1)), ctypes.c_int(q.shape[0] * heads),
+        ctypes.c_void_p(bar.data_ptr()),
+    ]
+    k.launch(kv.dtype, kv_indices.dtype, grid, stream, args, fused=True)
     return True
