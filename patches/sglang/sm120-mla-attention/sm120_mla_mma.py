@@ -23,6 +23,10 @@ compile if its layout and the launcher's figures differ. The kernel writes the s
 the Triton prefix kernel (fp32 output normalised by its own sum, base-2 log-sum-exp per split), so the
 merge is shared.
 
+:func:`fused_pass` runs the whole verify call in one cooperative launch: one more program a row block
+scores the draft tail under the tree mask with the same loop, and after a grid barrier every program
+merges a share of the rows from L2 into the output; it saves the merge's launch and most of its reads.
+
 The kernel needs only the CUDA driver and NVRTC (the ``nvidia-cuda-nvrtc`` wheel that CUDA builds of
 torch depend on, or a CUDA toolkit); both are found with ``ctypes``. If either is missing, or the
 compile fails, :func:`kernel` returns None (:func:`error` says why) and the caller keeps its Triton
