@@ -337,6 +337,33 @@ def test_mma_prefix_kernel_takes_only_bf16_mla(mma):
     assert not mma.fits(q, odd, *rest)  # a row stride that breaks the 16-byte copies
 
 
+def test_one_launch_verify_takes_only_what_its_kernel_reads(mma):
+    """Which draft tails and outputs the one-launch verify (fused_pass) takes. CPU tensors: these checks
+    look only at dtypes, shapes, strides and alignment, which this machine can hold without a GPU."""
+    import torch
+
+    def case(kdt=torch.bfloat16, heads_kv=1, lk=576, lv=512, odt=torch.bfloat16, mask=torch.int8,
+             mptr=torch.int64):
+        k_ext = torch.empty(8, heads_kv, lk, dtype=kdt)
+        v_ext = torch.empty(8, heads_kv, lv, dtype=kdt)
+        o = torch.empty(8, 16, lv, dtype=odt)
+        return (torch.empty(8, 16, 576, dtype=torch.bfloat16), o, k_ext, v_ext, torch.ones(8, 40, dtype=mask),
+                torch.zeros(2, dtype=mptr))
+
+    assert mma.fused_fits(*case())
+    assert mma.fused_fits(*case(mask=torch.bool))
+    q, o, k_ext, _, m, mp = case()
+    assert mma.fused_fits(q, o, k_ext, k_ext[:, :, :512], m, mp)  # V a view of K's first 512 dims
+    for bad in (case(kdt=torch.float16), case(kdt=torch.float8_e4m3fn), case(heads_kv=2), case(lk=512),
+                case(lv=256), case(odt=torch.float16), case(mask=torch.int32), case(mptr=torch.int32)):
+        assert not mma.fused_fits(*bad)
+    odd = torch.empty(8 * 577, dtype=torch.bfloat16).as_strided((8, 1, 576), (577, 577, 1))
+    assert not mma.fused_fits(q, o, odd, odd[:, :, :512], m, mp)  # rows that break the 16-byte copies
+    assert not mma.fused_fits(q, o[:, :, :511], k_ext, k_ext[:, :, :512], m, mp)
+    assert not mma.fused_fits(q, o, k_ext, k_ext[:, :, :512], m[:, ::2], mp)  # a mask with gaps
+    assert mma.fused_capacity(q, k_ext, torch.zeros(1, dtype=torch.int32)) == 0  # no GPU: not run
+
+
 def test_mma_path_is_off_by_env(mma, monkeypatch):
     monkeypatch.setenv("SGLANG_SM120_MLA_MMA", "0")
     assert not mma._env_enabled()

@@ -73,14 +73,14 @@ TAIL_BLOCK_DK = 64  # query/key dims the merge's draft-tail scores take per step
 MMA_MIN_ROWS = 64  # query rows per request from which MLA verify takes the CUDA prefix kernel
 MMA_WAVES = 1  # waves of the CUDA prefix kernel's programs (one resident per SM)
 # MLA verify through the CUDA kernel: the prefix splits, the draft tail and the merge in one cooperative
-# launch (sm120_mla_mma.fused_pass) when a split has FUSED_PROGRAMS programs (row blocks x requests) and
-# the grid fits on the GPU at once; otherwise, or with FUSED False, the prefix kernel and a merge. Measured
-# on the H200 in SM120 mode (docs/benchmarks.md, fused sweep): with two programs a split (8 drafts x 16
-# heads) 1.055x at 32k (fp8 1.065x), 0.996x at 185k; with one (8 x 8 heads) 0.988x / 0.977x; with four
-# (16 x 16, 8 x 32) 1.03x at 32k but 0.97x at 185k; with eight (32 x 16) 0.96x / 0.93x, the tail's program
-# taking one of the splits.
+# launch (sm120_mla_mma.fused_pass, bf16 partial results) when a split has at most FUSED_MAX_PROGRAMS
+# programs (row blocks x requests) and the grid fits on the GPU at once; otherwise, or with FUSED False,
+# the prefix kernel and a merge. Measured on the H200 in SM120 mode (docs/benchmarks.md, fused sweep, run
+# K), against the prefix kernel and merge: two programs a split (8 drafts x 16 heads) 1.088x at 32k,
+# 1.015x at 185k; one (8 x 8 heads) 1.023x / 1.000x; four (16 x 16, 8 x 32) 1.057-1.062x / 0.997x; eight
+# (32 x 16) 0.990x / 0.961x, where the tail's program takes the place of one of 16 splits.
 FUSED = True
-FUSED_PROGRAMS = (2,)
+FUSED_MAX_PROGRAMS = 4
 
 
 class TileConfig(NamedTuple):
@@ -831,7 +831,7 @@ def _fused_pass(q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, ma
     if splits < 1 or per_split * (splits + 1) > capacity:
         return False
     shape = (q.shape[0], q.shape[1], splits + 1)
-    o_part = torch.empty(shape + (o.shape[-1],), dtype=torch.float32, device=q.device)
+    o_part = torch.empty(shape + (o.shape[-1],), dtype=torch.bfloat16, device=q.device)
     l_part = torch.empty(shape, dtype=torch.float32, device=q.device)
     return cuda_prefix.fused_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, k_ext, v_ext, mask, mask_indptr, o_part,
                                   l_part, o, qk_scale, v_scale, tail_scale, batch, max_tokens, splits, min_chunk)
@@ -886,7 +886,7 @@ def _run_split_attention(
         min_chunk = MIN_CHUNK_ONE if not use_mma and rows_blocks * batch * n_kv == 1 else MIN_CHUNK
     qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
     if fused is None:
-        fused = FUSED and cuda_prefix.row_blocks(max_tokens, heads) * batch in FUSED_PROGRAMS
+        fused = FUSED and cuda_prefix.row_blocks(max_tokens, heads) * batch <= FUSED_MAX_PROGRAMS
     if use_mma and tail is not None and fused and _fused_pass(
             q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens, qk_scale, float(v_scale),
             float(sm_scale) * 1.4426950408889634, num_splits, min_chunk):

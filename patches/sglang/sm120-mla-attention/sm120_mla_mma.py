@@ -24,8 +24,9 @@ the Triton prefix kernel (fp32 output normalised by its own sum, base-2 log-sum-
 merge is shared.
 
 :func:`fused_pass` runs the whole verify call in one cooperative launch: one more program a row block
-scores the draft tail under the tree mask with the same loop, and after a grid barrier every program
-merges a share of the rows from L2 into the output; it saves the merge's launch and most of its reads.
+scores the draft tail under the tree mask with the same loop, every program writes its partial result
+in bf16, and after a grid barrier every program merges a share of the rows from L2 into the output; it
+saves the merge's launch and half the partial results' bytes.
 
 The kernel needs only the CUDA driver and NVRTC (the ``nvidia-cuda-nvrtc`` wheel that CUDA builds of
 torch depend on, or a CUDA toolkit); both are found with ``ctypes``. If either is missing, or the
@@ -174,7 +175,7 @@ __device__ __forceinline__ void pair_sync(int id) {
 // scores the request's own draft tokens instead (KV_ holds their keys in token order, V_ext their values,
 // both bf16), under the tree mask (mask/mask_indptr in SGLang's custom_mask layout), and writes its result
 // in slot num_splits.
-template <typename IdxT, bool KV8, bool TAIL>
+template <typename IdxT, bool KV8, bool TAIL, bool P16 = false>
 __device__ __forceinline__ void prefix_body(
     const u16* __restrict__ Q, const void* __restrict__ KV_,
     const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices,
@@ -448,10 +449,20 @@ __device__ __forceinline__ void prefix_body(
     const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
     float* o0 = O_part + t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
     float* o1 = O_part + t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
+    if constexpr (P16) {  // bf16 partial results (O_part holds bf16, with the same element strides)
+        u16* p0 = (u16*)O_part + (o0 - O_part);
+        u16* p1 = (u16*)O_part + (o1 - O_part);
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        if (ok0) *(float2*)(o0 + i * 8) = make_float2(o[i][0] * sc0, o[i][1] * sc0);
-        if (ok1) *(float2*)(o1 + i * 8) = make_float2(o[i][2] * sc1, o[i][3] * sc1);
+        for (int i = 0; i < 32; ++i) {
+            if (ok0) *(u32*)(p0 + i * 8) = pack2<false>(o[i][0] * sc0, o[i][1] * sc0);
+            if (ok1) *(u32*)(p1 + i * 8) = pack2<false>(o[i][2] * sc1, o[i][3] * sc1);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            if (ok0) *(float2*)(o0 + i * 8) = make_float2(o[i][0] * sc0, o[i][1] * sc0);
+            if (ok1) *(float2*)(o1 + i * 8) = make_float2(o[i][2] * sc1, o[i][3] * sc1);
+        }
     }
     if (hf == 0 && c4 == 0) {
         if (ok0) L_part[t0 * stride_lt + h0 * stride_lh + split] = m0 + log2f(l0);
@@ -509,11 +520,11 @@ __device__ __forceinline__ void grid_barrier(unsigned int* bar) {
 #define MERGE_ROUND 40  // slots a warp loads in one round: the 33 of 8 drafts x 8 or 16 heads, with room
 
 // The merge of every slot of every query row after the barrier. A program takes a row's 512 value dims
-// (or a half or a quarter of them, where there are fewer rows than programs): each warp 128 dims (a float4
-// a lane) and a share of the slots, whose partial results and log-sum-exps it loads in one round from L2
-// (ld.global.cg), MERGE_ROUND slots at a time; the warps' sums then meet in shared memory.
+// (or a half or a quarter of them, where there are fewer rows than programs): each warp 128 dims (four
+// bf16 partial values a lane) and a share of the slots, whose partial results and log-sum-exps it loads in
+// one round from L2 (ld.global.cg), MERGE_ROUND slots at a time; the warps' sums then meet in shared memory.
 __device__ __forceinline__ void merge_slots(
-    const float* __restrict__ O_part, const float* __restrict__ L_part, u16* __restrict__ O, int n_slots,
+    const u16* __restrict__ O_part, const float* __restrict__ L_part, u16* __restrict__ O, int n_slots,
     int heads, int total_rows, long long stride_ot, long long stride_oh, long long stride_os,
     long long stride_lt, long long stride_lh, long long stride_out_t, long long stride_out_h)
 {
@@ -533,7 +544,7 @@ __device__ __forceinline__ void merge_slots(
         const long long t = r / heads, h = r % heads;
         const int d0 = part * dims;
         const float* lrow = L_part + t * stride_lt + h * stride_lh;
-        const float* orow = O_part + t * stride_ot + h * stride_oh + d0 + dg * 128 + lane * 4;
+        const long long ooff = t * stride_ot + h * stride_oh + d0 + dg * 128 + lane * 4;
         float ax = 0.f, ay = 0.f, az = 0.f, aw = 0.f, den = 0.f, m_safe = 0.f;
         for (int s0 = sg; s0 < n_slots; s0 += MERGE_ROUND * sgroups) {
             float4 p[MERGE_ROUND];
@@ -543,7 +554,9 @@ __device__ __forceinline__ void merge_slots(
                 const int s = s0 + j * sgroups;
                 const bool ok = s < n_slots;
                 l[j] = ok ? __ldcg(lrow + s) : NEG_INF;
-                p[j] = ok ? __ldcg((const float4*)(orow + s * stride_os)) : make_float4(0.f, 0.f, 0.f, 0.f);
+                const uint2 v = ok ? __ldcg((const uint2*)(O_part + ooff + s * stride_os)) : make_uint2(0u, 0u);
+                p[j] = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                                   __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
             }
             if (s0 == sg) {  // the row's max over every slot, loaded beside the first round
                 float m = NEG_INF;
@@ -587,7 +600,7 @@ __device__ __forceinline__ void merge_slots(
 
 // The whole verify call in one cooperative launch: grid (row blocks, splits + 1, requests); programs
 // 0 .. num_splits - 1 of a row block take the prefix splits, program num_splits the draft tail (bf16 K_ext
-// and V_ext); then, after the grid barrier, every program
+// and V_ext), each writing its partial result in bf16 (half the bytes to write and to merge); then, after the grid barrier, every program
 // merges a share of the rows into O (bf16). Saves the merge kernel's launch and its reads from memory.
 #define FUSED_ARGS(IdxT) \
     PREFIX_ARGS(IdxT), const u16* __restrict__ K_ext, long long stride_et, const u8* __restrict__ mask, \
@@ -596,14 +609,17 @@ __device__ __forceinline__ void merge_slots(
     unsigned int* bar
 #define FUSED_CALL(IdxT, KV8) \
     if (blockIdx.y == num_splits) \
-        prefix_body<IdxT, false, true>(Q, K_ext, q_indptr, kv_indptr, kv_indices, O_part, L_part, tail_scale, \
+        prefix_body<IdxT, false, true, true>(Q, K_ext, q_indptr, kv_indptr, kv_indices, O_part, L_part, tail_scale, \
                                        1.f, rescale_slack, stride_qt, stride_qh, stride_et, stride_ot, stride_oh, \
                                        stride_os, stride_lt, stride_lh, heads, num_splits, min_split, mask, \
                                        mask_indptr, V_ext, stride_vt); \
     else \
-        PREFIX_CALL(IdxT, KV8); \
+        prefix_body<IdxT, KV8, false, true>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, \
+                                           v_scale, rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, \
+                                           stride_oh, stride_os, stride_lt, stride_lh, heads, num_splits, \
+                                           min_split, nullptr, nullptr, nullptr, 0); \
     grid_barrier(bar); \
-    merge_slots(O_part, L_part, O, num_splits + 1, heads, total_rows, stride_ot, stride_oh, stride_os, stride_lt, \
+    merge_slots((const u16*)O_part, L_part, O, num_splits + 1, heads, total_rows, stride_ot, stride_oh, stride_os, stride_lt, \
                 stride_lh, stride_out_t, stride_out_h)
 
 extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_bf16_i32(FUSED_ARGS(int)) {
@@ -850,6 +866,8 @@ def _barrier(device: torch.device, stream: int) -> torch.Tensor:
 
 def fused_capacity(q, kv, kv_indices) -> int:
     """Programs of the fused kernel the GPU of ``q`` holds at once (0: it cannot run there)."""
+    if not q.is_cuda:
+        return 0
     k = kernel(q.device)
     if k is None:
         return 0
@@ -890,7 +908,8 @@ def fused_pass(q, kv, q_indptr, kv_indptr, kv_indices, k_ext, v_ext, mask, mask_
                qk_scale: float, v_scale: float, tail_scale: float, batch: int, max_tokens: int, num_splits: int,
                min_split: int) -> bool:
     """The whole verify call (prefix splits, draft tail, merge into ``o``) in one cooperative launch of
-    (row blocks, num_splits + 1, batch) programs; ``o_part``/``l_part`` hold num_splits + 1 slots. False
+    (row blocks, num_splits + 1, batch) programs; ``o_part`` (bf16) and ``l_part`` (fp32) hold num_splits + 1
+    slots. False
     if not run (no kernel, or more programs than the GPU holds at once)."""
     k = kernel(q.device)
     if k is None:
