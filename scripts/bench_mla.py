@@ -560,6 +560,166 @@ def fused_numerics(mla):
     return out
 
 
+SWEEP_ROWS16_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): few query rows a request
+    ("verify", 32768, 1, 16, "bf16"), ("verify", 8192, 1, 16, "bf16"), ("verify", 131072, 1, 16, "bf16"),
+    ("verify", 185000, 1, 16, "bf16"), ("verify", 32768, 1, 16, "fp8"), ("verify", 32768, 2, 16, "bf16"),
+    ("verify", 32768, 8, 4, "bf16"), ("decode", 8192, 1, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"),
+    ("decode", 131072, 1, 16, "bf16"), ("decode", 185000, 1, 16, "bf16"), ("decode", 185000, 1, 16, "fp8"),
+    ("decode", 32768, 4, 16, "bf16"), ("decode", 185000, 4, 16, "bf16"), ("decode", 185000, 1, 128, "bf16"),
+    ("decode", 32768, 1, 128, "bf16"),
+]
+
+
+def sweep_rows16(mla, roof):
+    """The CUDA kernel where a request has few query rows (16-row programs in one launch; 64-row ones for
+    decode with 128 heads) against the Triton prefix kernel and merge, on SWEEP_ROWS16_CASES; for the
+    16-row cases also the fewest tokens a split walks (MIN_CHUNK against the launcher's choice)."""
+    out = []
+    for kind, prefix, n, heads, kvd in SWEEP_ROWS16_CASES:
+        c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
+        label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
+        ref_out, t_base = _timed_base(out, label, "triton prefix kernel and merge", c, heads,
+                                      lambda: call(prefix_kernel="triton"), o, roof)
+        _timed_variant(out, label, "cuda kernel (the launcher's pick)", c, heads, call, ref_out, o, t_base, roof)
+        if heads * (1 if kind == "decode" else n) < mla.MMA_MIN_ROWS:
+            _timed_variant(out, label, f"cuda 16 rows, min chunk {mla.MIN_CHUNK}", c, heads,
+                           lambda: call(prefix_kernel="mma16", min_chunk=mla.MIN_CHUNK), ref_out, o, t_base, roof)
+        del c
+    return out
+
+
+def rows16_numerics(mla):
+    """The 16-row CUDA programs against the float32 reference and the Triton path on the same inputs:
+    decode with the log-sum-exp SGLang keeps (bf16/fp8 KV, int32/int64 slots, 16 and 4 heads, uneven
+    lengths), verify with one or two draft tokens a request (a mask row with no draft column), and a
+    replay from a CUDA graph."""
+    out = []
+    for kvd, idx64, heads in (("bf16", False, 16), ("fp8", True, 16), ("bf16", True, 4), ("fp8", False, 4)):
+        scale = 0.5 if kvd == "fp8" else 1.0
+        d = ref.make_decode_case([3000, 517, 40, 1], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, device="cuda",
+                                 seed=heads + idx64)
+        if kvd == "fp8":
+            d["k_pool"] = (d["k_pool"].float() / scale).to(torch.float8_e4m3fn)
+        d["v_pool"] = d["k_pool"][:, :, :LV]
+        if idx64:
+            d["kv_indices"] = d["kv_indices"].to(torch.int64)
+        res = {}
+        for prefix in ("auto", "triton"):
+            o = torch.zeros(4, heads, LV, dtype=torch.bfloat16, device="cuda")
+            lse = torch.zeros(4, heads, 8, dtype=torch.float32, device="cuda")
+
+            def run():
+                mla._run_split_attention(d["q"], d["k_pool"], d["v_pool"], o, None, d["kv_indptr"], d["kv_indices"], 4,
+                                         1, 1 / LK**0.5, scale, scale, lse_out=lse[:, :, 0], prefix=prefix)
+            run()
+            torch.cuda.synchronize()
+            eager, eager_lse = o.clone(), lse[:, :, 0].clone()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                run()
+            o.zero_()
+            g.replay()
+            torch.cuda.synchronize()
+            res[prefix] = (eager, eager_lse, (o.float() - eager.float()).abs().max().item())
+        ref_o = ref.reference_decode(d, k_scale=scale, v_scale=scale)
+        out.append({"check": "decode-cuda16", "kv": kvd, "kv_indices": "int64" if idx64 else "int32", "heads": heads,
+                    "max_abs_diff_cuda": round((res["auto"][0].float() - ref_o).abs().max().item(), 5),
+                    "max_abs_diff_triton": round((res["triton"][0].float() - ref_o).abs().max().item(), 5),
+                    "lse_cuda_vs_triton": round((res["auto"][1] - res["triton"][1]).abs().max().item(), 6),
+                    "graph_replay_vs_eager": round(res["auto"][2], 6)})
+        print(json.dumps(out[-1]), flush=True)
+    for kvd, drafts in (("bf16", [1, 2]), ("fp8", [2, 1])):
+        scale = 0.5 if kvd == "fp8" else 1.0
+        c = ref.make_verify_case([3000, 517], drafts, heads=16, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree",
+                                 seed=7, device="cuda")
+        if kvd == "fp8":
+            c["k_pool"] = (c["k_pool"].float() / scale).to(torch.float8_e4m3fn)
+            c["v_pool"] = c["k_pool"][:, :, :LV]
+        kv0 = int(c["kv_indptr"][1] - c["kv_indptr"][0])
+        m0 = int(c["mask_indptr"][0])
+        c["custom_mask"][m0 + kv0: m0 + kv0 + drafts[0]] = False  # request 0's first token: the prefix only
+        tail = (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
+        res = {}
+        for prefix in ("auto", "triton"):
+            o = torch.zeros(c["q"].shape[0], 16, LV, dtype=torch.bfloat16, device="cuda")
+            mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, c["qo_indptr"], c["kv_indptr"],
+                                     c["kv_indices"], 2, c["max_len"], 1 / LK**0.5, scale, scale, tail=tail,
+                                     prefix=prefix)
+            res[prefix] = o
+        ref_o = ref.reference_verify(c, k_scale=scale, v_scale=scale)
+        out.append({"check": "verify-cuda16", "kv": kvd, "drafts": drafts,
+                    "max_abs_diff_cuda": round((res["auto"].float() - ref_o).abs().max().item(), 5),
+                    "max_abs_diff_triton": round((res["triton"].float() - ref_o).abs().max().item(), 5)})
+        print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+TIMELINE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype, one launch): where a CUDA call's time goes
+    ("verify", 8192, 8, 16, "bf16", True), ("verify", 32768, 8, 16, "bf16", True), ("verify", 32768, 8, 8, "bf16", True),
+    ("verify", 32768, 8, 16, "bf16", False), ("verify", 185000, 8, 16, "bf16", True),
+    ("verify", 32768, 1, 16, "bf16", True), ("decode", 8192, 1, 16, "bf16", True), ("decode", 32768, 1, 16, "bf16", True),
+]
+# Phases between the clock reads of the SM120_TIMELINE build (thread 0 of each program; sm120_mla_mma.py).
+TIMELINE_PHASES = ["KV slots of tiles 0-1", "queries and tile 0", "KV loop after tile 0", "store", "grid barrier",
+                   "merge"]
+
+
+def timeline(mla, roof):
+    """Each TIMELINE_CASES call once through a build of the CUDA kernels that records, per program, the global
+    timer at entry and exit and its SM clock between phases: the median phase times over the programs, the
+    spread of their starts, and first start to last exit against the call's time (CUDA events)."""
+    import ctypes
+    import statistics
+
+    mma = mla.cuda_prefix
+    dev = torch.cuda.current_device()
+    normal = mma.kernel(torch.device("cuda", dev))
+    major, minor = torch.cuda.get_device_capability()
+    tl_kernel = mma._Kernel(mma.compile_cubin(f"sm_{major}{minor}" + ("a" if major >= 9 else ""),
+                                              defines=("SM120_TIMELINE",)))
+    ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+    drv = tl_kernel.driver
+    assert drv.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), tl_kernel.module, b"sm120_timeline") == 0
+    host = (ctypes.c_uint64 * (size.value // 8))()
+    out = []
+    mma._KERNELS[dev] = tl_kernel
+    try:
+        for kind, prefix, n, heads, kvd, fused in TIMELINE_CASES:
+            c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
+            fn = (lambda: call(fused=fused)) if kind == "verify" else call
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+            drv.cuMemsetD8_v2(ptr, ctypes.c_ubyte(0), size)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            drv.cuMemcpyDtoH_v2(host, ptr, size)
+            rows = [host[i * 10:(i + 1) * 10] for i in range(size.value // 80)]
+            rows = [r for r in rows if r[0] and r[9]]
+            last = 7 if fused and kind == "verify" or kind == "decode" else 5
+            mhz = statistics.median((r[last] - r[1]) / max(1, r[9] - r[0]) * 1e3 for r in rows)
+            phases = {}
+            for i, name in enumerate(TIMELINE_PHASES[:last - 1]):
+                vals = [(r[i + 2] - r[i + 1]) / mhz for r in rows if r[i + 2] and r[i + 1]]
+                if vals:
+                    phases[name] = [round(statistics.median(vals), 2), round(max(vals), 2)]
+            first, final = min(r[0] for r in rows), max(r[9] for r in rows)
+            out.append({"case": f"{kind} p{prefix} n{n} h{heads} {kvd}", "one launch": fused, "programs": len(rows),
+                        "call_us (events)": round(start.elapsed_time(end) * 1e3, 2),
+                        "first start to last exit us": round((final - first) / 1e3, 2),
+                        "start spread us": round((max(r[0] for r in rows) - first) / 1e3, 2),
+                        "exit spread us": round((final - min(r[9] for r in rows)) / 1e3, 2),
+                        "sm clock MHz": round(mhz), "phases us [median, max]": phases})
+            print(json.dumps(out[-1]), flush=True)
+            del c
+    finally:
+        mma._KERNELS[dev] = normal
+    return out
+
+
 PROFILE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): where the time of a call goes
     ("verify", 32768, 8, 16, "bf16"), ("verify", 32768, 8, 8, "bf16"), ("verify", 32768, 1, 16, "bf16"),
     ("verify", 185000, 8, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"),
@@ -644,6 +804,11 @@ def main():
     ap.add_argument("--sweep-merge", action="store_true", help="time the merge's program shapes first")
     ap.add_argument("--sweep-fused", action="store_true",
                     help="time verify in one cooperative launch against three kernels, and the splits' fewest tokens")
+    ap.add_argument("--sweep-rows16", action="store_true",
+                    help="time the CUDA kernel's 16-row programs (and 128-head decode) against Triton's first")
+    ap.add_argument("--timeline", action="store_true",
+                    help="phase times inside the CUDA kernels (a build that reads the clocks), on TIMELINE_CASES")
+    ap.add_argument("--numerics16-only", action="store_true", help="of the numerics checks, run the 16-row ones only")
     ap.add_argument("--profile", action="store_true", help="GPU time of each kernel of a call, on PROFILE_CASES")
     ap.add_argument("--baseline", metavar="DIR",
                     help="with --profile: also profile the sm120_mla.py in DIR (another revision of the module)")
@@ -667,7 +832,14 @@ def main():
     print(f"# rooflines measured in this run: read {roof[0]:.0f} GB/s, mma bf16 {roof[1]:.0f} TFLOP/s", flush=True)
     result = {"gpu": name, "capability": list(cap), "mode": mode, "roofline_read_gbs": round(roof[0]),
               "roofline_tflops": round(roof[1]), "rows": [], "sweep": [], "timing": TIMING}
-    result["numerics"] = [] if args.no_numerics else numerics() + fused_numerics(mla)
+    if args.numerics16_only:
+        result["numerics"] = rows16_numerics(mla)
+    else:
+        result["numerics"] = [] if args.no_numerics else numerics() + fused_numerics(mla) + rows16_numerics(mla)
+    if args.timeline:
+        result["timeline"] = timeline(mla, roof)
+    if args.sweep_rows16:
+        result["sweep_rows16"] = sweep_rows16(mla, roof)
     if args.sweep_fused:
         result["sweep_fused"] = sweep_fused(mla, roof)
     if args.sweep_prefix:

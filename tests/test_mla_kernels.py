@@ -290,15 +290,18 @@ def mma(mla):
 @pytest.mark.parametrize("arch", ["sm_120a", "sm_121a"])
 def test_mma_prefix_kernel_compiles_within_the_limit(mma, arch):
     """The CUDA verify prefix kernel, compiled by NVRTC (the nvidia-cuda-nvrtc wheel; no GPU here) as it is at
-    first use on the card: every entry point (prefix only, and the one-launch verify with tail and merge), within 255 registers and 101376 B of shared memory (the
+    first use on the card: every entry point (prefix only, the one-launch verify or decode with tail and merge,
+    and its 16-row programs), within 255 registers and 101376 B of shared memory (the
     kernel's dynamic shared memory is the launcher's SMEM_BYTES, which the source checks at compile time)."""
     from sm120kit.hardware.cubin import resource_usage
 
     cubin = mma.compile_cubin(arch)
     usage = resource_usage(cubin)
     assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
-    assert set(usage) == set(mma.KERNEL_NAMES.values()) | set(mma.FUSED_NAMES.values())
-    for (kv_dtype, _), name in list(mma.KERNEL_NAMES.items()) + list(mma.FUSED_NAMES.items()):
+    entries = [item for names in mma.ENTRY_NAMES.values() for item in names.items()]
+    assert len(entries) == 12  # prefix, one-launch and its 16-row programs, for bf16/fp8 KV and int32/int64 slots
+    assert set(usage) == {name for _, name in entries}
+    for (kv_dtype, _), name in entries:
         res = usage[name]
         assert res.registers <= 255, (name, res)
         assert res.shared + mma.SMEM_BYTES[kv_dtype] <= LIMIT, (name, res)

@@ -398,7 +398,7 @@ num_heads = 16
 num_kv_heads = 1
 dtypes = ["bfloat16"]
 kv_cache_dtypes = ["auto", "fp8_e4m3"]
-launchers = ["tree-verify"]
+launchers = ["tree-verify", "mla-decode"]
 """
 
 
@@ -406,8 +406,9 @@ launchers = ["tree-verify"]
 @pytest.mark.skipif(not (patches_dir() / "sglang" / "series.toml").is_file(),
                     reason="the SM120 patch series (patches/sglang/series.toml) is not in this checkout")
 def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tree, tmp_path, capsys):
-    """sm120-mla-attention's CUDA verify kernels (the prefix kernel and the one-launch verify, compiled by NVRTC,
-    as at first use on the card) are in the audit of the tree-verify launcher, beside its Triton kernels, for both KV dtypes and both targets."""
+    """sm120-mla-attention's CUDA kernels (the prefix kernel, the one-launch verify or decode and its 16-row
+    programs, compiled by NVRTC as at first use on the card) are in the audit of the tree-verify and MLA decode
+    launchers, beside their Triton kernels, for both KV dtypes and both targets."""
     tree = installed_tree("0.5.23")
     code, _, err = _cli(capsys, "apply", str(tree))
     assert code == 0, err
@@ -417,5 +418,8 @@ def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tre
     cuda = {(c.arch, k.name, k.shared) for c in result.cases for k in c.kernels if "_mma_" in k.name}
     assert {(arch, name) for arch, name, _ in cuda} == {
         (arch, f"sm120_mla_{kind}_mma_{kv}_i64") for arch in ("12.0", "12.1") for kv in ("bf16", "fp8")
-        for kind in ("prefix", "fused")}
+        for kind in ("prefix", "fused", "fused16")}
     assert all(48 * 1024 < shared <= LIMIT for _, _, shared in cuda)
+    for launcher in ("tree-verify", "mla-decode"):
+        cases = [c for c in result.cases if c.case.launcher == launcher]
+        assert cases and all(any("_mma_" in k.name for k in c.kernels) for c in cases), launcher

@@ -275,8 +275,11 @@ class Probe:
             return f"CUDA verify prefix kernel not compiled: {exc}"
         usage = cubin_reader.resource_usage(binary) or {}
         kv_dtype, idx_dtype = args["k_buffer"].dtype, args["kv_indices"].dtype
-        # The prefix kernel, and the one-launch verify (prefix, draft tail, merge) the launcher may pick instead.
-        for names in (mma.KERNEL_NAMES, getattr(mma, "FUSED_NAMES", {})):
+        # The prefix kernel, the one-launch verify and decode (prefix, draft tail, merge) the launcher may pick
+        # instead, and their 16-row programs (ENTRY_NAMES; releases of the patch before it name two tables).
+        entries = getattr(mma, "ENTRY_NAMES", None) or {"prefix": mma.KERNEL_NAMES,
+                                                         "fused": getattr(mma, "FUSED_NAMES", {})}
+        for names in entries.values():
             name = names[(kv_dtype, idx_dtype)]
             res = usage.get(name)
             self.cuda_kernels.append({
@@ -315,7 +318,12 @@ class Probe:
         }
         if not _call(module.sm120_mla_decode_fwd, args):
             raise CaseSkipped("sm120_mla_decode_fwd declines this shape")
-        return None
+        if not hasattr(getattr(module, "cuda_prefix", None), "ENTRY_NAMES"):
+            return None  # a patch whose decode takes the Triton kernels only
+        # Decode takes the CUDA kernel too (16-row programs, or 64-row ones from 64 heads), its rows
+        # from one query token a request.
+        return self._mma_prefix(module, {"q_extend": args["q"], "k_buffer": k_buffer, "qo_indptr": args["kv_indptr"],
+                                         "kv_indptr": args["kv_indptr"], "kv_indices": args["kv_indices"]}, hkv)
 
     def _ds_extend(self, p: dict) -> str | None:
         """The double-sparsity backend's extend_attention_fwd (a request-to-token table, no KV scales)."""

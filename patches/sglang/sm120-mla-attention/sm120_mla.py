@@ -15,9 +15,11 @@ context. The kernels here split the prefix across many programs instead:
   as [tokens, dims] tiles that both dots take from shared memory, so Triton copies them ahead of use.
 * ``_prefix_pair_kernel``: the same pass for MLA verify, its 32 rows as two 16-row groups over one KV
   tile (see its docstring for why).
-* ``sm120_mla_mma.py`` (beside this module, imported as ``cuda_prefix``): the MLA verify prefix pass as a
-  CUDA mma.sync kernel with the queries in registers, for requests of 64 query rows or more, bf16 or fp8
-  KV; the Triton kernels above run where it declines or cannot be compiled.
+* ``sm120_mla_mma.py`` (beside this module, imported as ``cuda_prefix``): the MLA prefix pass as a CUDA
+  mma.sync kernel with the queries in registers, bf16 or fp8 KV: 64-row programs for verify and decode
+  with 64 query rows a request or more, 16-row programs (one launch, prefix splits and merge) for decode
+  and verify with fewer rows where FUSED16 says; the Triton kernels above run where it declines or
+  cannot be compiled.
 * ``_tail_kernel``: the draft tokens against each other, with SGLang's ``custom_mask`` layout.
 * ``_merge_kernel``: the log-sum-exp merge of the partial results, written in the output dtype.
 * ``_merge_tail_kernel``: the merge with the draft tail scored in place, for requests of up to
@@ -81,6 +83,17 @@ MMA_WAVES = 1  # waves of the CUDA prefix kernel's programs (one resident per SM
 # (32 x 16) 0.990x / 0.961x, where the tail's program takes the place of one of 16 splits.
 FUSED = True
 FUSED_MAX_PROGRAMS = 4
+# MLA decode, and verify with fewer than MMA_MIN_ROWS query rows a request, through the CUDA kernel's
+# 16-row programs (sm120_mla_mma.FUSED16_NAMES: the four warp pairs on different tokens of each tile), in
+# one cooperative launch, when a split has at most FUSED16_MAX_PROGRAMS programs (row blocks x requests)
+# and, for bf16 KV, at least FUSED16_MIN_PROGRAMS_BF16; otherwise, or with FUSED16 False, the Triton
+# prefix kernel and a merge. Measured on the H200 in SM120 mode (docs/benchmarks.md, 16-row sweep), against
+# the Triton kernels on the same inputs: fp8 KV 1.06x (verify, 1 draft, 32k) to 1.70x (decode, 185k);
+# bf16 with two to four programs a split 1.08x (decode at batch 4, 32k) to 1.30x (32 rows: 8 drafts x 4
+# heads); bf16 with one program a split (16 heads, batch 1) 0.68x at 8k, 0.93-1.00x at 32k-185k: Triton's.
+FUSED16 = True
+FUSED16_MAX_PROGRAMS = 4
+FUSED16_MIN_PROGRAMS_BF16 = 2
 
 
 class TileConfig(NamedTuple):
@@ -819,22 +832,28 @@ def _v_shares_k(k_buffer: torch.Tensor, v_buffer: torch.Tensor, block_d: int, lv
 
 
 def _fused_pass(q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens, qk_scale, v_scale,
-                tail_scale, num_splits, min_chunk) -> bool:
-    """MLA verify in one launch of the CUDA kernel: as many prefix splits as leave one program a row block
-    for the draft tail and fit the GPU at once. False, having written nothing, where it does not apply."""
-    k_ext, v_ext, mask, mask_indptr = tail
-    if not cuda_prefix.fused_fits(q, o, k_ext, v_ext, mask, mask_indptr):
+                tail_scale, num_splits, min_chunk, rows=None, lse_out=None) -> bool:
+    """MLA verify (``tail`` given) or decode (``tail`` None) in one launch of the CUDA kernel, ``rows`` query
+    rows a program: as many prefix splits as leave one program a row block for the draft tail and fit the
+    GPU at once. False, having written nothing, where it does not apply."""
+    rows = rows or cuda_prefix.ROWS
+    if not cuda_prefix.output_fits(o, lse_out):
         return False
-    capacity = cuda_prefix.fused_capacity(q, k_buffer, kv_indices)
-    per_split = cuda_prefix.row_blocks(max_tokens, q.shape[1]) * batch
-    splits = num_splits or min(MAX_SPLITS, cuda_prefix.FUSED_MAX_SLOTS - 1, capacity // per_split - 1)
-    if splits < 1 or per_split * (splits + 1) > capacity:
+    if tail is not None and not cuda_prefix.fused_fits(q, o, *tail):
         return False
-    shape = (q.shape[0], q.shape[1], splits + 1)
+    has_tail = 1 if tail is not None else 0
+    capacity = cuda_prefix.fused_capacity(q, k_buffer, kv_indices, rows)
+    per_split = cuda_prefix.row_blocks(max_tokens, q.shape[1], rows) * batch
+    splits = num_splits or min(MAX_SPLITS, cuda_prefix.FUSED_MAX_SLOTS - has_tail, capacity // per_split - has_tail)
+    if splits < 1 or per_split * (splits + has_tail) > capacity:
+        return False
+    if q_indptr is None:  # decode: one query token a request
+        q_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
+    shape = (q.shape[0], q.shape[1], splits + has_tail)
     o_part = torch.empty(shape + (o.shape[-1],), dtype=torch.bfloat16, device=q.device)
     l_part = torch.empty(shape, dtype=torch.float32, device=q.device)
-    return cuda_prefix.fused_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, k_ext, v_ext, mask, mask_indptr, o_part,
-                                  l_part, o, qk_scale, v_scale, tail_scale, batch, max_tokens, splits, min_chunk)
+    return cuda_prefix.fused_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, tail, o_part, l_part, o, qk_scale,
+                                  v_scale, tail_scale, batch, max_tokens, splits, min_chunk, rows, lse_out)
 
 
 def _run_split_attention(
@@ -874,23 +893,37 @@ def _run_split_attention(
     dims = dict(Lk=lk, Lv=lv, BLOCK_D=block_d, BLOCK_DPE=block_dpe, BLOCK_DV=block_dv)
     is_decode = q_indptr is None
     v_shared = _v_shares_k(k_buffer, v_buffer, block_d, lv) if v_from_k is None else v_from_k
-    use_mma = (
+    rows = max_tokens * heads  # query rows a request
+    mma_ok = (
         prefix != "triton"
-        and not is_decode
         and v_shared
-        and (prefix == "mma" or max_tokens * heads >= MMA_MIN_ROWS)
-        and cuda_prefix.serves(q, k_buffer, q_indptr, kv_indptr, kv_indices, n_kv)
+        and cuda_prefix.serves(q, k_buffer, q_indptr if not is_decode else kv_indptr, kv_indptr, kv_indices, n_kv)
         and cuda_prefix.kernel(q.device) is not None
     )
+    # 64-row CUDA programs from MMA_MIN_ROWS rows a request (verify, and decode with that many heads);
+    # 16-row ones (one launch only) below, where a split has at most FUSED16_MAX_PROGRAMS programs.
+    use_mma = mma_ok and prefix != "mma16" and (prefix == "mma" or rows >= MMA_MIN_ROWS)
+    programs16 = cuda_prefix.row_blocks(max_tokens, heads, cuda_prefix.ROWS16) * batch
+    use_mma16 = mma_ok and not use_mma and (prefix == "mma16" or (
+        FUSED16 and prefix == "auto" and programs16 <= FUSED16_MAX_PROGRAMS
+        and (programs16 >= FUSED16_MIN_PROGRAMS_BF16 or k_buffer.dtype != torch.bfloat16)))
+    qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
+    tail_scale = float(sm_scale) * 1.4426950408889634
+    if use_mma16 and _fused_pass(q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens, qk_scale,
+                                 float(v_scale), tail_scale, num_splits,
+                                 min_chunk or (MIN_CHUNK_ONE if programs16 == 1 else MIN_CHUNK), cuda_prefix.ROWS16,
+                                 lse_out):
+        return
     if min_chunk is None:
         min_chunk = MIN_CHUNK_ONE if not use_mma and rows_blocks * batch * n_kv == 1 else MIN_CHUNK
-    qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
     if fused is None:
         fused = FUSED and cuda_prefix.row_blocks(max_tokens, heads) * batch <= FUSED_MAX_PROGRAMS
-    if use_mma and tail is not None and fused and _fused_pass(
-            q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens, qk_scale, float(v_scale),
-            float(sm_scale) * 1.4426950408889634, num_splits, min_chunk):
+    if use_mma and fused and _fused_pass(q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens,
+                                         qk_scale, float(v_scale), tail_scale, num_splits, min_chunk,
+                                         cuda_prefix.ROWS, lse_out):
         return
+    if use_mma and is_decode:  # the prefix kernel takes a request's query rows from q_indptr
+        q_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
     if use_mma:
         programs_per_split = cuda_prefix.row_blocks(max_tokens, heads) * batch
         splits = num_splits or num_splits_for(programs_per_split, _sm_count(q), MMA_WAVES)

@@ -23,10 +23,16 @@ compile if its layout and the launcher's figures differ. The kernel writes the s
 the Triton prefix kernel (fp32 output normalised by its own sum, base-2 log-sum-exp per split), so the
 merge is shared.
 
-:func:`fused_pass` runs the whole verify call in one cooperative launch: one more program a row block
-scores the draft tail under the tree mask with the same loop, every program writes its partial result
-in bf16, and after a grid barrier every program merges a share of the rows from L2 into the output; it
-saves the merge's launch and half the partial results' bytes.
+:func:`fused_pass` runs the whole verify or decode call in one cooperative launch: for verify one more
+program a row block scores the draft tail under the tree mask with the same loop, every program writes
+its partial result in bf16 (through shared memory, whole 512-byte runs of a row per warp), and after a
+grid barrier every program merges a share of the rows from L2 into the output (and, for decode, each
+row's log-sum-exp); it saves the merge's launch and half the partial results' bytes.
+
+Its 16-row programs (``FUSED16_NAMES``) serve requests with few query rows (decode, one draft token):
+there the warp pair ``w % 4`` scores its own 8 tokens of each tile (m16n8k8 for the values), so a tile
+is read from shared memory once rather than padded to 64 rows, and the four pairs' results are summed
+at one max through shared memory before the store.
 
 The kernel needs only the CUDA driver and NVRTC (the ``nvidia-cuda-nvrtc`` wheel that CUDA builds of
 torch depend on, or a CUDA toolkit); both are found with ``ctypes``. If either is missing, or the
@@ -68,6 +74,12 @@ _NAMED = [((kv, idx), f"{kv_name}_{idx_name}")
 KERNEL_NAMES = {key: f"sm120_mla_prefix_mma_{name}" for key, name in _NAMED}
 # The prefix splits, the draft tail and the merge in one cooperative launch (verify with a draft tail).
 FUSED_NAMES = {key: f"sm120_mla_fused_mma_{name}" for key, name in _NAMED}
+# The same with 16 query rows a program, the four warp pairs on different tokens of a tile: verify with few
+# rows a request (one draft token x 16 heads) and MLA decode, where 64-row programs would be mostly padding.
+FUSED16_NAMES = {key: f"sm120_mla_fused16_mma_{name}" for key, name in _NAMED}
+# Every entry point of the source, by the launch it serves.
+ENTRY_NAMES = {"prefix": KERNEL_NAMES, "fused": FUSED_NAMES, "fused16": FUSED16_NAMES}
+ROWS16 = 16  # query rows a program of the fused16 kernels holds
 
 SOURCE = r"""
 typedef unsigned int u32;
@@ -87,6 +99,18 @@ typedef unsigned char u8;
 // The launcher passes its own figures; the layouts below must agree with them.
 static_assert(2 * TILE_BYTES + IDX_BYTES + 8 * 32 * 16 * 4 == EXPECTED_SMEM_BF16, "shared memory layout differs from the launcher's");
 static_assert(TILE_BYTES + 2 * TILE8_BYTES + IDX_BYTES + 8 * 32 * 16 * 4 == EXPECTED_SMEM_FP8, "shared memory layout differs from the launcher's");
+
+// SM120_TIMELINE (benchmarks only: scripts/bench_mla.py --timeline): thread 0 of each program records the
+// global timer at entry and exit (slots 0 and 9) and its SM's clock at the phases in between.
+#ifdef SM120_TIMELINE
+__device__ unsigned long long sm120_timeline[4096][10];
+#define TL(k) do { if (threadIdx.x == 0) { \
+    const unsigned c_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); unsigned long long t_; \
+    if ((k) == 0 || (k) == 9) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); else t_ = clock64(); \
+    if (c_ < 4096) sm120_timeline[c_][k] = t_; } } while (0)
+#else
+#define TL(k) do {} while (0)
+#endif
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return (u32)__cvta_generic_to_shared(p);
@@ -135,6 +159,22 @@ __device__ __forceinline__ void mma16(float* c, const u32* a, u32 b0, u32 b1) {
     }
 }
 
+// c += a @ b on one m16n8k8 tile (the value pass of a 16-row program, 8 tokens a warp).
+template <bool F16>
+__device__ __forceinline__ void mma8(float* c, u32 a0, u32 a1, u32 b0) {
+    if constexpr (F16) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(b0));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a0), "r"(a1), "r"(b0));
+    }
+}
+
 // Two floats as a pair of 16-bit values, the first in the low half.
 template <bool F16>
 __device__ __forceinline__ u32 pack2(float lo, float hi) {
@@ -169,13 +209,139 @@ __device__ __forceinline__ void pair_sync(int id) {
     asm volatile("bar.sync %0, 64;\n" :: "r"(id));
 }
 
+#define OB_STRIDE 520  // floats a row of a 16-row sum in shared memory: a warp's 8 rows 2-way in banks
+#define SB_STRIDE 520  // bf16 values a row of the 64-row store in shared memory: a warp's stores hit every bank once
+
+// Where a thread's output values go: rows g and g + 8 of its row group, value dims 256 hf + 8 i + 2 c4 (+1).
+// A program's partial result leaves through shared memory, so each warp writes whole 512-byte runs of a row
+// (16 bytes a lane) instead of 16 bytes of eight rows per store (measured on the H200 in SM120 mode, phase
+// timeline of docs/benchmarks.md).
+__device__ __forceinline__ void store_rows_bf16(const unsigned char* buf, int stride_bytes, int n, float* O_part,
+                                                int q_start, int n_rows, int heads, int row0, int split,
+                                                long long stride_ot, long long stride_oh, long long stride_os)
+{
+    for (int k = threadIdx.x; k < n * 64; k += 256) {
+        const int row = k >> 6, chunk = k & 63;
+        const int r = row0 + row;
+        if (r >= n_rows) continue;
+        const long long t = q_start + r / heads, h = r % heads;
+        *(uint4*)((u16*)O_part + t * stride_ot + h * stride_oh + split * stride_os + chunk * 8) =
+            *(const uint4*)(buf + row * stride_bytes + chunk * 16);
+    }
+}
+
+// The end of a 16-row program: the four warp pairs' results (each over its own tokens, under its own max)
+// summed at one max through shared memory (pairs 2 and 3 into 0 and 1, then 1 into 0), then written by all
+// threads. m/l are the pair's running max and sum of its rows g and g + 8.
+template <bool P16>
+__device__ __forceinline__ void store16(
+    float (*o)[4], float m0, float m1, float l0, float l1, float v_scale, float* __restrict__ O_part,
+    float* __restrict__ L_part, int q_start, int n_rows, int heads, int row0, int split, long long stride_ot,
+    long long stride_oh, long long stride_os, long long stride_lt, long long stride_lh)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    const float NEG_INF = -__int_as_float(0x7f800000);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int rg = warp & 3, hf = warp >> 2, g = lane >> 2, c4 = lane & 3;
+    float* ob = (float*)smem;              // [2][16][OB_STRIDE] sums of two pairs
+    float* mx = ob + 2 * 16 * OB_STRIDE;   // [4 pairs][16 rows] running max
+    float* ls = mx + 64;                   // [4 pairs][16 rows] sum of probabilities
+    cp_wait_all();
+    __syncthreads();  // every warp is done with the KV tiles
+    if (hf == 0 && c4 == 0) {
+        mx[rg * 16 + g] = m0; mx[rg * 16 + g + 8] = m1;
+        ls[rg * 16 + g] = l0; ls[rg * 16 + g + 8] = l1;
+    }
+    __syncthreads();
+    // The row's max and sum over the pairs; a pair with no token (-inf) weighs 0.
+    auto row_total = [&](int row, float& M, float& L) {
+        M = NEG_INF;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) M = fmaxf(M, mx[p * 16 + row]);
+        L = 0.f;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            const float m = mx[p * 16 + row];
+            L += m == NEG_INF ? 0.f : ls[p * 16 + row] * exp2f(m - M);
+        }
+    };
+    float M0, L0, M1, L1;
+    row_total(g, M0, L0);
+    row_total(g + 8, M1, L1);
+    const float f0 = (m0 == NEG_INF || L0 <= 0.f) ? 0.f : exp2f(m0 - M0) * v_scale / L0;
+    const float f1 = (m1 == NEG_INF || L1 <= 0.f) ? 0.f : exp2f(m1 - M1) * v_scale / L1;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        o[i][0] *= f0; o[i][1] *= f0; o[i][2] *= f1; o[i][3] *= f1;
+    }
+    const int at0 = g * OB_STRIDE + hf * DV_WARP + c4 * 2, at1 = at0 + 8 * OB_STRIDE;
+    auto put = [&](float* buf) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            *(float2*)(buf + at0 + i * 8) = make_float2(o[i][0], o[i][1]);
+            *(float2*)(buf + at1 + i * 8) = make_float2(o[i][2], o[i][3]);
+        }
+    };
+    auto add = [&](const float* buf) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const float2 a = *(const float2*)(buf + at0 + i * 8), c = *(const float2*)(buf + at1 + i * 8);
+            o[i][0] += a.x; o[i][1] += a.y; o[i][2] += c.x; o[i][3] += c.y;
+        }
+    };
+    if (rg >= 2) put(ob + (rg - 2) * 16 * OB_STRIDE);
+    __syncthreads();
+    if (rg < 2) add(ob + rg * 16 * OB_STRIDE);
+    __syncthreads();
+    if (rg == 1) put(ob);
+    __syncthreads();
+    if (rg == 0) {
+        add(ob);
+        put(ob);
+    }
+    __syncthreads();
+    const int row = tid >> 4, part = tid & 15;
+    if constexpr (P16) {  // bf16: 16 bytes a lane, a warp's 32 lanes on half a row
+        for (int k = tid; k < 16 * 64; k += 256) {
+            const int rw = k >> 6, chunk = k & 63, r = row0 + rw;
+            if (r >= n_rows) continue;
+            const long long t = q_start + r / heads, h = r % heads;
+            const float4 a = *(const float4*)(ob + rw * OB_STRIDE + chunk * 8);
+            const float4 c = *(const float4*)(ob + rw * OB_STRIDE + chunk * 8 + 4);
+            *(uint4*)((u16*)O_part + t * stride_ot + h * stride_oh + split * stride_os + chunk * 8) =
+                make_uint4(pack2<false>(a.x, a.y), pack2<false>(a.z, a.w), pack2<false>(c.x, c.y),
+                           pack2<false>(c.z, c.w));
+        }
+    } else {
+        const int r = row0 + row;
+        if (r < n_rows) {
+            const long long t = q_start + r / heads, h = r % heads;
+            const long long off = t * stride_ot + h * stride_oh + split * stride_os;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const int d = k * 64 + part * 4;
+                *(float4*)(O_part + off + d) = *(const float4*)(ob + row * OB_STRIDE + d);
+            }
+        }
+    }
+    const int r = row0 + row;
+    if (part == 0 && r < n_rows) {
+        const long long t = q_start + r / heads, h = r % heads;
+        float M, L;
+        row_total(row, M, L);
+        L_part[t * stride_lt + h * stride_lh + split] = L > 0.f ? M + log2f(L) : NEG_INF;
+    }
+}
+
 // One program: ROWS query rows of one request against one split of its prefix.
 // Grid (row blocks, splits, requests), 256 threads. KV8: the KV rows are fp8 e4m3 (576 bytes), copied as
 // they are and converted to f16 in shared memory, and both dots run on f16 operands. TAIL: the program
 // scores the request's own draft tokens instead (KV_ holds their keys in token order, V_ext their values,
 // both bf16), under the tree mask (mask/mask_indptr in SGLang's custom_mask layout), and writes its result
-// in slot num_splits.
-template <typename IdxT, bool KV8, bool TAIL, bool P16 = false>
+// in slot num_splits. R16: the program holds 16 query rows, and the warp pair w % 4 scores tokens
+// 8 (w % 4) .. 8 (w % 4) + 7 of each tile (each KV tile read from shared memory once, for rows that are
+// too few to fill four 16-row groups); the four pairs' results meet in shared memory at the end.
+template <typename IdxT, bool KV8, bool TAIL, bool P16 = false, bool R16 = false>
 __device__ __forceinline__ void prefix_body(
     const u16* __restrict__ Q, const void* __restrict__ KV_,
     const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices,
@@ -196,10 +362,14 @@ __device__ __forceinline__ void prefix_body(
     constexpr int ELEM = KV8 ? 1 : 2;
 
     extern __shared__ __align__(16) unsigned char smem[];
+    TL(0);
+    TL(1);
+    constexpr int RB = R16 ? 16 : ROWS;  // query rows a program holds
+    constexpr int NT = R16 ? 1 : 4;      // 8-token score tiles a warp takes per step
     const int rb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
     const int q_start = q_indptr[b];
     const int n_rows = (q_indptr[b + 1] - q_start) * heads;
-    if (rb * ROWS >= n_rows) return;
+    if (rb * RB >= n_rows) return;
     const int kv_start = kv_indptr[b];
     const int kv_len = kv_indptr[b + 1] - kv_start;
     const int n_tok = q_indptr[b + 1] - q_start;
@@ -218,13 +388,13 @@ __device__ __forceinline__ void prefix_body(
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int rg = warp & 3, hf = warp >> 2;
     const int g = lane >> 2, c4 = lane & 3;
-    const int r0 = rb * ROWS + rg * 16 + g, r1 = r0 + 8;
+    const int r0 = rb * RB + (R16 ? 0 : rg * 16) + g, r1 = r0 + 8;
     const bool ok0 = r0 < n_rows, ok1 = r1 < n_rows;
 
     if (start >= end) {
         const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
         const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
-        if (hf == 0 && c4 == 0) {
+        if ((R16 ? warp == 0 : hf == 0) && c4 == 0) {
             if (ok0) L_part[t0 * stride_lt + h0 * stride_lh + split] = -__int_as_float(0x7f800000);
             if (ok1) L_part[t1 * stride_lt + h1 * stride_lh + split] = -__int_as_float(0x7f800000);
         }
@@ -240,6 +410,7 @@ __device__ __forceinline__ void prefix_body(
     }
 
     __syncthreads();
+    TL(2);
 
     const u32 kv_base = smem_addr(smem);
     const u32 idx_base = smem_addr(idx);
@@ -306,13 +477,17 @@ __device__ __forceinline__ void prefix_body(
 
     // ldmatrix row addresses (bytes within a 16-bit tile) of this lane.
     const int mi = lane >> 3, mr = lane & 7;
-    const u32 k_lane = ((mi >> 1) * 8 + mr) * SROW + (hf * DHALF + (mi & 1) * 8) * 2;
-    const u32 v_lane = ((mi & 1) * 8 + mr) * SROW + (hf * DV_WARP + (mi >> 1) * 8) * 2;
+    // R16: matrix mi of a load is this pair's 8 tokens and 8 dims, mi * 8 onward.
+    const u32 k_lane = R16 ? (rg * 8 + mr) * SROW + (hf * DHALF + mi * 8) * 2
+                           : ((mi >> 1) * 8 + mr) * SROW + (hf * DHALF + (mi & 1) * 8) * 2;
+    const u32 v_lane = R16 ? (rg * 8 + mr) * SROW + (hf * DV_WARP + mi * 8) * 2
+                           : ((mi & 1) * 8 + mr) * SROW + (hf * DV_WARP + (mi >> 1) * 8) * 2;
 
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int stage = tile & 1;
         cp_wait_all();
         __syncthreads();
+        if (tile == 0) TL(3);
         if constexpr (KV8) {
             // fp8 stage -> the f16 tile: each thread converts 9 groups of 8 values of one row.
             const u8* src = smem + STAGE_OFF + stage * STAGE_BYTES + ld_row * SROW8 + (tid & 7) * 8;
@@ -336,34 +511,48 @@ __device__ __forceinline__ void prefix_body(
         if constexpr (KV8) __syncthreads();
         const u32 st = kv_base + (KV8 ? 0 : stage * TILE_BYTES);
 
-        // Partial scores over this warp's half of the dims: 16 rows x 32 tokens.
-        float s[4][4];
+        // Partial scores over this warp's half of the dims: 16 rows x 32 tokens (R16: x 8 tokens).
+        float s[NT][4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        if constexpr (R16) {
+            // Two k16 steps a load; even and odd steps in two accumulators (two chains of 9 mma, not 18).
+            float s2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int ks = 0; ks < 18; ++ks) {
-#pragma unroll
-            for (int np = 0; np < 2; ++np) {
+            for (int k2 = 0; k2 < 9; ++k2) {
                 u32 b0, b1, b2, b3;
-                ldsm_x4(st + k_lane + np * 16 * SROW + ks * 32, b0, b1, b2, b3);
-                mma16<KV8>(s[2 * np], qa[ks], b0, b1);
-                mma16<KV8>(s[2 * np + 1], qa[ks], b2, b3);
+                ldsm_x4(st + k_lane + k2 * 64, b0, b1, b2, b3);
+                mma16<KV8>(s[0], qa[2 * k2], b0, b1);
+                mma16<KV8>(s2, qa[2 * k2 + 1], b2, b3);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) s[0][j] += s2[j];
+        } else {
+#pragma unroll
+            for (int ks = 0; ks < 18; ++ks) {
+#pragma unroll
+                for (int np = 0; np < 2; ++np) {
+                    u32 b0, b1, b2, b3;
+                    ldsm_x4(st + k_lane + np * 16 * SROW + ks * 32, b0, b1, b2, b3);
+                    mma16<KV8>(s[2 * np], qa[ks], b0, b1);
+                    mma16<KV8>(s[2 * np + 1], qa[ks], b2, b3);
+                }
             }
         }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) xch_mine[i * 32] = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+        for (int i = 0; i < NT; ++i) xch_mine[i * 32] = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
         pair_sync(1 + rg);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < NT; ++i) {
             const float4 p = xch_partner[i * 32];
             s[i][0] += p.x; s[i][1] += p.y; s[i][2] += p.z; s[i][3] += p.w;
         }
 
         // Online softmax (base 2) over the 32 tokens.
-        const int col0 = start + tile * BN + c4 * 2;
+        const int col0 = start + tile * BN + (R16 ? rg * 8 : 0) + c4 * 2;
         float mx0 = m0, mx1 = m1;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < NT; ++i) {
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int col = col0 + i * 8 + j;
@@ -397,20 +586,29 @@ __device__ __forceinline__ void prefix_body(
                 o[i][0] *= alpha0; o[i][1] *= alpha0; o[i][2] *= alpha1; o[i][3] *= alpha1;
             }
         }
+        // R16: a pair may have seen no token of its split yet (a split shorter than a tile), its max
+        // still -inf; its scores are then all dropped and count as 0.
+        const float mu0 = (R16 && m0 == NEG_INF) ? 0.f : m0, mu1 = (R16 && m1 == NEG_INF) ? 0.f : m1;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            s[i][0] = exp2f(s[i][0] - m0); s[i][1] = exp2f(s[i][1] - m0);
-            s[i][2] = exp2f(s[i][2] - m1); s[i][3] = exp2f(s[i][3] - m1);
+        for (int i = 0; i < NT; ++i) {
+            s[i][0] = exp2f(s[i][0] - mu0); s[i][1] = exp2f(s[i][1] - mu0);
+            s[i][2] = exp2f(s[i][2] - mu1); s[i][3] = exp2f(s[i][3] - mu1);
             l0 += s[i][0] + s[i][1];
             l1 += s[i][2] + s[i][3];
         }
         u32 pa[2][4];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            pa[j][0] = pack2<KV8>(s[2 * j][0], s[2 * j][1]);
-            pa[j][1] = pack2<KV8>(s[2 * j][2], s[2 * j][3]);
-            pa[j][2] = pack2<KV8>(s[2 * j + 1][0], s[2 * j + 1][1]);
-            pa[j][3] = pack2<KV8>(s[2 * j + 1][2], s[2 * j + 1][3]);
+            if constexpr (R16) {  // the m16n8k8 A operand: rows g and g + 8, this pair's 8 tokens
+                pa[j][0] = pack2<KV8>(s[0][0], s[0][1]);
+                pa[j][1] = pack2<KV8>(s[0][2], s[0][3]);
+                pa[j][2] = pa[j][3] = 0u;
+            } else {
+                pa[j][0] = pack2<KV8>(s[2 * j][0], s[2 * j][1]);
+                pa[j][1] = pack2<KV8>(s[2 * j][2], s[2 * j][3]);
+                pa[j][2] = pack2<KV8>(s[2 * j + 1][0], s[2 * j + 1][1]);
+                pa[j][3] = pack2<KV8>(s[2 * j + 1][2], s[2 * j + 1][3]);
+            }
         }
 
         if constexpr (TAIL) {
@@ -428,14 +626,26 @@ __device__ __forceinline__ void prefix_body(
         }
 
         // This warp's 256 value dims: o += p @ v.
+        if constexpr (R16) {
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-#pragma unroll
-            for (int dt = 0; dt < 16; ++dt) {
+            for (int dq = 0; dq < 8; ++dq) {
                 u32 b0, b1, b2, b3;
-                ldsm_x4_t(st + v_lane + j * 16 * SROW + dt * 32, b0, b1, b2, b3);
-                mma16<KV8>(o[2 * dt], pa[j], b0, b1);
-                mma16<KV8>(o[2 * dt + 1], pa[j], b2, b3);
+                ldsm_x4_t(st + v_lane + dq * 64, b0, b1, b2, b3);
+                mma8<KV8>(o[4 * dq], pa[0][0], pa[0][1], b0);
+                mma8<KV8>(o[4 * dq + 1], pa[0][0], pa[0][1], b1);
+                mma8<KV8>(o[4 * dq + 2], pa[0][0], pa[0][1], b2);
+                mma8<KV8>(o[4 * dq + 3], pa[0][0], pa[0][1], b3);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+#pragma unroll
+                for (int dt = 0; dt < 16; ++dt) {
+                    u32 b0, b1, b2, b3;
+                    ldsm_x4_t(st + v_lane + j * 16 * SROW + dt * 32, b0, b1, b2, b3);
+                    mma16<KV8>(o[2 * dt], pa[j], b0, b1);
+                    mma16<KV8>(o[2 * dt + 1], pa[j], b2, b3);
+                }
             }
         }
     }
@@ -444,19 +654,29 @@ __device__ __forceinline__ void prefix_body(
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    TL(4);
+    if constexpr (R16) {
+        store16<P16>(o, m0, m1, l0, l1, v_scale, O_part, L_part, q_start, n_rows, heads, rb * RB, split, stride_ot,
+                     stride_oh, stride_os, stride_lt, stride_lh);
+        return;
+    }
     const float sc0 = v_scale / l0, sc1 = v_scale / l1;
     const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
     const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
     float* o0 = O_part + t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
     float* o1 = O_part + t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
     if constexpr (P16) {  // bf16 partial results (O_part holds bf16, with the same element strides)
-        u16* p0 = (u16*)O_part + (o0 - O_part);
-        u16* p1 = (u16*)O_part + (o1 - O_part);
+        cp_wait_all();
+        __syncthreads();  // every warp is done with the KV tiles
+        u16* sb = (u16*)smem + (rg * 16 + g) * SB_STRIDE + hf * DV_WARP + c4 * 2;  // [64][SB_STRIDE]
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
-            if (ok0) *(u32*)(p0 + i * 8) = pack2<false>(o[i][0] * sc0, o[i][1] * sc0);
-            if (ok1) *(u32*)(p1 + i * 8) = pack2<false>(o[i][2] * sc1, o[i][3] * sc1);
+            *(u32*)(sb + i * 8) = pack2<false>(o[i][0] * sc0, o[i][1] * sc0);
+            *(u32*)(sb + 8 * SB_STRIDE + i * 8) = pack2<false>(o[i][2] * sc1, o[i][3] * sc1);
         }
+        __syncthreads();
+        store_rows_bf16(smem, SB_STRIDE * 2, ROWS, O_part, q_start, n_rows, heads, rb * ROWS, split, stride_ot,
+                        stride_oh, stride_os);
     } else {
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
@@ -479,7 +699,9 @@ __device__ __forceinline__ void prefix_body(
 #define PREFIX_CALL(IdxT, KV8) \
     prefix_body<IdxT, KV8, false>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, \
                                   rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, \
-                                  stride_lt, stride_lh, heads, num_splits, min_split, nullptr, nullptr, nullptr, 0)
+                                  stride_lt, stride_lh, heads, num_splits, min_split, nullptr, nullptr, nullptr, 0); \
+    TL(5); \
+    TL(9)
 
 extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_bf16_i32(PREFIX_ARGS(int)) {
     PREFIX_CALL(int, false);
@@ -526,7 +748,8 @@ __device__ __forceinline__ void grid_barrier(unsigned int* bar) {
 __device__ __forceinline__ void merge_slots(
     const u16* __restrict__ O_part, const float* __restrict__ L_part, u16* __restrict__ O, int n_slots,
     int heads, int total_rows, long long stride_ot, long long stride_oh, long long stride_os,
-    long long stride_lt, long long stride_lh, long long stride_out_t, long long stride_out_h)
+    long long stride_lt, long long stride_lh, long long stride_out_t, long long stride_out_h,
+    float* __restrict__ lse_out, long long stride_lse_t, long long stride_lse_h)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -594,6 +817,10 @@ __device__ __forceinline__ void merge_slots(
             }
             const float inv = total > 0.f ? 1.f / total : 0.f;
             *(u32*)(O + t * stride_out_t + h * stride_out_h + d0 + tid * 2) = pack2<false>(x * inv, y * inv);
+            // The row's log-sum-exp (natural log, as SGLang's decode keeps it), where the caller asks for it.
+            if (lse_out != nullptr && part == 0 && tid == 0)
+                lse_out[t * stride_lse_t + h * stride_lse_h] =
+                    total > 0.f ? (m_safe + log2f(total)) * 0.6931471805599453f : NEG_INF;
         }
     }
 }
@@ -606,33 +833,51 @@ __device__ __forceinline__ void merge_slots(
     PREFIX_ARGS(IdxT), const u16* __restrict__ K_ext, long long stride_et, const u8* __restrict__ mask, \
     const long long* __restrict__ mask_indptr, const u16* __restrict__ V_ext, long long stride_vt, \
     float tail_scale, u16* __restrict__ O, long long stride_out_t, long long stride_out_h, int total_rows, \
-    unsigned int* bar
-#define FUSED_CALL(IdxT, KV8) \
-    if (blockIdx.y == num_splits) \
-        prefix_body<IdxT, false, true, true>(Q, K_ext, q_indptr, kv_indptr, kv_indices, O_part, L_part, tail_scale, \
+    unsigned int* bar, int has_tail, float* __restrict__ lse_out, long long stride_lse_t, long long stride_lse_h
+// has_tail 0 (decode): no draft tail, num_splits programs a row block. lse_out: where the merge writes each
+// row's log-sum-exp (natural log), or null.
+#define FUSED_CALL(IdxT, KV8, R16) \
+    if (has_tail && blockIdx.y == num_splits) \
+        prefix_body<IdxT, false, true, true, R16>(Q, K_ext, q_indptr, kv_indptr, kv_indices, O_part, L_part, tail_scale, \
                                        1.f, rescale_slack, stride_qt, stride_qh, stride_et, stride_ot, stride_oh, \
                                        stride_os, stride_lt, stride_lh, heads, num_splits, min_split, mask, \
                                        mask_indptr, V_ext, stride_vt); \
     else \
-        prefix_body<IdxT, KV8, false, true>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, \
+        prefix_body<IdxT, KV8, false, true, R16>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, \
                                            v_scale, rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, \
                                            stride_oh, stride_os, stride_lt, stride_lh, heads, num_splits, \
                                            min_split, nullptr, nullptr, nullptr, 0); \
+    TL(5); \
     grid_barrier(bar); \
-    merge_slots((const u16*)O_part, L_part, O, num_splits + 1, heads, total_rows, stride_ot, stride_oh, stride_os, stride_lt, \
-                stride_lh, stride_out_t, stride_out_h)
+    TL(6); \
+    merge_slots((const u16*)O_part, L_part, O, num_splits + has_tail, heads, total_rows, stride_ot, stride_oh, stride_os, \
+                stride_lt, stride_lh, stride_out_t, stride_out_h, lse_out, stride_lse_t, stride_lse_h); \
+    TL(7); \
+    TL(9)
 
 extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_bf16_i32(FUSED_ARGS(int)) {
-    FUSED_CALL(int, false);
+    FUSED_CALL(int, false, false);
 }
 extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_bf16_i64(FUSED_ARGS(long long)) {
-    FUSED_CALL(long long, false);
+    FUSED_CALL(long long, false, false);
 }
 extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_fp8_i32(FUSED_ARGS(int)) {
-    FUSED_CALL(int, true);
+    FUSED_CALL(int, true, false);
 }
 extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_fp8_i64(FUSED_ARGS(long long)) {
-    FUSED_CALL(long long, true);
+    FUSED_CALL(long long, true, false);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused16_mma_bf16_i32(FUSED_ARGS(int)) {
+    FUSED_CALL(int, false, true);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused16_mma_bf16_i64(FUSED_ARGS(long long)) {
+    FUSED_CALL(long long, false, true);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused16_mma_fp8_i32(FUSED_ARGS(int)) {
+    FUSED_CALL(int, true, true);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused16_mma_fp8_i64(FUSED_ARGS(long long)) {
+    FUSED_CALL(long long, true, true);
 }
 """
 
@@ -685,8 +930,9 @@ class CompileError(RuntimeError):
     pass
 
 
-def compile_cubin(arch: str, source: str = SOURCE) -> bytes:
-    """Compile ``source`` to a cubin for ``arch`` (``sm_120a``, ``sm_90``) with NVRTC; no GPU needed."""
+def compile_cubin(arch: str, source: str = SOURCE, defines: Tuple[str, ...] = ()) -> bytes:
+    """Compile ``source`` to a cubin for ``arch`` (``sm_120a``, ``sm_90``) with NVRTC; no GPU needed.
+    ``defines``: extra macros (``SM120_TIMELINE`` for the benchmark's timeline)."""
     lib = nvrtc_library()
     if lib is None:
         raise CompileError("NVRTC (libnvrtc) was not found")
@@ -698,7 +944,7 @@ def compile_cubin(arch: str, source: str = SOURCE) -> bytes:
         opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"--use_fast_math",
                 f"-DEXPECTED_SMEM_BF16={SMEM_BYTES[torch.bfloat16]}".encode(),
                 f"-DEXPECTED_SMEM_FP8={SMEM_BYTES[torch.float8_e4m3fn]}".encode(),
-                f"-DFUSED_MAX_SLOTS={FUSED_MAX_SLOTS}".encode()]
+                f"-DFUSED_MAX_SLOTS={FUSED_MAX_SLOTS}".encode()] + [f"-D{d}".encode() for d in defines]
         arr = (ctypes.c_char_p * len(opts))(*opts)
         rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
         if rc:
@@ -725,24 +971,24 @@ class _Kernel:
         self.module = ctypes.c_void_p()
         self.cubin = ctypes.create_string_buffer(cubin, len(cubin))
         self._check(self.driver.cuModuleLoadData(ctypes.byref(self.module), self.cubin), "cuModuleLoadData")
+        # (entry, kv dtype, index dtype) -> function; entry as in ENTRY_NAMES
         self.functions = {}
-        self.fused = {}
-        # Programs of the fused kernel that can be resident on one SM (a cooperative launch's limit).
+        # Programs of a fused kernel that can be resident on one SM (a cooperative launch's limit).
         self.capacity = {}
-        for names, table in ((KERNEL_NAMES, self.functions), (FUSED_NAMES, self.fused)):
+        for entry, names in ENTRY_NAMES.items():
             for (kv_dtype, idx_dtype), name in names.items():
                 function = ctypes.c_void_p()
                 self._check(self.driver.cuModuleGetFunction(ctypes.byref(function), self.module, name.encode()),
                             "cuModuleGetFunction")
                 # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
                 self._check(self.driver.cuFuncSetAttribute(function, 8, SMEM_BYTES[kv_dtype]), "cuFuncSetAttribute")
-                table[(kv_dtype, idx_dtype)] = function
-        for key, function in self.fused.items():
-            per_sm = ctypes.c_int()
-            self._check(self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                ctypes.byref(per_sm), function, THREADS, ctypes.c_size_t(SMEM_BYTES[key[0]])),
-                "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-            self.capacity[key] = per_sm.value
+                self.functions[(entry, kv_dtype, idx_dtype)] = function
+                if entry != "prefix":
+                    per_sm = ctypes.c_int()
+                    self._check(self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                        ctypes.byref(per_sm), function, THREADS, ctypes.c_size_t(SMEM_BYTES[kv_dtype])),
+                        "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+                    self.capacity[(entry, kv_dtype, idx_dtype)] = per_sm.value
         self.driver.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
         self.driver.cuLaunchCooperativeKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 2
 
@@ -751,18 +997,19 @@ class _Kernel:
         if rc:
             raise CompileError(f"{what} returned CUDA error {rc}")
 
-    def launch(self, kv_dtype, index_dtype, grid: Tuple[int, int, int], stream: int, args, fused=False) -> None:
+    def launch(self, kv_dtype, index_dtype, grid: Tuple[int, int, int], stream: int, args, entry="prefix") -> None:
         params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
-        if fused:
+        function = self.functions[(entry, kv_dtype, index_dtype)]
+        if entry != "prefix":
             self._check(
-                self.driver.cuLaunchCooperativeKernel(self.fused[(kv_dtype, index_dtype)], grid[0], grid[1], grid[2],
+                self.driver.cuLaunchCooperativeKernel(function, grid[0], grid[1], grid[2],
                                                       THREADS, 1, 1, SMEM_BYTES[kv_dtype], ctypes.c_void_p(stream),
                                                       params),
                 "cuLaunchCooperativeKernel",
             )
             return
         self._check(
-            self.driver.cuLaunchKernel(self.functions[(kv_dtype, index_dtype)], grid[0], grid[1], grid[2], THREADS, 1, 1,
+            self.driver.cuLaunchKernel(function, grid[0], grid[1], grid[2], THREADS, 1, 1,
                                        SMEM_BYTES[kv_dtype],
                                        ctypes.c_void_p(stream), params, None),
             "cuLaunchKernel",
@@ -824,8 +1071,9 @@ def serves(q, kv, q_indptr, kv_indptr, kv_indices, kv_heads: int) -> bool:
     return _env_enabled() and q.is_cuda and fits(q, kv, q_indptr, kv_indptr, kv_indices, kv_heads)
 
 
-def row_blocks(max_tokens: int, heads: int) -> int:
-    return -(-(max_tokens * heads) // ROWS)
+def row_blocks(max_tokens: int, heads: int, rows: int = ROWS) -> int:
+    """Row blocks a request of ``max_tokens`` query tokens takes with ``rows`` rows a program."""
+    return -(-(max_tokens * heads) // rows)
 
 
 def prefix_pass(q, kv, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale: float, v_scale: float,
@@ -847,7 +1095,7 @@ def prefix_pass(q, kv, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale
         ctypes.c_int(min_split),
     ]
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    k.launch(kv.dtype, kv_indices.dtype, (row_blocks(max_tokens, heads), num_splits, batch), stream, args)
+    k.launch(kv.dtype, kv_indices.dtype, (row_blocks(max_tokens, heads), num_splits, batch), stream, args, "prefix")
     return True
 
 
@@ -864,21 +1112,20 @@ def _barrier(device: torch.device, stream: int) -> torch.Tensor:
         return _BARRIERS[key]
 
 
-def fused_capacity(q, kv, kv_indices) -> int:
-    """Programs of the fused kernel the GPU of ``q`` holds at once (0: it cannot run there)."""
+def fused_capacity(q, kv, kv_indices, rows: int = ROWS) -> int:
+    """Programs of the fused kernel (``rows`` query rows a program) the GPU of ``q`` holds at once (0: it
+    cannot run there)."""
     if not q.is_cuda:
         return 0
     k = kernel(q.device)
     if k is None:
         return 0
-    per_sm = k.capacity.get((kv.dtype, kv_indices.dtype), 0)
+    entry = "fused16" if rows == ROWS16 else "fused"
+    per_sm = k.capacity.get((entry, kv.dtype, kv_indices.dtype), 0)
     return per_sm * torch.cuda.get_device_properties(q.device).multi_processor_count
 
 
-def fused_fits(q, o, k_ext, v_ext, mask, mask_indptr) -> bool:
-    """Whether the draft tail and output are what the fused kernel takes: bf16 tail keys (576 dims) and
-    values (512) of one KV head with rows aligned for 16-byte copies, a one-byte mask with int64 row
-    pointers, a bf16 output of 512 dims aligned for pair stores."""
+def _tail_fits(k_ext, v_ext, mask, mask_indptr) -> bool:
     return (
         all(
             t.dtype == torch.bfloat16
@@ -894,32 +1141,58 @@ def fused_fits(q, o, k_ext, v_ext, mask, mask_indptr) -> bool:
         and mask.is_contiguous()
         and mask_indptr.dtype == torch.int64
         and mask_indptr.is_contiguous()
-        and o.dtype == torch.bfloat16
+    )
+
+
+def output_fits(o, lse=None) -> bool:
+    """Whether the fused kernel can write ``o`` (bf16, 512 dims, aligned for pair stores) and ``lse`` (fp32
+    per token and head, or None)."""
+    return (
+        o.dtype == torch.bfloat16
         and o.dim() == 3
         and o.shape[-1] == V_DIM
         and o.stride(-1) == 1
         and o.stride(0) % 2 == 0
         and o.stride(1) % 2 == 0
         and o.data_ptr() % 4 == 0
+        and (lse is None or (lse.dtype == torch.float32 and lse.dim() == 2))
     )
 
 
-def fused_pass(q, kv, q_indptr, kv_indptr, kv_indices, k_ext, v_ext, mask, mask_indptr, o_part, l_part, o,
-               qk_scale: float, v_scale: float, tail_scale: float, batch: int, max_tokens: int, num_splits: int,
-               min_split: int) -> bool:
-    """The whole verify call (prefix splits, draft tail, merge into ``o``) in one cooperative launch of
-    (row blocks, num_splits + 1, batch) programs; ``o_part`` (bf16) and ``l_part`` (fp32) hold num_splits + 1
-    slots. False
-    if not run (no kernel, or more programs than the GPU holds at once)."""
+def fused_fits(q, o, k_ext, v_ext, mask, mask_indptr) -> bool:
+    """Whether the draft tail and output are what the fused kernel takes: bf16 tail keys (576 dims) and
+    values (512) of one KV head with rows aligned for 16-byte copies, a one-byte mask with int64 row
+    pointers, a bf16 output of 512 dims aligned for pair stores."""
+    return _tail_fits(k_ext, v_ext, mask, mask_indptr) and output_fits(o)
+
+
+def fused_pass(q, kv, q_indptr, kv_indptr, kv_indices, tail, o_part, l_part, o, qk_scale: float, v_scale: float,
+               tail_scale: float, batch: int, max_tokens: int, num_splits: int, min_split: int, rows: int = ROWS,
+               lse=None) -> bool:
+    """A whole verify or decode call in one cooperative launch of (row blocks, num_splits (+ 1 for a draft
+    tail), batch) programs of ``rows`` query rows (ROWS or ROWS16): the prefix splits, the draft tail
+    (``tail`` = (k_ext, v_ext, mask, mask_indptr), or None for decode) and the merge into ``o`` (and each
+    row's log-sum-exp into ``lse`` where given). ``o_part`` (bf16) and ``l_part`` (fp32) hold a slot per
+    program of a row block. False if not run (no kernel, or more programs than the GPU holds at once)."""
     k = kernel(q.device)
     if k is None:
         return False
     heads = q.shape[1]
-    grid = (row_blocks(max_tokens, heads), num_splits + 1, batch)
-    if grid[0] * grid[1] * grid[2] > fused_capacity(q, kv, kv_indices) or num_splits + 1 > FUSED_MAX_SLOTS:
+    has_tail = 1 if tail is not None else 0
+    grid = (row_blocks(max_tokens, heads, rows), num_splits + has_tail, batch)
+    if (grid[0] * grid[1] * grid[2] > fused_capacity(q, kv, kv_indices, rows)
+            or num_splits + has_tail > FUSED_MAX_SLOTS):
         return False
     stream = torch.cuda.current_stream(q.device).cuda_stream
     bar = _barrier(q.device, stream)
+    if tail is not None:
+        k_ext, v_ext, mask, mask_indptr = tail
+        tail_args = [ctypes.c_void_p(k_ext.data_ptr()), ctypes.c_longlong(k_ext.stride(0)),
+                     ctypes.c_void_p(mask.data_ptr()), ctypes.c_void_p(mask_indptr.data_ptr()),
+                     ctypes.c_void_p(v_ext.data_ptr()), ctypes.c_longlong(v_ext.stride(0))]
+    else:
+        tail_args = [ctypes.c_void_p(0), ctypes.c_longlong(0), ctypes.c_void_p(0), ctypes.c_void_p(0),
+                     ctypes.c_void_p(0), ctypes.c_longlong(0)]
     args = [
         ctypes.c_void_p(q.data_ptr()), ctypes.c_void_p(kv.data_ptr()), ctypes.c_void_p(q_indptr.data_ptr()),
         ctypes.c_void_p(kv_indptr.data_ptr()), ctypes.c_void_p(kv_indices.data_ptr()),
@@ -930,11 +1203,13 @@ def fused_pass(q, kv, q_indptr, kv_indptr, kv_indices, k_ext, v_ext, mask, mask_
         ctypes.c_longlong(o_part.stride(2)), ctypes.c_longlong(l_part.stride(0)),
         ctypes.c_longlong(l_part.stride(1)), ctypes.c_int(heads), ctypes.c_int(num_splits),
         ctypes.c_int(min_split),
-        ctypes.c_void_p(k_ext.data_ptr()), ctypes.c_longlong(k_ext.stride(0)), ctypes.c_void_p(mask.data_ptr()),
-        ctypes.c_void_p(mask_indptr.data_ptr()), ctypes.c_void_p(v_ext.data_ptr()), ctypes.c_longlong(v_ext.stride(0)),
+    ] + tail_args + [
         ctypes.c_float(tail_scale), ctypes.c_void_p(o.data_ptr()),
         ctypes.c_longlong(o.stride(0)), ctypes.c_longlong(o.stride(1)), ctypes.c_int(q.shape[0] * heads),
-        ctypes.c_void_p(bar.data_ptr()),
+        ctypes.c_void_p(bar.data_ptr()), ctypes.c_int(has_tail),
+        ctypes.c_void_p(lse.data_ptr() if lse is not None else 0),
+        ctypes.c_longlong(lse.stride(0) if lse is not None else 0),
+        ctypes.c_longlong(lse.stride(1) if lse is not None else 0),
     ]
-    k.launch(kv.dtype, kv_indices.dtype, grid, stream, args, fused=True)
+    k.launch(kv.dtype, kv_indices.dtype, grid, stream, args, "fused16" if rows == ROWS16 else "fused")
     return True
