@@ -658,7 +658,7 @@ TIMELINE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype, one launc
     ("verify", 8192, 8, 16, "bf16", True), ("verify", 32768, 8, 16, "bf16", True), ("verify", 32768, 8, 8, "bf16", True),
     ("verify", 32768, 8, 16, "bf16", False), ("verify", 185000, 8, 16, "bf16", True),
     ("verify", 32768, 1, 16, "bf16", True), ("decode", 8192, 1, 16, "bf16", True), ("decode", 32768, 1, 16, "bf16", True),
-]
+]  # fewer than MMA_MIN_ROWS rows a request: the 16-row programs, whether or not the launcher would pick them
 # Phases between the clock reads of the SM120_TIMELINE build (thread 0 of each program; sm120_mla_mma.py).
 TIMELINE_PHASES = ["KV slots of tiles 0-1", "queries and tile 0", "KV loop after tile 0", "store", "grid barrier",
                    "merge"]
@@ -686,7 +686,8 @@ def timeline(mla, roof):
     try:
         for kind, prefix, n, heads, kvd, fused in TIMELINE_CASES:
             c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
-            fn = (lambda: call(fused=fused)) if kind == "verify" else call
+            rows16 = heads * (1 if kind == "decode" else n) < mla.MMA_MIN_ROWS
+            fn = (lambda: call(prefix_kernel="mma16")) if rows16 else (lambda: call(fused=fused))
             for _ in range(5):
                 fn()
             torch.cuda.synchronize()
@@ -699,7 +700,10 @@ def timeline(mla, roof):
             drv.cuMemcpyDtoH_v2(host, ptr, size)
             rows = [host[i * 10:(i + 1) * 10] for i in range(size.value // 80)]
             rows = [r for r in rows if r[0] and r[9]]
-            last = 7 if fused and kind == "verify" or kind == "decode" else 5
+            if not rows:
+                out.append({"case": f"{kind} p{prefix} n{n} h{heads} {kvd}", "error": "no CUDA program ran"})
+                continue
+            last = 7 if fused or rows16 else 5
             mhz = statistics.median((r[last] - r[1]) / max(1, r[9] - r[0]) * 1e3 for r in rows)
             phases = {}
             for i, name in enumerate(TIMELINE_PHASES[:last - 1]):

@@ -257,8 +257,8 @@ class Probe:
         return self._mma_prefix(module, args, hkv)
 
     def _mma_prefix(self, module, args: dict, kv_heads: int) -> str | None:
-        """The CUDA verify prefix kernel the patch adds beside the Triton ones (sm120_mla_mma.py), for the
-        shapes it takes on a GPU: compiled with NVRTC for the target, as at first use on the card."""
+        """The CUDA kernels the patch adds beside the Triton ones (sm120_mla_mma.py) for MLA verify and decode,
+        for the shapes they take on a GPU: compiled with NVRTC for the target, as at first use on the card."""
         mma = getattr(module, "cuda_prefix", None)
         if mma is None or not mma.fits(args["q_extend"], args["k_buffer"], args["qo_indptr"], args["kv_indptr"],
                                        args["kv_indices"], kv_heads):
@@ -272,7 +272,7 @@ class Probe:
         try:
             binary = mma.compile_cubin(target)
         except mma.CompileError as exc:
-            return f"CUDA verify prefix kernel not compiled: {exc}"
+            return f"CUDA MLA kernels not compiled: {exc}"
         usage = cubin_reader.resource_usage(binary) or {}
         kv_dtype, idx_dtype = args["k_buffer"].dtype, args["kv_indices"].dtype
         # The prefix kernel, the one-launch verify and decode (prefix, draft tail, merge) the launcher may pick
