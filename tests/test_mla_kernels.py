@@ -372,3 +372,91 @@ def test_mma_path_is_off_by_env(mma, monkeypatch):
     assert not mma._env_enabled()
     monkeypatch.setenv("SGLANG_SM120_MLA_MMA", "1")
     assert mma._env_enabled()
+
+
+class _TritonRan(Exception):
+    """Raised by the stand-in for the Triton prefix kernels: the launcher chose the Triton path."""
+
+
+def test_launcher_picks_the_cuda_programs_by_rows_kv_dtype_and_batch(mla, monkeypatch):
+    """Which path `_run_split_attention` takes for MLA decode and verify, and what it hands the one launch.
+    This machine has no GPU, so the CUDA kernel cannot run: `serves`, `kernel`, `fused_capacity` and
+    `fused_pass` of the CUDA module are stand-ins that report a 132-SM GPU and record the call, and the
+    Triton prefix kernels are stand-ins that raise when launched. Everything else (the choice of path, the
+    split count, the decode's query pointers and log-sum-exp view) is the launcher's own code."""
+    import torch
+
+    mma = mla.cuda_prefix
+    calls = []
+
+    def fused_pass(q, kv, q_indptr, kv_indptr, kv_indices, tail, o_part, l_part, o, qk_scale, v_scale, tail_scale,
+                   batch, max_tokens, num_splits, min_split, rows, lse):
+        calls.append(dict(q_indptr=q_indptr.tolist(), tail=tail is not None, slots=o_part.shape[2],
+                          part_dtype=o_part.dtype, batch=batch, splits=num_splits, min_split=min_split, rows=rows,
+                          lse=lse))
+        return True
+
+    class TritonStandIn:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise _TritonRan(grid)
+            return launch
+
+    monkeypatch.setattr(mma, "serves", lambda *a: True)
+    monkeypatch.setattr(mma, "kernel", lambda device: object())
+    monkeypatch.setattr(mma, "fused_capacity", lambda q, kv, idx, rows=mma.ROWS: 132)
+    monkeypatch.setattr(mma, "fused_pass", fused_pass)
+    monkeypatch.setattr(mla, "_prefix_kernel", TritonStandIn())
+    monkeypatch.setattr(mla, "_prefix_pair_kernel", TritonStandIn())
+
+    def decode(heads, batch, kv_dtype, lse=False):
+        calls.clear()
+        pool = torch.zeros(4096, 1, 576, dtype=kv_dtype)
+        q = torch.zeros(batch, heads, 576, dtype=torch.bfloat16)
+        o = torch.zeros(batch, heads, 512, dtype=torch.bfloat16)
+        lse_buf = torch.zeros(batch, heads, 8) if lse else None
+        mla._run_split_attention(q, pool, pool[:, :, :512], o, None, torch.arange(batch + 1, dtype=torch.int32) * 100,
+                                 torch.arange(batch * 100, dtype=torch.int32), batch, 1, 0.04, 1.0, 1.0,
+                                 lse_out=lse_buf[:, :, 0] if lse else None)
+        return calls[-1]
+
+    def verify(drafts, heads, kv_dtype=torch.bfloat16):
+        calls.clear()
+        pool = torch.zeros(4096, 1, 576, dtype=kv_dtype)
+        q = torch.zeros(drafts, heads, 576, dtype=torch.bfloat16)
+        k_ext = torch.zeros(drafts, 1, 576, dtype=torch.bfloat16)
+        tail = (k_ext, k_ext[:, :, :512], torch.ones(drafts * (300 + drafts), dtype=torch.int8),
+                torch.zeros(2, dtype=torch.int64))
+        mla._run_split_attention(q, pool, pool[:, :, :512], torch.zeros(drafts, heads, 512, dtype=torch.bfloat16),
+                                 torch.tensor([0, drafts], dtype=torch.int32), torch.tensor([0, 300], dtype=torch.int32),
+                                 torch.arange(300, dtype=torch.int32), 1, drafts, 0.04, 1.0, 1.0, tail=tail)
+        return calls[-1]
+
+    fp8 = torch.float8_e4m3fn
+    # Decode: fp8 at batch 1 and bf16 at batches 2-4 take the 16-row programs in one launch, no draft tail,
+    # one query token a request, the log-sum-exp passed through; bf16 at batch 1 keeps the Triton kernels.
+    one = decode(16, 1, fp8, lse=True)
+    assert (one["rows"], one["tail"], one["q_indptr"], one["splits"], one["slots"]) == (16, False, [0, 1], 132, 132)
+    assert one["min_split"] == mla.MIN_CHUNK_ONE and one["lse"].shape == (1, 16) and one["part_dtype"] == torch.bfloat16
+    four = decode(16, 4, torch.bfloat16)
+    assert (four["rows"], four["q_indptr"], four["splits"], four["min_split"]) == (16, [0, 1, 2, 3, 4], 33, mla.MIN_CHUNK)
+    with pytest.raises(_TritonRan):
+        decode(16, 1, torch.bfloat16)
+    with pytest.raises(_TritonRan):
+        decode(16, 8, torch.bfloat16)  # eight programs a split: more than FUSED16_MAX_PROGRAMS
+    # 128 heads: two 64-row programs a split in one launch.
+    wide = decode(128, 1, torch.bfloat16)
+    assert (wide["rows"], wide["splits"]) == (64, 66)
+    # Verify: 2 drafts x 16 heads (two 16-row programs) and 1 draft with fp8 KV take the 16-row programs with
+    # the draft tail in its own slot; 1 draft x 16 heads with bf16 keeps the Triton kernels; 8 x 16 heads the
+    # 64-row one launch.
+    two = verify(2, 16)
+    assert (two["rows"], two["tail"], two["splits"], two["slots"]) == (16, True, 65, 66)
+    assert verify(1, 16, fp8)["rows"] == 16
+    with pytest.raises(_TritonRan):
+        verify(1, 16)
+    eight = verify(8, 16)
+    assert (eight["rows"], eight["tail"], eight["splits"]) == (64, True, 65)
+    monkeypatch.setattr(mla, "FUSED16", False)
+    with pytest.raises(_TritonRan):
+        decode(16, 4, torch.bfloat16)
