@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Small MLA calls through each CUDA entry point of ``sm120-mla-attention``, for compute-sanitizer.
+
+    PYTHONPATH=<sglang release> compute-sanitizer --tool racecheck --kernel-name regex:sm120_mla \
+        python scripts/sanitize_mla.py
+
+(also ``--tool memcheck`` and ``--tool synccheck``). Runs the 16-row one launch for decode (bf16 at batch 2,
+fp8 at batch 1) and verify (1 draft x 16 heads), and the 64-row one launch (8 drafts x 16 heads), each over
+3000 prefix tokens, and prints each output's max abs difference to the float32 reference. Needs a CUDA GPU.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import mla_reference as ref  # noqa: E402
+
+mla = ref.load_module()
+LK, LV = 576, 512
+for kvd, heads, batch in (("bf16", 16, 2), ("fp8", 16, 1)):
+    d = ref.make_decode_case([3000] * batch, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, device="cuda")
+    if kvd == "fp8":
+        d["k_pool"] = d["k_pool"].to(torch.float8_e4m3fn)
+    d["v_pool"] = d["k_pool"][:, :, :LV]
+    o = torch.zeros(batch, heads, LV, dtype=torch.bfloat16, device="cuda")
+    lse = torch.zeros(batch, heads, 4, device="cuda")
+    mla._run_split_attention(d["q"], d["k_pool"], d["v_pool"], o, None, d["kv_indptr"], d["kv_indices"], batch, 1,
+                             1 / LK**0.5, 1.0, 1.0, lse_out=lse[:, :, 0], prefix="mma16")
+    torch.cuda.synchronize()
+    print("decode16", kvd, (o.float() - ref.reference_decode(d)).abs().max().item(), flush=True)
+for drafts, heads in ((8, 16), (1, 16)):
+    c = ref.make_verify_case([3000], [drafts], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree", device="cuda")
+    tail = (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
+    o = torch.zeros(drafts, heads, LV, dtype=torch.bfloat16, device="cuda")
+    mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, c["qo_indptr"], c["kv_indptr"], c["kv_indices"], 1,
+                             c["max_len"], 1 / LK**0.5, 1.0, 1.0, tail=tail, prefix="mma16" if drafts == 1 else "auto")
+    torch.cuda.synchronize()
+    print("verify", drafts, heads, (o.float() - ref.reference_verify(c)).abs().max().item(), flush=True)
