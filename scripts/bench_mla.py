@@ -507,6 +507,23 @@ def sweep_fused(mla, roof):
     return out
 
 
+def _eager_and_replay(run, outputs, replays=1):
+    """Run ``run`` once, then capture it in a CUDA graph and replay it ``replays`` times into zeroed
+    ``outputs``: (copies of the outputs of the eager run, max abs difference of the replay's first output)."""
+    run()
+    torch.cuda.synchronize()
+    eager = [t.clone() for t in outputs]
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run()
+    for t in outputs:
+        t.zero_()
+    for _ in range(replays):
+        g.replay()
+    torch.cuda.synchronize()
+    return eager, (outputs[0].float() - eager[0].float()).abs().max().item()
+
+
 def fused_numerics(mla):
     """The cooperative-launch verify against the float32 reference and the unfused path on the same
     inputs: bf16/fp8 KV, int32/int64 slots, V of the tail as SGLang passes it (its own tensor), uneven
@@ -537,17 +554,8 @@ def fused_numerics(mla):
                 mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, c["qo_indptr"], c["kv_indptr"],
                                          c["kv_indices"], 4, c["max_len"], 1 / LK**0.5, scale, scale, tail=tail,
                                          fused=fused)
-            run()
-            torch.cuda.synchronize()
-            eager = o.clone()
-            o.zero_()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                run()
-            g.replay()
-            g.replay()
-            torch.cuda.synchronize()
-            outs[fused] = (eager, (o.float() - eager.float()).abs().max().item())
+            (eager,), replay_diff = _eager_and_replay(run, [o], replays=2)  # twice: the barrier words are reused
+            outs[fused] = (eager, replay_diff)
         ref_o = ref.reference_verify(c, k_scale=scale, v_scale=scale)
         out.append({"check": "verify-fused", "kv": kvd, "kv_indices": "int64" if idx64 else "int32",
                     "v_ext": "own tensor" if own_v else "view of k_ext", "heads": heads,
@@ -611,16 +619,8 @@ def rows16_numerics(mla):
             def run():
                 mla._run_split_attention(d["q"], d["k_pool"], d["v_pool"], o, None, d["kv_indptr"], d["kv_indices"], 4,
                                          1, 1 / LK**0.5, scale, scale, lse_out=lse[:, :, 0], prefix=prefix)
-            run()
-            torch.cuda.synchronize()
-            eager, eager_lse = o.clone(), lse[:, :, 0].clone()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                run()
-            o.zero_()
-            g.replay()
-            torch.cuda.synchronize()
-            res[prefix] = (eager, eager_lse, (o.float() - eager.float()).abs().max().item())
+            (eager, eager_lse), replay_diff = _eager_and_replay(run, [o, lse[:, :, 0]])
+            res[prefix] = (eager, eager_lse, replay_diff)
         ref_o = ref.reference_decode(d, k_scale=scale, v_scale=scale)
         out.append({"check": "decode-cuda16", "kv": kvd, "kv_indices": "int64" if idx64 else "int32", "heads": heads,
                     "max_abs_diff_cuda": round((res["auto"][0].float() - ref_o).abs().max().item(), 5),

@@ -847,8 +847,6 @@ def _fused_pass(q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, ma
     splits = num_splits or min(MAX_SPLITS, cuda_prefix.FUSED_MAX_SLOTS - has_tail, capacity // per_split - has_tail)
     if splits < 1 or per_split * (splits + has_tail) > capacity:
         return False
-    if q_indptr is None:  # decode: one query token a request
-        q_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
     shape = (q.shape[0], q.shape[1], splits + has_tail)
     o_part = torch.empty(shape + (o.shape[-1],), dtype=torch.bfloat16, device=q.device)
     l_part = torch.empty(shape, dtype=torch.float32, device=q.device)
@@ -897,6 +895,7 @@ def _run_split_attention(
     mma_ok = (
         prefix != "triton"
         and v_shared
+        # decode has no query pointers yet: kv_indptr stands in for their dtype and layout checks
         and cuda_prefix.serves(q, k_buffer, q_indptr if not is_decode else kv_indptr, kv_indptr, kv_indices, n_kv)
         and cuda_prefix.kernel(q.device) is not None
     )
@@ -907,6 +906,8 @@ def _run_split_attention(
     use_mma16 = mma_ok and not use_mma and (prefix == "mma16" or (
         FUSED16 and prefix == "auto" and programs16 <= FUSED16_MAX_PROGRAMS
         and (programs16 >= FUSED16_MIN_PROGRAMS_BF16 or k_buffer.dtype != torch.bfloat16)))
+    if is_decode and (use_mma or use_mma16):  # the CUDA kernel takes a request's query rows from q_indptr
+        q_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
     qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
     tail_scale = float(sm_scale) * 1.4426950408889634
     if use_mma16 and _fused_pass(q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens, qk_scale,
@@ -922,8 +923,6 @@ def _run_split_attention(
                                          qk_scale, float(v_scale), tail_scale, num_splits, min_chunk,
                                          cuda_prefix.ROWS, lse_out):
         return
-    if use_mma and is_decode:  # the prefix kernel takes a request's query rows from q_indptr
-        q_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
     if use_mma:
         programs_per_split = cuda_prefix.row_blocks(max_tokens, heads) * batch
         splits = num_splits or num_splits_for(programs_per_split, _sm_count(q), MMA_WAVES)

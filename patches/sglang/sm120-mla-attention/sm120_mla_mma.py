@@ -232,8 +232,8 @@ __device__ __forceinline__ void store_rows_bf16(const unsigned char* buf, int st
 
 // The end of a 16-row program: the four warp pairs' results (each over its own tokens, under its own max)
 // summed at one max through shared memory (pairs 2 and 3 into 0 and 1, then 1 into 0), then written by all
-// threads. m/l are the pair's running max and sum of its rows g and g + 8.
-template <bool P16>
+// threads as bf16 partial results (16-row programs run only in the one launch). m/l are the pair's running
+// max and sum of its rows g and g + 8.
 __device__ __forceinline__ void store16(
     float (*o)[4], float m0, float m1, float l0, float l1, float v_scale, float* __restrict__ O_part,
     float* __restrict__ L_part, int q_start, int n_rows, int heads, int row0, int split, long long stride_ot,
@@ -301,28 +301,16 @@ __device__ __forceinline__ void store16(
     }
     __syncthreads();
     const int row = tid >> 4, part = tid & 15;
-    if constexpr (P16) {  // bf16: 16 bytes a lane, a warp's 32 lanes on half a row
-        for (int k = tid; k < 16 * 64; k += 256) {
-            const int rw = k >> 6, chunk = k & 63, r = row0 + rw;
-            if (r >= n_rows) continue;
-            const long long t = q_start + r / heads, h = r % heads;
-            const float4 a = *(const float4*)(ob + rw * OB_STRIDE + chunk * 8);
-            const float4 c = *(const float4*)(ob + rw * OB_STRIDE + chunk * 8 + 4);
-            *(uint4*)((u16*)O_part + t * stride_ot + h * stride_oh + split * stride_os + chunk * 8) =
-                make_uint4(pack2<false>(a.x, a.y), pack2<false>(a.z, a.w), pack2<false>(c.x, c.y),
-                           pack2<false>(c.z, c.w));
-        }
-    } else {
-        const int r = row0 + row;
-        if (r < n_rows) {
-            const long long t = q_start + r / heads, h = r % heads;
-            const long long off = t * stride_ot + h * stride_oh + split * stride_os;
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const int d = k * 64 + part * 4;
-                *(float4*)(O_part + off + d) = *(const float4*)(ob + row * OB_STRIDE + d);
-            }
-        }
+    // bf16: 16 bytes a lane, a warp's 32 lanes on half a row
+    for (int k = tid; k < 16 * 64; k += 256) {
+        const int rw = k >> 6, chunk = k & 63, r = row0 + rw;
+        if (r >= n_rows) continue;
+        const long long t = q_start + r / heads, h = r % heads;
+        const float4 a = *(const float4*)(ob + rw * OB_STRIDE + chunk * 8);
+        const float4 c = *(const float4*)(ob + rw * OB_STRIDE + chunk * 8 + 4);
+        *(uint4*)((u16*)O_part + t * stride_ot + h * stride_oh + split * stride_os + chunk * 8) =
+            make_uint4(pack2<false>(a.x, a.y), pack2<false>(a.z, a.w), pack2<false>(c.x, c.y),
+                       pack2<false>(c.z, c.w));
     }
     const int r = row0 + row;
     if (part == 0 && r < n_rows) {
@@ -656,7 +644,8 @@ __device__ __forceinline__ void prefix_body(
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     TL(4);
     if constexpr (R16) {
-        store16<P16>(o, m0, m1, l0, l1, v_scale, O_part, L_part, q_start, n_rows, heads, rb * RB, split, stride_ot,
+        static_assert(P16, "16-row programs write bf16 partial results (the one launch)");
+        store16(o, m0, m1, l0, l1, v_scale, O_part, L_part, q_start, n_rows, heads, rb * RB, split, stride_ot,
                      stride_oh, stride_os, stride_lt, stride_lh);
         return;
     }
