@@ -457,6 +457,15 @@ def test_launcher_picks_the_cuda_programs_by_rows_kv_dtype_and_batch(mla, monkey
         verify(1, 16)
     eight = verify(8, 16)
     assert (eight["rows"], eight["tail"], eight["splits"]) == (64, True, 65)
+    # 128 heads at batch 8: sixteen programs a split, so the 64-row prefix kernel (its query pointers made by the
+    # launcher, one token a request), then the Triton merge.
+    prefix_calls = []
+    monkeypatch.setattr(mma, "prefix_pass", lambda q, kv, q_indptr, *rest: prefix_calls.append(q_indptr.tolist()))
+    monkeypatch.setattr(mla, "_merge_kernel", TritonStandIn())
+    calls.clear()
+    with pytest.raises(_TritonRan):
+        decode(128, 8, torch.bfloat16)
+    assert prefix_calls == [list(range(9))]
     monkeypatch.setattr(mla, "FUSED16", False)
     with pytest.raises(_TritonRan):
         decode(16, 4, torch.bfloat16)
