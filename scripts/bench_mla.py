@@ -592,6 +592,8 @@ def sweep_rows16(mla, roof):
         if heads * (1 if kind == "decode" else n) < mla.MMA_MIN_ROWS:
             _timed_variant(out, label, f"cuda 16 rows, min chunk {mla.MIN_CHUNK}", c, heads,
                            lambda: call(prefix_kernel="mma16", min_chunk=mla.MIN_CHUNK), ref_out, o, t_base, roof)
+            _timed_variant(out, label, "cuda 16 rows, the launcher's min chunk", c, heads,
+                           lambda: call(prefix_kernel="mma16"), ref_out, o, t_base, roof)
         del c
     return out
 
@@ -658,10 +660,11 @@ TIMELINE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype, one launc
     ("verify", 8192, 8, 16, "bf16", True), ("verify", 32768, 8, 16, "bf16", True), ("verify", 32768, 8, 8, "bf16", True),
     ("verify", 32768, 8, 16, "bf16", False), ("verify", 185000, 8, 16, "bf16", True),
     ("verify", 32768, 1, 16, "bf16", True), ("decode", 8192, 1, 16, "bf16", True), ("decode", 32768, 1, 16, "bf16", True),
+    ("verify", 32768, 8, 16, "fp8", True),
 ]  # fewer than MMA_MIN_ROWS rows a request: the 16-row programs, whether or not the launcher would pick them
 # Phases between the clock reads of the SM120_TIMELINE build (thread 0 of each program; sm120_mla_mma.py).
-TIMELINE_PHASES = ["KV slots of tiles 0-1", "queries and tile 0", "KV loop after tile 0", "store", "grid barrier",
-                   "merge"]
+TIMELINE_PHASES = ["queries and KV slots of tiles 0-1", "queries to registers and tile 0", "KV loop after tile 0",
+                   "store", "grid barrier", "merge: loads", "merge: sum and store"]
 
 
 def timeline(mla, roof):
@@ -703,13 +706,17 @@ def timeline(mla, roof):
             if not rows:
                 out.append({"case": f"{kind} p{prefix} n{n} h{heads} {kvd}", "error": "no CUDA program ran"})
                 continue
-            last = 7 if fused or rows16 else 5
+            last = 8 if fused or rows16 else 5
             mhz = statistics.median((r[last] - r[1]) / max(1, r[9] - r[0]) * 1e3 for r in rows)
             phases = {}
             for i, name in enumerate(TIMELINE_PHASES[:last - 1]):
                 vals = [(r[i + 2] - r[i + 1]) / mhz for r in rows if r[i + 2] and r[i + 1]]
                 if vals:
                     phases[name] = [round(statistics.median(vals), 2), round(max(vals), 2)]
+            merged = [(r[8] - r[6]) / mhz for r in rows if last == 8 and r[7] and r[6]]
+            if merged:  # the programs that merge (with few rows, not all of them)
+                phases["merge (programs that merge)"] = [round(statistics.median(merged), 2), round(max(merged), 2),
+                                                        len(merged)]
             first, final = min(r[0] for r in rows), max(r[9] for r in rows)
             out.append({"case": f"{kind} p{prefix} n{n} h{heads} {kvd}", "one launch": fused, "programs": len(rows),
                         "call_us (events)": round(start.elapsed_time(end) * 1e3, 2),
@@ -726,7 +733,8 @@ def timeline(mla, roof):
 
 PROFILE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): where the time of a call goes
     ("verify", 32768, 8, 16, "bf16"), ("verify", 32768, 8, 8, "bf16"), ("verify", 32768, 1, 16, "bf16"),
-    ("verify", 185000, 8, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"),
+    ("verify", 185000, 8, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"), ("verify", 32768, 8, 16, "fp8"),
+    ("verify", 32768, 2, 16, "bf16"),
 ]
 
 

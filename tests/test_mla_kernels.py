@@ -447,14 +447,19 @@ def test_launcher_picks_the_cuda_programs_by_rows_kv_dtype_and_batch(mla, monkey
     # 128 heads: two 64-row programs a split in one launch.
     wide = decode(128, 1, torch.bfloat16)
     assert (wide["rows"], wide["splits"]) == (64, 66)
-    # Verify: 2 drafts x 16 heads (two 16-row programs) and 1 draft with fp8 KV take the 16-row programs with
-    # the draft tail in its own slot; 1 draft x 16 heads with bf16 keeps the Triton kernels; 8 x 16 heads the
+    # Verify: 2 drafts x 16 heads (two 16-row programs) and 1 draft with bf16 or fp8 KV take the 16-row
+    # programs with the draft tail in its own slot (one program a split: the shorter splits); 8 x 16 heads the
     # 64-row one launch.
     two = verify(2, 16)
     assert (two["rows"], two["tail"], two["splits"], two["slots"]) == (16, True, 65, 66)
     assert verify(1, 16, fp8)["rows"] == 16
+    one_draft = verify(1, 16)
+    assert (one_draft["rows"], one_draft["tail"], one_draft["splits"]) == (16, True, 131)
+    assert one_draft["min_split"] == mla.MIN_CHUNK_ONE
+    monkeypatch.setattr(mla, "FUSED16_MIN_PROGRAMS_BF16_VERIFY", 2)
     with pytest.raises(_TritonRan):
         verify(1, 16)
+    monkeypatch.setattr(mla, "FUSED16_MIN_PROGRAMS_BF16_VERIFY", 1)
     eight = verify(8, 16)
     assert (eight["rows"], eight["tail"], eight["splits"]) == (64, True, 65)
     # 128 heads at batch 8: sixteen programs a split, so the 64-row prefix kernel (its query pointers made by the

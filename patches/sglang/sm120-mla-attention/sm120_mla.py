@@ -94,6 +94,7 @@ FUSED_MAX_PROGRAMS = 4
 FUSED16 = True
 FUSED16_MAX_PROGRAMS = 4
 FUSED16_MIN_PROGRAMS_BF16 = 2
+FUSED16_MIN_PROGRAMS_BF16_VERIFY = 1  # verify with one program a split: the 16-row programs from 32k on
 
 
 class TileConfig(NamedTuple):
@@ -905,7 +906,8 @@ def _run_split_attention(
     programs16 = cuda_prefix.row_blocks(max_tokens, heads, cuda_prefix.ROWS16) * batch
     use_mma16 = mma_ok and not use_mma and (prefix == "mma16" or (
         FUSED16 and prefix == "auto" and programs16 <= FUSED16_MAX_PROGRAMS
-        and (programs16 >= FUSED16_MIN_PROGRAMS_BF16 or k_buffer.dtype != torch.bfloat16)))
+        and (k_buffer.dtype != torch.bfloat16
+             or programs16 >= (FUSED16_MIN_PROGRAMS_BF16 if is_decode else FUSED16_MIN_PROGRAMS_BF16_VERIFY))))
     if is_decode and (use_mma or use_mma16):  # the CUDA kernel takes a request's query rows from q_indptr
         q_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
     qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634

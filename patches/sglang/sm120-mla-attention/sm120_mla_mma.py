@@ -95,6 +95,7 @@ typedef unsigned char u8;
 #define TILE_BYTES (BN * SROW)
 #define TILE8_BYTES (BN * SROW8)
 #define IDX_BYTES (3 * BN * 8)
+#define HEAD_DIM_C 576
 
 // The launcher passes its own figures; the layouts below must agree with them.
 static_assert(2 * TILE_BYTES + IDX_BYTES + 8 * 32 * 16 * 4 == EXPECTED_SMEM_BF16, "shared memory layout differs from the launcher's");
@@ -231,8 +232,8 @@ __device__ __forceinline__ void store_rows_bf16(const unsigned char* buf, int st
 }
 
 // The end of a 16-row program: the four warp pairs' results (each over its own tokens, under its own max)
-// summed at one max through shared memory (pairs 2 and 3 into 0 and 1, then 1 into 0), then written by all
-// threads as bf16 partial results (16-row programs run only in the one launch). m/l are the pair's running
+// summed at one max through shared memory (pairs 2 and 3 into 0 and 1, whose two sums all threads add as
+// they write them as bf16 partial results) (16-row programs run only in the one launch). m/l are the pair's running
 // max and sum of its rows g and g + 8.
 __device__ __forceinline__ void store16(
     float (*o)[4], float m0, float m1, float l0, float l1, float v_scale, float* __restrict__ O_part,
@@ -289,16 +290,12 @@ __device__ __forceinline__ void store16(
             o[i][0] += a.x; o[i][1] += a.y; o[i][2] += c.x; o[i][3] += c.y;
         }
     };
-    if (rg >= 2) put(ob + (rg - 2) * 16 * OB_STRIDE);
+    float* const ob1 = ob + 16 * OB_STRIDE;
+    if (rg >= 2) put(rg == 2 ? ob : ob1);
     __syncthreads();
-    if (rg < 2) add(ob + rg * 16 * OB_STRIDE);
+    if (rg < 2) add(rg == 0 ? ob : ob1);
     __syncthreads();
-    if (rg == 1) put(ob);
-    __syncthreads();
-    if (rg == 0) {
-        add(ob);
-        put(ob);
-    }
+    if (rg < 2) put(rg == 0 ? ob : ob1);  // pairs 0 + 2 and 1 + 3, summed as they are stored below
     __syncthreads();
     const int row = tid >> 4, part = tid & 15;
     // bf16: 16 bytes a lane, a warp's 32 lanes on half a row
@@ -306,8 +303,11 @@ __device__ __forceinline__ void store16(
         const int rw = k >> 6, chunk = k & 63, r = row0 + rw;
         if (r >= n_rows) continue;
         const long long t = q_start + r / heads, h = r % heads;
-        const float4 a = *(const float4*)(ob + rw * OB_STRIDE + chunk * 8);
-        const float4 c = *(const float4*)(ob + rw * OB_STRIDE + chunk * 8 + 4);
+        const int at = rw * OB_STRIDE + chunk * 8;
+        float4 a = *(const float4*)(ob + at), c = *(const float4*)(ob + at + 4);
+        const float4 a1 = *(const float4*)(ob1 + at), c1 = *(const float4*)(ob1 + at + 4);
+        a.x += a1.x; a.y += a1.y; a.z += a1.z; a.w += a1.w;
+        c.x += c1.x; c.y += c1.y; c.z += c1.z; c.w += c1.w;
         *(uint4*)((u16*)O_part + t * stride_ot + h * stride_oh + split * stride_os + chunk * 8) =
             make_uint4(pack2<false>(a.x, a.y), pack2<false>(a.z, a.w), pack2<false>(c.x, c.y),
                        pack2<false>(c.z, c.w));
@@ -390,6 +390,40 @@ __device__ __forceinline__ void prefix_body(
     }
     const int n_tiles = (end - start + BN - 1) / BN;
     IdxT* idx = (IdxT*)(smem + IDX_OFF);
+    const u32 kv_base = smem_addr(smem);
+    const u32 idx_base = smem_addr(idx);
+
+    // The program's query rows (draft tokens x heads) as this warp's 18 k16 A fragments: rows 16 rg ..
+    // 16 rg + 15 (R16: 0 .. 15), dims hf*288 .. hf*288+287 (rows past the request's end are zeros). They
+    // are asked for before the KV slots, so their loads overlap the slots' and tile 0's.
+    // 64 rows: read into registers directly (72 loads a thread, in flight until the first product).
+    // 16 rows: copied into shared memory in 16-byte pieces, 16 threads a row, where tile 0 does not go
+    // (stage 1; for fp8 the f16 tile), then taken with ldmatrix (rows of SROW bytes, so the eight rows
+    // an ldmatrix reads fall in distinct banks) while tile 0 is copied.
+    u32 qa[18][4];
+    constexpr int Q_OFF = KV8 ? 0 : TILE_BYTES;
+    if constexpr (R16) {
+        static_assert(Q_OFF + 16 * SROW <= (KV8 ? TILE_BYTES : IDX_OFF) && (KV8 || Q_OFF >= STAGE_OFF + STAGE_BYTES),
+                      "the queries overlap tile 0 or the KV slots");
+        const int row = tid >> 4, r = rb * RB + row;
+        const bool ok = r < n_rows;
+        const u16* src = Q + (q_start + (ok ? r / heads : 0)) * stride_qt + (ok ? r % heads : 0) * stride_qh;
+        for (int c = tid & 15; c < HEAD_DIM_C / 8; c += 16)
+            cp_async16(kv_base + Q_OFF + row * SROW + c * 16, src + c * 8, ok ? 16 : 0);
+        cp_commit();
+    } else {
+        const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
+        const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
+        const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 2;
+        const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 2;
+#pragma unroll
+        for (int s = 0; s < 18; ++s) {
+            qa[s][0] = ok0 ? q_pair<KV8>(*(const u32*)(q0p + s * 16)) : 0u;
+            qa[s][1] = ok1 ? q_pair<KV8>(*(const u32*)(q1p + s * 16)) : 0u;
+            qa[s][2] = ok0 ? q_pair<KV8>(*(const u32*)(q0p + s * 16 + 8)) : 0u;
+            qa[s][3] = ok1 ? q_pair<KV8>(*(const u32*)(q1p + s * 16 + 8)) : 0u;
+        }
+    }
 
     // KV slots of tiles 0 and 1 (later tiles are copied two steps ahead).
     if (tid < 2 * BN) {
@@ -397,11 +431,9 @@ __device__ __forceinline__ void prefix_body(
         idx[tid] = col < end ? (TAIL ? (IdxT)(q_start + col) : kv_indices[kv_start + col]) : (IdxT)0;
     }
 
+    if constexpr (R16) cp_wait_all();
     __syncthreads();
     TL(2);
-
-    const u32 kv_base = smem_addr(smem);
-    const u32 idx_base = smem_addr(idx);
     // Each KV row is copied by 8 threads, in 16-byte chunks 128 bytes apart: 9 chunks a thread (bf16),
     // 4 or 5 (fp8: 36 chunks a row).
     const int ld_row = tid >> 3;
@@ -429,21 +461,13 @@ __device__ __forceinline__ void prefix_body(
     };
     load_tile(0, 0);
     cp_commit();
-
-    // This warp's query fragments, loaded while tile 0 is in flight: rows r0/r1, dims hf*288 .. hf*288+287,
-    // as 18 k16 A fragments.
-    u32 qa[18][4];
-    {
-        const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
-        const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
-        const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 2;
-        const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 2;
+    if constexpr (R16) {
+        const u32 q_lane = kv_base + Q_OFF + (lane & 15) * SROW + (hf * DHALF + (lane >> 4) * 8) * 2;
 #pragma unroll
         for (int s = 0; s < 18; ++s) {
-            qa[s][0] = ok0 ? q_pair<KV8>(*(const u32*)(q0p + s * 16)) : 0u;
-            qa[s][1] = ok1 ? q_pair<KV8>(*(const u32*)(q1p + s * 16)) : 0u;
-            qa[s][2] = ok0 ? q_pair<KV8>(*(const u32*)(q0p + s * 16 + 8)) : 0u;
-            qa[s][3] = ok1 ? q_pair<KV8>(*(const u32*)(q1p + s * 16 + 8)) : 0u;
+            ldsm_x4(q_lane + s * 32, qa[s][0], qa[s][1], qa[s][2], qa[s][3]);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) qa[s][j] = q_pair<KV8>(qa[s][j]);
         }
     }
 
@@ -706,23 +730,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_fp8_i6
 }
 
 // Every program of the grid waits here for every other; the grid must be co-resident (a cooperative
-// launch). bar[0] counts arrivals and is reset by the last, which then moves bar[1], the generation the
-// others wait on, so the two words serve every later launch unchanged.
+// launch). One word counts arrivals: program 0 adds 2^31 - (n - 1) and the others 1, so the n arrivals
+// add 2^31 and flip its top bit, which each program waits to see move from what its own add returned;
+// the word serves every later launch unchanged. Thread 0 arrives with release and reads with acquire
+// (at GPU scope) after the block's barrier, which orders the whole program's writes before the others'
+// reads: one round trip to L2 and no full fence.
 __device__ __forceinline__ void grid_barrier(unsigned int* bar) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        volatile unsigned int* gen = bar + 1;
-        const unsigned int mine = *gen;
         const unsigned int n = gridDim.x * gridDim.y * gridDim.z;
-        __threadfence();
-        if (atomicAdd(bar, 1u) == n - 1) {
-            bar[0] = 0;
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            while (*gen == mine) __nanosleep(32);
-        }
-        __threadfence();
+        const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+        const unsigned int add = first ? 0x80000000u - (n - 1) : 1u;
+        unsigned int old, now;
+        asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(bar), "r"(add) : "memory");
+        do {
+            asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(bar) : "memory");
+        } while (((old ^ now) & 0x80000000u) == 0);
     }
     __syncthreads();
 }
@@ -793,6 +816,7 @@ __device__ __forceinline__ void merge_slots(
                 aw = fmaf(w, live ? p[j].w : 0.f, aw);
             }
         }
+        TL(7);
         __syncthreads();  // the previous row's sums are read
         *(float4*)(red + sg * dims + dg * 128 + lane * 4) = make_float4(ax, ay, az, aw);
         if (dg == 0 && lane == 0) red[sgroups * dims + sg] = den;
@@ -841,7 +865,7 @@ __device__ __forceinline__ void merge_slots(
     TL(6); \
     merge_slots((const u16*)O_part, L_part, O, num_splits + has_tail, heads, total_rows, stride_ot, stride_oh, stride_os, \
                 stride_lt, stride_lh, stride_out_t, stride_out_h, lse_out, stride_lse_t, stride_lse_h); \
-    TL(7); \
+    TL(8); \
     TL(9)
 
 extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_bf16_i32(FUSED_ARGS(int)) {
@@ -1032,7 +1056,7 @@ def error(device: torch.device) -> Optional[str]:
 
 def fits(q, kv, q_indptr, kv_indptr, kv_indices, kv_heads: int) -> bool:
     """Whether the tensors are what the kernel takes: MLA 576/512 with one KV head, bf16 queries, bf16 or fp8
-    (e4m3) KV, int32 row pointers, int32 or int64 KV slots, rows aligned for 4- and 16-byte loads."""
+    (e4m3) KV, int32 row pointers, int32 or int64 KV slots, query and KV rows aligned for 16-byte copies."""
     elem = kv.element_size()
     return (
         q.dtype == torch.bfloat16
@@ -1044,8 +1068,8 @@ def fits(q, kv, q_indptr, kv_indptr, kv_indices, kv_heads: int) -> bool:
         and kv_heads == 1
         and q.stride(-1) == 1
         and kv.stride(-1) == 1
-        and q.stride(0) % 2 == 0
-        and q.stride(1) % 2 == 0
+        and q.stride(0) % 8 == 0
+        and q.stride(1) % 8 == 0
         and (kv.stride(0) * elem) % 16 == 0
         and q.data_ptr() % 16 == 0
         and kv.data_ptr() % 16 == 0
@@ -1088,8 +1112,8 @@ def prefix_pass(q, kv, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale
     return True
 
 
-# Two words per (device, stream) for the fused kernel's grid barrier: it leaves them ready for the next
-# launch, so they are zeroed once (a launch on another stream gets its own, as two may run at once).
+# One word per (device, stream) for the fused kernel's grid barrier: it leaves it ready for the next
+# launch, so it is zeroed once (a launch on another stream gets its own, as two may run at once).
 _BARRIERS: Dict[Tuple[int, int], torch.Tensor] = {}
 
 
@@ -1097,7 +1121,7 @@ def _barrier(device: torch.device, stream: int) -> torch.Tensor:
     key = (device.index if device.index is not None else torch.cuda.current_device(), stream)
     with _LOCK:
         if key not in _BARRIERS:
-            _BARRIERS[key] = torch.zeros(2, dtype=torch.int32, device=device)
+            _BARRIERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
         return _BARRIERS[key]
 
 
