@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Small MLA calls through each CUDA entry point of ``sm120-mla-attention``, for compute-sanitizer.
 
-    PYTHONPATH=<sglang release> compute-sanitizer --tool racecheck --kernel-name regex:sm120_mla \
+    PYTHONPATH=<sglang release> compute-sanitizer --tool racecheck --kernel-name kns=sm120_mla \
         python scripts/sanitize_mla.py
 
 (also ``--tool memcheck`` and ``--tool synccheck``). Runs the 16-row one launch for decode (bf16 at batch 2,

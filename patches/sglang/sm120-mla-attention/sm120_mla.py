@@ -86,15 +86,17 @@ FUSED_MAX_PROGRAMS = 4
 # MLA decode, and verify with fewer than MMA_MIN_ROWS query rows a request, through the CUDA kernel's
 # 16-row programs (sm120_mla_mma.FUSED16_NAMES: the four warp pairs on different tokens of each tile), in
 # one cooperative launch, when a split has at most FUSED16_MAX_PROGRAMS programs (row blocks x requests)
-# and, for bf16 KV, at least FUSED16_MIN_PROGRAMS_BF16; otherwise, or with FUSED16 False, the Triton
-# prefix kernel and a merge. Measured on the H200 in SM120 mode (docs/benchmarks.md, 16-row sweep), against
-# the Triton kernels on the same inputs: fp8 KV 1.06x (verify, 1 draft, 32k) to 1.70x (decode, 185k);
-# bf16 with two to four programs a split 1.08x (decode at batch 4, 32k) to 1.30x (32 rows: 8 drafts x 4
-# heads); bf16 with one program a split (16 heads, batch 1) 0.68x at 8k, 0.93-1.00x at 32k-185k: Triton's.
+# and, for bf16 KV, at least FUSED16_MIN_PROGRAMS_BF16 (decode) or FUSED16_MIN_PROGRAMS_BF16_VERIFY
+# (verify); otherwise, or with FUSED16 False, the Triton prefix kernel and a merge. Measured on the H200 in
+# SM120 mode (docs/benchmarks.md, 16-row sweeps), against the Triton kernels on the same inputs: fp8 KV
+# 1.2x (verify, 1 draft, 32k) to 1.8x (decode, 185k); bf16 with two to four programs a split 1.04x
+# (decode at batch 4, 185k) to 1.42x (32 rows: 8 drafts x 4 heads); bf16 with one program a split (16
+# heads, batch 1): verify 1.06-1.12x at 32k-185k (0.9x at 8k, where a call takes 15 us), decode 0.78x at
+# 8k and 1.0-1.05x above, so decode keeps Triton's.
 FUSED16 = True
 FUSED16_MAX_PROGRAMS = 4
 FUSED16_MIN_PROGRAMS_BF16 = 2
-FUSED16_MIN_PROGRAMS_BF16_VERIFY = 1  # verify with one program a split: the 16-row programs from 32k on
+FUSED16_MIN_PROGRAMS_BF16_VERIFY = 1
 
 
 class TileConfig(NamedTuple):
