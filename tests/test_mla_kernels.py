@@ -338,6 +338,11 @@ def test_mma_prefix_kernel_takes_only_bf16_mla(mma):
     assert not mma.fits(q[:, :, :575], kv, *rest)  # no 576-dim rows
     odd = torch.empty(64 * 577, dtype=torch.bfloat16).as_strided((63, 1, 576), (577, 577, 1))
     assert not mma.fits(q, odd, *rest)  # a row stride that breaks the 16-byte copies
+    # query rows 4-byte aligned but not 16 (heads 580 values apart): the 16-row programs copy them in 16 bytes
+    q_odd = torch.empty(8 * 16 * 580, dtype=torch.bfloat16).as_strided((8, 16, 576), (16 * 580, 580, 1))
+    assert not mma.fits(q_odd, kv, *rest)
+    q_pad = torch.empty(8 * 16 * 584, dtype=torch.bfloat16).as_strided((8, 16, 576), (16 * 584, 584, 1))
+    assert mma.fits(q_pad, kv, *rest)  # padded to 16-byte rows
 
 
 def test_one_launch_verify_takes_only_what_its_kernel_reads(mma):

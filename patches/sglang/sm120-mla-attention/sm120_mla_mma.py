@@ -32,7 +32,10 @@ row's log-sum-exp); it saves the merge's launch and half the partial results' by
 Its 16-row programs (``FUSED16_NAMES``) serve requests with few query rows (decode, one draft token):
 there the warp pair ``w % 4`` scores its own 8 tokens of each tile (m16n8k8 for the values), so a tile
 is read from shared memory once rather than padded to 64 rows, and the four pairs' results are summed
-at one max through shared memory before the store.
+at one max through shared memory before the store. Their queries come through shared memory
+(``cp.async``, then ``ldmatrix``) while the KV slots load; the 64-row programs load theirs into
+registers, asked for before the KV slots. The grid barrier is one word that every program adds to with
+release semantics and polls with acquire, its top bit flipping once all have arrived.
 
 The kernel needs only the CUDA driver and NVRTC (the ``nvidia-cuda-nvrtc`` wheel that CUDA builds of
 torch depend on, or a CUDA toolkit); both are found with ``ctypes``. If either is missing, or the
