@@ -308,6 +308,21 @@ def test_mma_prefix_kernel_compiles_within_the_limit(mma, arch):
         assert mma.SMEM_BYTES[kv_dtype] > 48 * 1024  # so the launcher must raise the dynamic shared-memory cap
 
 
+def test_timeline_build_compiles_with_the_same_entry_points(mma):
+    """The build `bench_mla.py --timeline` loads (SM120_TIMELINE: clock reads into a device array): it compiles
+    for sm_120a with every entry point of the launchers' build, within 255 registers, and holds the array the
+    benchmark reads back by name; the launchers' build has no such array."""
+    from sm120kit.hardware.cubin import resource_usage
+
+    timed = mma.compile_cubin("sm_120a", defines=("SM120_TIMELINE",))
+    usage = resource_usage(timed)
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    assert set(usage) == {name for names in mma.ENTRY_NAMES.values() for name in names.values()}
+    assert all(res.registers <= 255 for res in usage.values())
+    assert b"sm120_timeline" in timed
+    assert b"sm120_timeline" not in mma.compile_cubin("sm_120a")
+
+
 def test_mma_source_refuses_another_shared_memory_layout(mma):
     bad = mma.SOURCE.replace("#define SROW 1168", "#define SROW 1184")
     with pytest.raises(mma.CompileError, match="shared memory layout"):
