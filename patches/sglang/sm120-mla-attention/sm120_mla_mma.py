@@ -235,9 +235,9 @@ __device__ __forceinline__ void store_rows_bf16(const unsigned char* buf, int st
 }
 
 // The end of a 16-row program: the four warp pairs' results (each over its own tokens, under its own max)
-// summed at one max through shared memory (pairs 2 and 3 into 0 and 1, whose two sums all threads add as
-// they write them as bf16 partial results) (16-row programs run only in the one launch). m/l are the pair's running
-// max and sum of its rows g and g + 8.
+// summed at one max through shared memory: pairs 2 and 3 into 0 and 1, whose two sums all threads then add
+// as they write the bf16 partial results (16-row programs run only in the one launch). m/l are the pair's
+// running max and sum of its rows g and g + 8.
 __device__ __forceinline__ void store16(
     float (*o)[4], float m0, float m1, float l0, float l1, float v_scale, float* __restrict__ O_part,
     float* __restrict__ L_part, int q_start, int n_rows, int heads, int row0, int split, long long stride_ot,
