@@ -1,4 +1,5 @@
-"""The extras in pyproject.toml give ranges; constraints/ci.txt pins the exact versions the tests run with."""
+"""pyproject.toml gives ranges (the dependencies and the extras); constraints/ci.txt pins the exact versions the
+tests run with, so that a new release of a dependency cannot change what CI runs."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ else:  # pragma: no cover - Python 3.10
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = REPO_ROOT / "constraints" / "ci.txt"
-EXTRAS_PINNED = ("audit", "build", "test")
+EXTRAS_PINNED = ("dependencies", "audit", "build", "test")
 
 
 def _extras() -> dict[str, list[Requirement]]:
+    """The extras by name, and the project's own dependencies under ``dependencies``."""
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return {name: [Requirement(r) for r in reqs] for name, reqs in project["optional-dependencies"].items()}
+    groups = {name: [Requirement(r) for r in reqs] for name, reqs in project["optional-dependencies"].items()}
+    groups["dependencies"] = [Requirement(r) for r in project["dependencies"]]
+    return groups
 
 
 def _pins(text: str) -> dict[str, Requirement]:
@@ -65,11 +69,12 @@ def test_every_extra_package_has_a_pin_inside_its_range():
 
 
 def test_pin_check_reports_each_kind_of_mismatch():
-    extras = {"audit": [Requirement("torch>=2.11"), Requirement("numpy==2.4.6"),
+    extras = {"dependencies": [Requirement("tomlkit>=0.12")], "audit": [Requirement("torch>=2.11"), Requirement("numpy==2.4.6"),
                         Requirement("tomli>=2.0.1; python_version < '3.11'")],
               "build": [Requirement("cmake>=3.31")], "test": [Requirement("pytest>=8")]}
     pins = _pins("torch==2.10.0\nnumpy==2.4.6\ntomli==2.2.1\npytest==9.2.0  # the runner\nnotused==1.0\n")
     assert _pin_problems(extras, pins) == [
+        f"[dependencies] tomlkit>=0.12 has no pin in {CONSTRAINTS.name}",
         "[audit] torch>=2.11: the pin torch==2.10.0 is outside the range",
         f"[audit] numpy==2.4.6 is an exact pin; give a range and pin it in {CONSTRAINTS.name}",
         "[audit] tomli>=2.0.1; python_version < \"3.11\": the pin tomli==2.2.1 has another environment marker",

@@ -264,7 +264,7 @@ def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_pat
     assert moved["path"] == MOVED_DECODE and moved["old_path"] == f"{TRITON_OPS}/decode_attention.py"
     assert decode_meta.read_text() == decode_before.replace(
         "  { diff = '0.5.2.diff', releases = '>=0.5.2', base = '0.5.2' },  # the first\n",
-        "  { diff = '0.5.2.diff', releases = \">=0.5.2,<0.5.3\", base = '0.5.2' },  # the first\n"
+        "  { diff = '0.5.2.diff', releases = '>=0.5.2,<0.5.3', base = '0.5.2' },  # the first\n"
         '  {diff = "0.5.3.diff", releases = ">=0.5.3", base = "0.5.3"},\n')
 
     # Present upstream: nothing to write.

@@ -121,6 +121,19 @@ def test_edit_metadata_extends_an_inline_array_of_variants():
     assert tomllib.loads(new)["variants"][1] == {"diff": "0.5.3.diff", "releases": ">=0.5.3", "base": "0.5.3"}
 
 
+def test_edit_metadata_keeps_the_quoting_of_the_range_it_closes():
+    """A range written as a literal string ('...') is closed as one, in a table and in an inline table alike
+    (tomlkit releases differ in what a plain assignment writes, so the quoting is chosen explicitly)."""
+    table = "id = 'demo'\n\n[[variants]]\ndiff = '0.5.2.diff'\nreleases = '>=0.5.2'  # open\nbase = '0.5.2'\n"
+    assert edit_metadata(table, 0, ">=0.5.2,<0.5.3", "0.5.3.diff", ">=0.5.3", "0.5.3", 1) == table.replace(
+        "releases = '>=0.5.2'  # open\n", "releases = '>=0.5.2,<0.5.3'  # open\n") + (
+        '\n[[variants]]\ndiff = "0.5.3.diff"\nreleases = ">=0.5.3"\nbase = "0.5.3"\n')
+    inline = "variants = [{ diff = '0.5.2.diff', releases = '>=0.5.2', base = '0.5.2' }]\n"
+    new = edit_metadata(inline, 0, ">=0.5.2,<0.5.3", "0.5.3.diff", ">=0.5.3", "0.5.3", 1)
+    assert new.startswith("variants = [{ diff = '0.5.2.diff', releases = '>=0.5.2,<0.5.3', base = '0.5.2' },")
+    assert [v["releases"] for v in tomllib.loads(new)["variants"]] == [">=0.5.2,<0.5.3", ">=0.5.3"]
+
+
 def test_edit_metadata_refuses_a_layout_it_would_reorder():
     """tomlkit writes [[variants]] entries split by another table back together: that is refused, clearly."""
     split = UNUSUAL_LAYOUT.replace("[upstream]\n  forwarded = false\n  reason = \"indented keys\"\n\n", "")

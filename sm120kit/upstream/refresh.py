@@ -279,7 +279,11 @@ def edit_metadata(text: str, source_index: int | None, source_range: str | None,
         raise SeriesError(f"{PATCH_FILE} holds {found} variant entries where {variant_count} were loaded; "
                           "edit it by hand.")
     if source_index is not None and source_range is not None:
-        variants[source_index]["releases"] = source_range
+        source = variants[source_index]
+        # The quoting the file had, written explicitly: tomlkit releases differ in what a plain str assignment
+        # keeps (0.15.2 writes "...", 0.15.3 keeps '...').
+        literal = str(source["releases"].as_string()).startswith("'") and "'" not in source_range
+        source["releases"] = tomlkit.string(source_range, literal=literal)
     entry = {"diff": new_diff, "releases": new_range, "base": release}
     if isinstance(variants, Array):
         table = tomlkit.inline_table()
