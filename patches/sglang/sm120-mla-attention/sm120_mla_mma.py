@@ -25,17 +25,20 @@ merge is shared.
 
 :func:`fused_pass` runs the whole verify or decode call in one cooperative launch: for verify one more
 program a row block scores the draft tail under the tree mask with the same loop, every program writes
-its partial result in bf16 (through shared memory, whole 512-byte runs of a row per warp), and after a
-grid barrier every program merges a share of the rows from L2 into the output (and, for decode, each
-row's log-sum-exp); it saves the merge's launch and half the partial results' bytes.
+its partial result in bf16 straight from registers (the four lanes of a quad trade values so that each
+store is 16 contiguous bytes), and after a grid barrier every program merges a share of the rows from L2
+into the output (and, for decode, each row's log-sum-exp); it saves the merge's launch and half the
+partial results' bytes.
 
 Its 16-row programs (``FUSED16_NAMES``) serve requests with few query rows (decode, one draft token):
 there the warp pair ``w % 4`` scores its own 8 tokens of each tile (m16n8k8 for the values), so a tile
 is read from shared memory once rather than padded to 64 rows, and the four pairs' results are summed
 at one max through shared memory before the store. Their queries come through shared memory
 (``cp.async``, then ``ldmatrix``) while the KV slots load; the 64-row programs load theirs into
-registers, asked for before the KV slots. The grid barrier is one word that every program adds to with
-release semantics and polls with acquire, its top bit flipping once all have arrived.
+registers, 16 bytes a load asked for before the KV slots, and trade them within each quad into the mma
+fragments once tile 0 is asked for. Tile 0 is asked for with slots each thread reads itself, without a
+block barrier. The grid barrier is one word that every program adds to with release semantics and polls
+with acquire, its top bit flipping once all have arrived.
 
 The kernel needs only the CUDA driver and NVRTC (the ``nvidia-cuda-nvrtc`` wheel that CUDA builds of
 torch depend on, or a CUDA toolkit); both are found with ``ctypes``. If either is missing, or the
@@ -65,7 +68,7 @@ TILE_BYTES = BLOCK_N * (HEAD_DIM * 2 + 16)  # one 16-bit KV tile, rows padded by
 FP8_TILE_BYTES = BLOCK_N * (HEAD_DIM + 16)  # one fp8 KV tile as copied, rows padded by 16 bytes
 IDX_BYTES = 3 * BLOCK_N * 8
 XCH_BYTES = 8 * 32 * 16 * 4
-FUSED_MAX_SLOTS = 256  # slots (prefix splits and the draft tail) the fused kernel's merge takes, 32 a group
+FUSED_MAX_SLOTS = 256  # slots (prefix splits and the draft tail) a row block of the fused kernel may have
 # bf16 KV: two stages of the tile; fp8 KV: two stages of the fp8 tile and one f16 tile converted from it.
 SMEM_BYTES = {
     torch.bfloat16: 2 * TILE_BYTES + IDX_BYTES + XCH_BYTES,
@@ -209,30 +212,24 @@ __device__ __forceinline__ u32 e4m3x2_to_f16x2(u16 v) {
     return r;
 }
 
+// The 4 x 4 transpose of 32-bit values across the four lanes of a quad (lane c4 = lane & 3): lane c4's
+// v[j] becomes lane j's v[c4], in two exchanges (lanes 0-1 and 2-3 trade their off-diagonal halves, then
+// each 2 x 2 block is transposed between lane pairs).
+__device__ __forceinline__ void quad_transpose(u32& v0, u32& v1, u32& v2, u32& v3, int c4) {
+    const bool lo2 = (c4 & 2) == 0, lo1 = (c4 & 1) == 0;
+    u32 x0 = __shfl_xor_sync(0xffffffffu, lo2 ? v2 : v0, 2);
+    u32 x1 = __shfl_xor_sync(0xffffffffu, lo2 ? v3 : v1, 2);
+    if (lo2) { v2 = x0; v3 = x1; } else { v0 = x0; v1 = x1; }
+    x0 = __shfl_xor_sync(0xffffffffu, lo1 ? v1 : v0, 1);
+    x1 = __shfl_xor_sync(0xffffffffu, lo1 ? v3 : v2, 1);
+    if (lo1) { v1 = x0; v3 = x1; } else { v0 = x0; v2 = x1; }
+}
+
 __device__ __forceinline__ void pair_sync(int id) {
     asm volatile("bar.sync %0, 64;\n" :: "r"(id));
 }
 
 #define OB_STRIDE 520  // floats a row of a 16-row sum in shared memory: a warp's 8 rows 2-way in banks
-#define SB_STRIDE 520  // bf16 values a row of the 64-row store in shared memory: a warp's stores hit every bank once
-
-// Where a thread's output values go: rows g and g + 8 of its row group, value dims 256 hf + 8 i + 2 c4 (+1).
-// A program's partial result leaves through shared memory, so each warp writes whole 512-byte runs of a row
-// (16 bytes a lane) instead of 16 bytes of eight rows per store (measured on the H200 in SM120 mode, phase
-// timeline of docs/benchmarks.md).
-__device__ __forceinline__ void store_rows_bf16(const unsigned char* buf, int stride_bytes, int n, float* O_part,
-                                                int q_start, int n_rows, int heads, int row0, int split,
-                                                long long stride_ot, long long stride_oh, long long stride_os)
-{
-    for (int k = threadIdx.x; k < n * 64; k += 256) {
-        const int row = k >> 6, chunk = k & 63;
-        const int r = row0 + row;
-        if (r >= n_rows) continue;
-        const long long t = q_start + r / heads, h = r % heads;
-        *(uint4*)((u16*)O_part + t * stride_ot + h * stride_oh + split * stride_os + chunk * 8) =
-            *(const uint4*)(buf + row * stride_bytes + chunk * 16);
-    }
-}
 
 // The end of a 16-row program: the four warp pairs' results (each over its own tokens, under its own max)
 // summed at one max through shared memory: pairs 2 and 3 into 0 and 1, whose two sums all threads then add
@@ -358,12 +355,13 @@ __device__ __forceinline__ void prefix_body(
     constexpr int RB = R16 ? 16 : ROWS;  // query rows a program holds
     constexpr int NT = R16 ? 1 : 4;      // 8-token score tiles a warp takes per step
     const int rb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
-    const int q_start = q_indptr[b];
-    const int n_rows = (q_indptr[b + 1] - q_start) * heads;
+    // The request's row pointers, all four asked for at once (one round trip before the KV slots).
+    const int q_start = q_indptr[b], q_end = q_indptr[b + 1];
+    const int kv_start = kv_indptr[b], kv_end = kv_indptr[b + 1];
+    const int n_rows = (q_end - q_start) * heads;
     if (rb * RB >= n_rows) return;
-    const int kv_start = kv_indptr[b];
-    const int kv_len = kv_indptr[b + 1] - kv_start;
-    const int n_tok = q_indptr[b + 1] - q_start;
+    const int kv_len = kv_end - kv_start;
+    const int n_tok = q_end - q_start;
     int start = 0, end = n_tok;
     if constexpr (!TAIL) {
         int chunk = ((kv_len + num_splits - 1) / num_splits + BN - 1) / BN * BN;
@@ -399,11 +397,12 @@ __device__ __forceinline__ void prefix_body(
     // The program's query rows (draft tokens x heads) as this warp's 18 k16 A fragments: rows 16 rg ..
     // 16 rg + 15 (R16: 0 .. 15), dims hf*288 .. hf*288+287 (rows past the request's end are zeros). They
     // are asked for before the KV slots, so their loads overlap the slots' and tile 0's.
-    // 64 rows: read into registers directly (72 loads a thread, in flight until the first product).
+    // 64 rows: read into registers, 16 bytes a load (18 a thread, in flight until tile 0 is asked for).
     // 16 rows: copied into shared memory in 16-byte pieces, 16 threads a row, where tile 0 does not go
     // (stage 1; for fp8 the f16 tile), then taken with ldmatrix (rows of SROW bytes, so the eight rows
     // an ldmatrix reads fall in distinct banks) while tile 0 is copied.
     u32 qa[18][4];
+    uint4 qv[2][9];  // 64 rows: the loads as they arrive (rows g and g + 8), in flight until tile 0 is asked for
     constexpr int Q_OFF = KV8 ? 0 : TILE_BYTES;
     if constexpr (R16) {
         static_assert(Q_OFF + 16 * SROW <= (KV8 ? TILE_BYTES : IDX_OFF) && (KV8 || Q_OFF >= STAGE_OFF + STAGE_BYTES),
@@ -417,33 +416,39 @@ __device__ __forceinline__ void prefix_body(
     } else {
         const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
         const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
-        const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 2;
-        const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 2;
+        // 16 bytes a load: lane c4 takes dims 32 b + 8 c4 .. + 7 of block b (pairs 4 c4 .. 4 c4 + 3), and
+        // the four lanes of a row trade them (quad_transpose) so that each holds pairs c4, c4 + 4, c4 + 8,
+        // c4 + 12: the a0 and a2 pairs of k steps 2 b and 2 b + 1.
+        const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 8;
+        const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 8;
 #pragma unroll
-        for (int s = 0; s < 18; ++s) {
-            qa[s][0] = ok0 ? q_pair<KV8>(*(const u32*)(q0p + s * 16)) : 0u;
-            qa[s][1] = ok1 ? q_pair<KV8>(*(const u32*)(q1p + s * 16)) : 0u;
-            qa[s][2] = ok0 ? q_pair<KV8>(*(const u32*)(q0p + s * 16 + 8)) : 0u;
-            qa[s][3] = ok1 ? q_pair<KV8>(*(const u32*)(q1p + s * 16 + 8)) : 0u;
+        for (int b = 0; b < 9; ++b) {
+            qv[0][b] = ok0 ? *(const uint4*)(q0p + b * 32) : make_uint4(0u, 0u, 0u, 0u);
+            qv[1][b] = ok1 ? *(const uint4*)(q1p + b * 32) : make_uint4(0u, 0u, 0u, 0u);
         }
     }
 
-    // KV slots of tiles 0 and 1 (later tiles are copied two steps ahead).
+    // KV slots of tiles 0 and 1 into shared memory (later tiles are copied two steps ahead); each thread also
+    // reads the slot of the tile-0 row it copies straight into a register, so tile 0 is asked for without
+    // waiting for the block.
+    const int ld_row = tid >> 3;  // each KV row is copied by 8 threads (below)
     if (tid < 2 * BN) {
         int col = start + tid;
         idx[tid] = col < end ? (TAIL ? (IdxT)(q_start + col) : kv_indices[kv_start + col]) : (IdxT)0;
     }
-
-    if constexpr (R16) cp_wait_all();
-    __syncthreads();
+    IdxT slot0;
+    {
+        const int col = start + ld_row;
+        slot0 = col < end ? (TAIL ? (IdxT)(q_start + col) : kv_indices[kv_start + col]) : (IdxT)0;
+    }
     TL(2);
     // Each KV row is copied by 8 threads, in 16-byte chunks 128 bytes apart: 9 chunks a thread (bf16),
     // 4 or 5 (fp8: 36 chunks a row).
-    const int ld_row = tid >> 3;
     const u32 ld_dst = kv_base + STAGE_OFF + ld_row * (KV8 ? SROW8 : SROW) + (tid & 7) * 16;
     auto load_tile = [&](int tile, int stage) {
         const bool valid = start + tile * BN + ld_row < end;
-        const u8* src = KV + ((long long)idx[(tile % 3) * BN + ld_row] * stride_kt + (tid & 7) * (16 / ELEM)) * ELEM;
+        const IdxT slot = tile == 0 ? slot0 : idx[(tile % 3) * BN + ld_row];
+        const u8* src = KV + ((long long)slot * stride_kt + (tid & 7) * (16 / ELEM)) * ELEM;
         constexpr int CHUNKS = KV8 ? 5 : 9;  // per thread; an fp8 row has 36 chunks, so 4 threads copy a fifth
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i)
@@ -464,7 +469,24 @@ __device__ __forceinline__ void prefix_body(
     };
     load_tile(0, 0);
     cp_commit();
-    if constexpr (R16) {
+    if constexpr (R16) {  // the queries' copies (the group before tile 0's) are in, everyone's
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        __syncthreads();
+    }
+    if constexpr (!R16) {  // the 64-row queries into their k16 fragments, once tile 0 is asked for
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int b = 0; b < 9; ++b) {
+                u32 v0 = qv[h][b].x, v1 = qv[h][b].y, v2 = qv[h][b].z, v3 = qv[h][b].w;
+                quad_transpose(v0, v1, v2, v3, c4);  // now pairs c4, c4 + 4, c4 + 8, c4 + 12 of block b
+                qa[2 * b][h] = q_pair<KV8>(v0);
+                qa[2 * b][2 + h] = q_pair<KV8>(v1);
+                qa[2 * b + 1][h] = q_pair<KV8>(v2);
+                qa[2 * b + 1][2 + h] = q_pair<KV8>(v3);
+            }
+        }
+    } else {
         const u32 q_lane = kv_base + Q_OFF + (lane & 15) * SROW + (hf * DHALF + (lane >> 4) * 8) * 2;
 #pragma unroll
         for (int s = 0; s < 18; ++s) {
@@ -682,17 +704,26 @@ __device__ __forceinline__ void prefix_body(
     float* o0 = O_part + t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
     float* o1 = O_part + t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
     if constexpr (P16) {  // bf16 partial results (O_part holds bf16, with the same element strides)
-        cp_wait_all();
-        __syncthreads();  // every warp is done with the KV tiles
-        u16* sb = (u16*)smem + (rg * 16 + g) * SB_STRIDE + hf * DV_WARP + c4 * 2;  // [64][SB_STRIDE]
+        // Straight from registers, 16 bytes a store: of each 32-dim block k (value dims 8 i + 2 c4 of
+        // i = 4 k .. 4 k + 3), the quad's lanes trade their pairs so that lane c4 holds dims 8 c4 .. 8 c4 + 7,
+        // and a warp's store covers 64 contiguous bytes of each of its eight rows.
+        u16* p0 = (u16*)O_part + t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 8;
+        u16* p1 = (u16*)O_part + t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 8;
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            *(u32*)(sb + i * 8) = pack2<false>(o[i][0] * sc0, o[i][1] * sc0);
-            *(u32*)(sb + 8 * SB_STRIDE + i * 8) = pack2<false>(o[i][2] * sc1, o[i][3] * sc1);
+        for (int k = 0; k < 8; ++k) {
+            u32 a0 = pack2<false>(o[4 * k][0] * sc0, o[4 * k][1] * sc0);
+            u32 a1 = pack2<false>(o[4 * k + 1][0] * sc0, o[4 * k + 1][1] * sc0);
+            u32 a2 = pack2<false>(o[4 * k + 2][0] * sc0, o[4 * k + 2][1] * sc0);
+            u32 a3 = pack2<false>(o[4 * k + 3][0] * sc0, o[4 * k + 3][1] * sc0);
+            u32 b0 = pack2<false>(o[4 * k][2] * sc1, o[4 * k][3] * sc1);
+            u32 b1 = pack2<false>(o[4 * k + 1][2] * sc1, o[4 * k + 1][3] * sc1);
+            u32 b2 = pack2<false>(o[4 * k + 2][2] * sc1, o[4 * k + 2][3] * sc1);
+            u32 b3 = pack2<false>(o[4 * k + 3][2] * sc1, o[4 * k + 3][3] * sc1);
+            quad_transpose(a0, a1, a2, a3, c4);
+            quad_transpose(b0, b1, b2, b3, c4);
+            if (ok0) *(uint4*)(p0 + 32 * k) = make_uint4(a0, a1, a2, a3);
+            if (ok1) *(uint4*)(p1 + 32 * k) = make_uint4(b0, b1, b2, b3);
         }
-        __syncthreads();
-        store_rows_bf16(smem, SB_STRIDE * 2, ROWS, O_part, q_start, n_rows, heads, rb * ROWS, split, stride_ot,
-                        stride_oh, stride_os);
     } else {
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
@@ -753,13 +784,13 @@ __device__ __forceinline__ void grid_barrier(unsigned int* bar) {
     __syncthreads();
 }
 
-#define MERGE_GROUPS (FUSED_MAX_SLOTS / 32)  // the merge takes up to 32 slots (splits and the tail) a group
-#define MERGE_ROUND 40  // slots a warp loads in one round: the 33 of 8 drafts x 8 or 16 heads, with room
+#define MERGE_ROUND 20  // slots a half-warp loads in one round: the 17 of 8 drafts x 8 or 16 heads, with room
 
 // The merge of every slot of every query row after the barrier. A program takes a row's 512 value dims
-// (or a half or a quarter of them, where there are fewer rows than programs): each warp 128 dims (four
-// bf16 partial values a lane) and a share of the slots, whose partial results and log-sum-exps it loads in
-// one round from L2 (ld.global.cg), MERGE_ROUND slots at a time; the warps' sums then meet in shared memory.
+// (or a half or a quarter of them, where there are fewer rows than programs): each warp 128 dims, each of
+// its half-warps every (2 sgroups)-th slot, eight bf16 partial values a lane (16-byte loads from L2,
+// ld.global.cg, MERGE_ROUND slots a round), weighed at the half-warp's own max; the halves then meet
+// through a shuffle, and the warps' sums in shared memory, at the row's max.
 __device__ __forceinline__ void merge_slots(
     const u16* __restrict__ O_part, const float* __restrict__ L_part, u16* __restrict__ O, int n_slots,
     int heads, int total_rows, long long stride_ot, long long stride_oh, long long stride_os,
@@ -776,67 +807,91 @@ __device__ __forceinline__ void merge_slots(
     const int dgroups = 4 / dsplit, sgroups = 8 / dgroups;  // warps across the dims, across the slots
     const int dims = 128 * dgroups;                         // value dims of one program's share
     const int dg = warp % dgroups, sg = warp / dgroups;
-    float* red = (float*)smem;                              // [sgroups][dims] sums, then [sgroups] weights
+    const int half = lane >> 4, hl = lane & 15;
+    const int streams = 2 * sgroups, stream = 2 * sg + half;  // a half-warp takes every streams-th slot
+    float* red = (float*)smem;  // [sgroups][dims] sums, then [sgroups] weights and [sgroups] maxes
     for (int u = cta; u < total_rows * dsplit; u += n_ctas) {
         const int r = u / dsplit, part = u % dsplit;
         const long long t = r / heads, h = r % heads;
         const int d0 = part * dims;
         const float* lrow = L_part + t * stride_lt + h * stride_lh;
-        const long long ooff = t * stride_ot + h * stride_oh + d0 + dg * 128 + lane * 4;
-        float ax = 0.f, ay = 0.f, az = 0.f, aw = 0.f, den = 0.f, m_safe = 0.f;
-        for (int s0 = sg; s0 < n_slots; s0 += MERGE_ROUND * sgroups) {
-            float4 p[MERGE_ROUND];
+        const long long ooff = t * stride_ot + h * stride_oh + d0 + dg * 128 + hl * 8;
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        float den = 0.f, mw = NEG_INF;
+        for (int s0 = stream; s0 < n_slots; s0 += MERGE_ROUND * streams) {
+            uint4 p[MERGE_ROUND];
             float l[MERGE_ROUND];
 #pragma unroll
             for (int j = 0; j < MERGE_ROUND; ++j) {
-                const int s = s0 + j * sgroups;
+                const int s = s0 + j * streams;
                 const bool ok = s < n_slots;
                 l[j] = ok ? __ldcg(lrow + s) : NEG_INF;
-                const uint2 v = ok ? __ldcg((const uint2*)(O_part + ooff + s * stride_os)) : make_uint2(0u, 0u);
-                p[j] = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
-                                   __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
+                p[j] = ok ? __ldcg((const uint4*)(O_part + ooff + s * stride_os)) : make_uint4(0u, 0u, 0u, 0u);
             }
-            if (s0 == sg) {  // the row's max over every slot, loaded beside the first round
-                float m = NEG_INF;
+            // The half-warp's max over its slots so far (its lanes loaded the same log-sum-exps).
+            float mr = mw;
 #pragma unroll
-                for (int g = 0; g < MERGE_GROUPS; ++g) {
-                    const int s = g * 32 + lane;
-                    if (s < n_slots) m = fmaxf(m, __ldcg(lrow + s));
-                }
+            for (int j = 0; j < MERGE_ROUND; ++j) mr = fmaxf(mr, l[j]);
+            if (mr > mw) {  // a later round with a larger max: what was summed moves to the new one
+                const float a = mw == NEG_INF ? 0.f : exp2f(mw - mr);
 #pragma unroll
-                for (int k = 16; k; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
-                m_safe = m == NEG_INF ? 0.f : m;
+                for (int e = 0; e < 8; ++e) acc[e] *= a;
+                den *= a;
+                mw = mr;
             }
 #pragma unroll
             for (int j = 0; j < MERGE_ROUND; ++j) {
                 // A slot with no tokens (-inf) was never written: its weight is 0 and its values are dropped.
                 const bool live = l[j] > NEG_INF;
-                const float w = live ? exp2f(l[j] - m_safe) : 0.f;
+                const float w = live ? exp2f(l[j] - mw) : 0.f;
                 den += w;
-                ax = fmaf(w, live ? p[j].x : 0.f, ax);
-                ay = fmaf(w, live ? p[j].y : 0.f, ay);
-                az = fmaf(w, live ? p[j].z : 0.f, az);
-                aw = fmaf(w, live ? p[j].w : 0.f, aw);
+                const u32 v[4] = {p[j].x, p[j].y, p[j].z, p[j].w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    acc[2 * e] = fmaf(w, live ? __uint_as_float(v[e] << 16) : 0.f, acc[2 * e]);
+                    acc[2 * e + 1] = fmaf(w, live ? __uint_as_float(v[e] & 0xffff0000u) : 0.f, acc[2 * e + 1]);
+                }
             }
+        }
+        // The two half-warps at the larger of their maxes (one with no live slot weighs 0).
+        {
+            const float mo = __shfl_xor_sync(0xffffffffu, mw, 16);
+            const float m = fmaxf(mw, mo);
+            const float f = mw == NEG_INF ? 0.f : exp2f(mw - m), fo = mo == NEG_INF ? 0.f : exp2f(mo - m);
+            den = f * den + fo * __shfl_xor_sync(0xffffffffu, den, 16);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] = f * acc[e] + fo * __shfl_xor_sync(0xffffffffu, acc[e], 16);
+            mw = m;
         }
         TL(7);
         __syncthreads();  // the previous row's sums are read
-        *(float4*)(red + sg * dims + dg * 128 + lane * 4) = make_float4(ax, ay, az, aw);
-        if (dg == 0 && lane == 0) red[sgroups * dims + sg] = den;
+        if (half == 0) {
+            float* at = red + sg * dims + dg * 128 + hl * 8;
+            *(float4*)at = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            *(float4*)(at + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        }
+        if (dg == 0 && lane == 0) {
+            red[sgroups * dims + sg] = den;
+            red[sgroups * dims + 8 + sg] = mw;
+        }
         __syncthreads();
         if (tid * 2 < dims) {
+            float m = NEG_INF;
+            for (int g = 0; g < sgroups; ++g) m = fmaxf(m, red[sgroups * dims + 8 + g]);
             float x = 0.f, y = 0.f, total = 0.f;
             for (int g = 0; g < sgroups; ++g) {
-                x += red[g * dims + tid * 2];
-                y += red[g * dims + tid * 2 + 1];
-                total += red[sgroups * dims + g];
+                const float mg = red[sgroups * dims + 8 + g];
+                const float f = mg == NEG_INF ? 0.f : exp2f(mg - m);  // a warp with no live slot weighs 0
+                x += f * red[g * dims + tid * 2];
+                y += f * red[g * dims + tid * 2 + 1];
+                total += f * red[sgroups * dims + g];
             }
             const float inv = total > 0.f ? 1.f / total : 0.f;
             *(u32*)(O + t * stride_out_t + h * stride_out_h + d0 + tid * 2) = pack2<false>(x * inv, y * inv);
             // The row's log-sum-exp (natural log, as SGLang's decode keeps it), where the caller asks for it.
             if (lse_out != nullptr && part == 0 && tid == 0)
                 lse_out[t * stride_lse_t + h * stride_lse_h] =
-                    total > 0.f ? (m_safe + log2f(total)) * 0.6931471805599453f : NEG_INF;
+                    total > 0.f ? (m + log2f(total)) * 0.6931471805599453f : NEG_INF;
         }
     }
 }
@@ -959,8 +1014,7 @@ def compile_cubin(arch: str, source: str = SOURCE, defines: Tuple[str, ...] = ()
     try:
         opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"--use_fast_math",
                 f"-DEXPECTED_SMEM_BF16={SMEM_BYTES[torch.bfloat16]}".encode(),
-                f"-DEXPECTED_SMEM_FP8={SMEM_BYTES[torch.float8_e4m3fn]}".encode(),
-                f"-DFUSED_MAX_SLOTS={FUSED_MAX_SLOTS}".encode()] + [f"-D{d}".encode() for d in defines]
+                f"-DEXPECTED_SMEM_FP8={SMEM_BYTES[torch.float8_e4m3fn]}".encode()] + [f"-D{d}".encode() for d in defines]
         arr = (ctypes.c_char_p * len(opts))(*opts)
         rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
         if rc:
