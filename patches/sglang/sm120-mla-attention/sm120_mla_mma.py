@@ -469,10 +469,6 @@ __device__ __forceinline__ void prefix_body(
     };
     load_tile(0, 0);
     cp_commit();
-    if constexpr (R16) {  // the queries' copies (the group before tile 0's) are in, everyone's
-        asm volatile("cp.async.wait_group 1;\n" ::);
-        __syncthreads();
-    }
     if constexpr (!R16) {  // the 64-row queries into their k16 fragments, once tile 0 is asked for
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -487,6 +483,9 @@ __device__ __forceinline__ void prefix_body(
             }
         }
     } else {
+        // The queries' copies (the group before tile 0's) are in, everyone's.
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        __syncthreads();
         const u32 q_lane = kv_base + Q_OFF + (lane & 15) * SROW + (hf * DHALF + (lane >> 4) * 8) * 2;
 #pragma unroll
         for (int s = 0; s < 18; ++s) {
