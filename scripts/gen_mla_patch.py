@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the diffs of the ``sm120-mla-attention`` patch from its kernel module and the backend hook.
 
-The patch adds ``patches/sglang/sm120-mla-attention/sm120_mla.py`` (and ``sm120_mla_mma.py``, the CUDA
+The patch adds ``kernels/sm120_attention/sm120_mla.py`` (and ``sm120_mla_mma.py``, the CUDA
 prefix kernel it imports) to SGLang beside its Triton attention
 kernels (``sglang/kernels/ops/attention/`` from 0.5.16, ``sglang/srt/layers/attention/triton_ops/``
 before) and inserts a call of its ``install()`` into the Triton
@@ -28,9 +28,10 @@ import variant_diffs  # noqa: E402
 from sm120kit.sglang import releases  # noqa: E402
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-mla-attention"
-MODULE_SOURCE = PATCH_DIR / "sm120_mla.py"
+KERNEL_DIR = REPO / "kernels" / "sm120_attention"
+MODULE_SOURCE = KERNEL_DIR / "sm120_mla.py"
 # The CUDA prefix kernel sm120_mla.py imports, added beside it.
-MMA_SOURCE = PATCH_DIR / "sm120_mla_mma.py"
+MMA_SOURCE = KERNEL_DIR / "sm120_mla_mma.py"
 BACKEND_PATH = "sglang/srt/layers/attention/triton_backend.py"
 # The Triton attention kernels' package: srt/layers/attention/triton_ops up to 0.5.15, kernels/ops/attention on.
 OLD_PACKAGE, NEW_PACKAGE = "sglang.srt.layers.attention.triton_ops", "sglang.kernels.ops.attention"

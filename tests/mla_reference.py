@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-MODULE_PATH = Path(__file__).resolve().parents[1] / "patches" / "sglang" / "sm120-mla-attention" / "sm120_mla.py"
+MODULE_PATH = Path(__file__).resolve().parents[1] / "kernels" / "sm120_attention" / "sm120_mla.py"
 
 
 def load_module(path=None, name="sm120_mla_under_test"):

@@ -123,7 +123,7 @@ def test_mla_kernel_wrapper_is_recognised():
     (through torch.compiler.disable); the module is the one that patch installs."""
     import importlib.util
 
-    source = REPO_ROOT / "patches" / "sglang" / "sm120-mla-attention" / "sm120_mla.py"
+    source = REPO_ROOT / "kernels" / "sm120_attention" / "sm120_mla.py"
     spec = importlib.util.spec_from_file_location("sm120_mla_under_test", source)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 SERIES_DIR = REPO_ROOT / "patches" / "sglang"
 PATCH_DIR = SERIES_DIR / "sm120-mla-attention"
+KERNEL_DIR = REPO_ROOT / "kernels" / "sm120_attention"
 BACKEND = "sglang/srt/layers/attention/triton_backend.py"
 # One release per variant (and 0.5.17, 0.5.23 inside the two newest ranges).
 RELEASES = ("0.5.2", "0.5.4", "0.5.10", "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.23")
@@ -55,7 +56,7 @@ def _load(path: Path, name: str):
 
 @pytest.fixture(scope="module")
 def mla():
-    return _load(PATCH_DIR / "sm120_mla.py", "sm120_mla_source")
+    return _load(KERNEL_DIR / "sm120_mla.py", "sm120_mla_source")
 
 
 def _patched(tmp_path_factory, version: str) -> Path:
@@ -87,9 +88,9 @@ def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, version):
     result = apply_series(find_target(root / "sglang"), load_series(SERIES_DIR))
     plan = {p.patch_id: p for p in result.plan.patches}
     assert plan["sm120-mla-attention"].status == "applies"
-    assert (root / module_of(version)).read_bytes() == (PATCH_DIR / "sm120_mla.py").read_bytes()
+    assert (root / module_of(version)).read_bytes() == (KERNEL_DIR / "sm120_mla.py").read_bytes()
     mma_path = root / module_of(version).replace("sm120_mla.py", "sm120_mla_mma.py")
-    assert mma_path.read_bytes() == (PATCH_DIR / "sm120_mla_mma.py").read_bytes()
+    assert mma_path.read_bytes() == (KERNEL_DIR / "sm120_mla_mma.py").read_bytes()
     backend = (root / BACKEND).read_text()
     assert backend.count("sm120_mla.install(self, model_runner.device)") == 1
     # The hook sits in TritonAttnBackend.__init__, after the launchers are bound and before the
