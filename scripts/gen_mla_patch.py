@@ -61,18 +61,12 @@ def backend_diff(original: str, package: str) -> list[str]:
     return [variant_diffs.file_diff(original, patched, BACKEND_PATH)]
 
 
-def new_file_diff(text: str, path: str) -> list[str]:
-    lines = text.splitlines(keepends=True)
-    return ["--- /dev/null\n", f"+++ b/{path}\n", f"@@ -0,0 +1,{len(lines)} @@\n"] + ["+" + line for line in lines]
-
-
 def render(base: str) -> str:
+    """The variant diff of ``base``: the hook alone (the kernel modules are [[files]] entries of patch.toml)."""
     package = BASES[base]
     root = releases.fetch_release(base)
     original = (root / BACKEND_PATH).read_text(encoding="utf-8")
-    module = new_file_diff(MODULE_SOURCE.read_text(encoding="utf-8"), module_path(package))
-    mma = new_file_diff(MMA_SOURCE.read_text(encoding="utf-8"), module_path(package, MMA_SOURCE.name))
-    return "".join(module + mma + backend_diff(original, package))
+    return "".join(backend_diff(original, package))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,8 @@ from packaging.version import InvalidVersion, Version
 from sm120kit.util import resources
 from sm120kit.util import tomldoc
 from sm120kit.errors import SeriesError
-from sm120kit.patching.hunks import DiffFormatError, FileDiff, file_diffs
+from sm120kit.patching import treepath
+from sm120kit.patching.hunks import ADDED, DiffFormatError, FileDiff, HunkSpec, file_diffs, split_lines
 from sm120kit.util.suggest import did_you_mean
 
 SERIES_FILE = "series.toml"
@@ -41,12 +42,42 @@ class Upstream:
 
 
 @dataclass(frozen=True)
+class ShippedFile:
+    """A ``[[files]]`` entry: a whole file of this repository (``source``, relative to the data root that
+    holds ``patches/`` and ``kernels/``) written to ``dest`` in the SGLang tree, with the variants whose
+    base release lies in ``releases``. ``sources`` lists the files it stands for (one, or every regular
+    file of a source folder) as (source path, destination path, mode)."""
+
+    source: str
+    dest: str
+    releases: SpecifierSet
+    sources: tuple[tuple[Path, str, int], ...] = field(compare=False, hash=False, repr=False)
+    created: tuple[FileDiff, ...] = field(default=(), compare=False, hash=False, repr=False)
+
+    def contains(self, version: str) -> bool:
+        try:
+            return self.releases.contains(Version(version), prereleases=True)
+        except InvalidVersion:
+            return False
+
+    def diffs(self) -> tuple[FileDiff, ...]:
+        """The files as created-file diffs, which the planner, the engine and the upstream checks treat
+        exactly like a ``--- /dev/null`` section of a variant diff (read once, when the series is loaded)."""
+        return self.created
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "dest": self.dest, "releases": str(self.releases),
+                "files": [dest for _, dest, _ in self.sources]}
+
+
+@dataclass(frozen=True)
 class Variant:
     diff: Path
     releases: SpecifierSet
     base: str
     patch_set: unidiff.PatchSet = field(compare=False, hash=False, repr=False)
     files: tuple[FileDiff, ...] = field(default=(), compare=False, hash=False, repr=False)
+    shipped: tuple[ShippedFile, ...] = field(default=(), compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.files and self.patch_set is not None:  # built by hand from a PatchSet
@@ -66,9 +97,15 @@ class Variant:
     def paths(self) -> tuple[str, ...]:
         return tuple(f.path for f in self.files)
 
+    @property
+    def diff_files(self) -> tuple[FileDiff, ...]:
+        """The file sections written in the variant's diff (its hooks), without the shipped whole files."""
+        shipped = {f.path for entry in self.shipped for f in entry.diffs()}
+        return tuple(f for f in self.files if f.path not in shipped)
+
     def to_json(self) -> dict:
         return {"diff": self.diff.name, "releases": str(self.releases), "base": self.base,
-                "files": list(self.paths)}
+                "files": list(self.paths), "shipped": [entry.to_json() for entry in self.shipped]}
 
 
 class BoundedPattern:
@@ -124,6 +161,7 @@ class Patch:
     markers: tuple[Marker, ...]
     folder: Path
     audit: tuple[str, ...] = ()  # "launcher/entry" cases of the shared-memory audit that prove the patch
+    shipped: tuple[ShippedFile, ...] = ()  # the [[files]] entries
 
     def variants_newest_first(self) -> tuple[Variant, ...]:
         return tuple(sorted(self.variants, key=lambda v: Version(v.base), reverse=True))
@@ -139,7 +177,7 @@ class Patch:
         return {"id": self.id, "title": self.title, "description": self.description, "problem": self.problem,
                 "upstream": self.upstream.to_json(), "variants": [v.to_json() for v in self.variants],
                 "markers": [m.to_json() for m in self.markers], "audit": list(self.audit),
-                "folder": str(self.folder)}
+                "files": [f.to_json() for f in self.shipped], "folder": str(self.folder)}
 
 
 @dataclass(frozen=True)
@@ -159,6 +197,12 @@ class Series:
 
 def default_series_dir() -> Path:
     return resources.patches_dir() / "sglang"
+
+
+def source_root(series_folder: Path) -> Path:
+    """The data root a series' ``[[files]]`` sources are relative to: the folder two levels above the
+    series (``patches/sglang`` -> the repository root in a checkout, ``sm120kit/_data`` in a wheel)."""
+    return Path(series_folder).parent.parent
 
 
 # -- TOML with line numbers (sm120kit.util.tomldoc) -----------------------------------------------------------
@@ -215,12 +259,16 @@ def load_series(path: Path | None = None) -> Series:
 
 
 _PATCH_KEYS = {"id": str, "title": str, "description": str, "problem": str, "upstream": dict,
-               "variants": list, "markers": list, "audit": list}
+               "variants": list, "markers": list, "audit": list, "files": list}
 _REQUIRED_PATCH_KEYS = ("id", "title", "description", "problem", "upstream", "variants", "markers")
 _AUDIT_RE = re.compile(r"^([a-z0-9-]+)/([A-Za-z0-9][A-Za-z0-9._-]*)$")
 _UPSTREAM_KEYS = {"reference": str, "forwarded": bool, "reason": str}
 _VARIANT_KEYS = {"diff": str, "releases": str, "base": str}
 _MARKER_KEYS = {"file": (str, list), "pattern": str}
+_FILE_KEYS = {"source": str, "dest": str, "releases": str}
+# A source folder ships at most this many files, each at most this large: a series is untrusted input.
+MAX_FOLDER_FILES = 512
+MAX_SOURCE_BYTES = 8 << 20
 
 
 def load_patch(folder: Path) -> Patch:
@@ -252,6 +300,8 @@ def load_patch(folder: Path) -> Patch:
         raise doc.fail(("variants",), "a patch needs at least one [[variants]] entry.")
     variants = tuple(_variant(doc, folder, i, v) for i, v in enumerate(data["variants"]))
     _check_overlap(doc, variants)
+    shipped = tuple(_shipped(doc, folder, i, f) for i, f in enumerate(data.get("files", [])))
+    variants = _with_shipped(doc, variants, shipped)
 
     if not data["markers"]:
         raise doc.fail(("markers",), "a patch needs at least one [[markers]] entry (a pattern that shows an "
@@ -260,7 +310,7 @@ def load_patch(folder: Path) -> Patch:
     audit = _audit_entries(doc, data["audit"]) if "audit" in data else ()
     return Patch(id=data["id"], title=data["title"].strip(), description=data["description"].strip(),
                  problem=data["problem"].strip(), upstream=upstream, variants=variants, markers=markers,
-                 folder=folder, audit=audit)
+                 folder=folder, audit=audit, shipped=shipped)
 
 
 def _audit_entries(doc: tomldoc.Doc, raw: list) -> tuple[str, ...]:
@@ -321,6 +371,143 @@ def _variant(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> Variant:
     patch_set = parse_diff(diff_path)
     files = _files(diff_path, patch_set)
     return Variant(diff=diff_path, releases=releases, base=raw["base"], patch_set=patch_set, files=files)
+
+
+def _created(path: Path, dest: str, mode: int) -> FileDiff:
+    text = _read_source(path)
+    lines = tuple((ADDED, line) for line in split_lines(text))
+    hunk = HunkSpec(index=1, source_start=0, source_length=0, target_start=1 if lines else 0,
+                    target_length=len(lines), section="", lines=lines, diff_line=0)
+    return FileDiff(path=dest, action="create", hunks=(hunk,), mode=mode, diff_line=0)
+
+
+def _read_source(path: Path) -> str:
+    """A source file's text, opened without following a link and only if it is a regular file."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise SeriesError(f"{path}: the source of a [[files]] entry cannot be opened ({exc.strerror or exc}).",
+                          hint="Files a patch ships must be regular files inside the data root.") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SeriesError(f"{path}: the source of a [[files]] entry is not a regular file.")
+        if info.st_size > MAX_SOURCE_BYTES:
+            raise SeriesError(f"{path}: the source of a [[files]] entry holds {info.st_size} bytes, more than "
+                              f"the {MAX_SOURCE_BYTES} a shipped file may have.")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_SOURCE_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SeriesError(f"{path}: the source of a [[files]] entry is not UTF-8 text ({exc}).") from None
+
+
+def _relative_problem(text: str) -> str | None:
+    if not text or text.startswith("/") or "\\" in text:
+        return "is not a relative path written with '/'"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        return "holds a control character"
+    if any(part in ("", ".", "..") for part in text.split("/")):
+        return "has an empty, '.' or '..' component"
+    return None
+
+
+def _shipped(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> ShippedFile:
+    """One ``[[files]]`` entry; its source must be a regular file (or a folder of regular files) inside the
+    data root, reached without following a symbolic link."""
+    import os
+    import stat
+
+    path = ("files", index)
+    raw = _table(doc, raw, path, "files")
+    tomldoc.check_keys(doc, raw, path, _FILE_KEYS, tuple(_FILE_KEYS), f"[[files]] entry {index + 1}")
+    why = _relative_problem(raw["source"])
+    if why:
+        raise doc.fail(path + ("source",), f"source = {raw['source']!r} {why}; it names a file or folder "
+                                           "relative to the data root (the folder holding patches/).")
+    dest = raw["dest"].rstrip("/")
+    why = treepath.problem(dest)
+    if why:
+        raise doc.fail(path + ("dest",), f"dest = {raw['dest']!r} {why}; write the destination in the SGLang "
+                                         "tree as 'sglang/...'.")
+    try:
+        releases = SpecifierSet(raw["releases"])
+    except InvalidSpecifier:
+        raise doc.fail(path + ("releases",), f"releases = {raw['releases']!r} is not a PEP 440 specifier set.",
+                       hint="Write something like \">=0.5.16\".") from None
+    if not str(releases):
+        raise doc.fail(path + ("releases",), "releases is empty; give the range, e.g. \">=0.5.2\".")
+    root = source_root(folder.parent)
+    current = root
+    for part in raw["source"].split("/"):
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except OSError:
+            raise doc.fail(path + ("source",), f"source {raw['source']!r} does not exist under {root}.") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise doc.fail(path + ("source",), f"source {raw['source']!r} passes through the symbolic link "
+                                               f"{current}; shipped files are never read through a link.")
+    if stat.S_ISDIR(info.st_mode):
+        entries = []
+        for child in sorted(current.iterdir(), key=lambda p: p.name):
+            child_info = os.lstat(child)
+            if stat.S_ISDIR(child_info.st_mode):
+                continue
+            if not stat.S_ISREG(child_info.st_mode) or treepath.problem(f"{dest}/{child.name}"):
+                raise doc.fail(path + ("source",), f"{child} in source folder {raw['source']!r} is not a "
+                                                   "regular file with a plain name.")
+            entries.append((child, f"{dest}/{child.name}", _mode(child_info.st_mode)))
+        if not entries or len(entries) > MAX_FOLDER_FILES:
+            raise doc.fail(path + ("source",), f"source folder {raw['source']!r} holds {len(entries)} files; a "
+                                               f"folder entry ships 1 to {MAX_FOLDER_FILES}.")
+    elif stat.S_ISREG(info.st_mode):
+        entries = [(current, dest, _mode(info.st_mode))]
+    else:
+        raise doc.fail(path + ("source",), f"source {raw['source']!r} is neither a regular file nor a folder.")
+    return ShippedFile(source=raw["source"], dest=dest, releases=releases, sources=tuple(entries),
+                       created=tuple(_created(p, d, m) for p, d, m in entries))
+
+
+def _mode(st_mode: int) -> int:
+    """Shipped files are created 0644, or 0755 when the source is executable by its owner."""
+    import stat
+
+    return 0o755 if st_mode & stat.S_IXUSR else 0o644
+
+
+def _with_shipped(doc: tomldoc.Doc, variants: tuple[Variant, ...],
+                  shipped: tuple[ShippedFile, ...]) -> tuple[Variant, ...]:
+    """Each variant gains the files of the entries whose range holds its base release, after its own diff's
+    sections; a destination the diff also writes is an error."""
+    if not shipped:
+        return variants
+    out = []
+    for variant in variants:
+        mine = tuple(entry for entry in shipped if entry.contains(variant.base))
+        files = list(variant.files)
+        seen = {f.path for f in files}
+        for entry in mine:
+            for diff in entry.diffs():
+                if diff.path in seen:
+                    raise doc.fail(("files",), f"{diff.path} is written twice for variant {variant.name} "
+                                               f"(by its diff or by another [[files]] entry).")
+                seen.add(diff.path)
+                files.append(diff)
+        out.append(Variant(diff=variant.diff, releases=variant.releases, base=variant.base,
+                           patch_set=variant.patch_set, files=tuple(files), shipped=mine))
+    for index, entry in enumerate(shipped):
+        if not any(entry in v.shipped for v in out):
+            raise doc.fail(("files", index, "releases"), f"no variant's base release lies in releases "
+                                                         f"'{entry.releases}' of [[files]] entry {index + 1}, so "
+                                                         "it would never be shipped.")
+    return tuple(out)
 
 
 def _probe_versions(variants: tuple[Variant, ...]) -> list[str]:

@@ -419,7 +419,8 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
         read_base = _state_reader(base_root, earlier, source.base, True)
         moves: dict[str, str] = {}
         # Changed files first, so that the files the variant creates can follow a folder that moved.
-        for diff in sorted(source.files, key=lambda d: d.action == "create"):
+        # The variant's own diff only: the whole files a patch ships ([[files]]) are not rewritten.
+        for diff in sorted(source.diff_files, key=lambda d: d.action == "create"):
             result, section, merged = _refresh_file(diff, source, read_base, read_target, target.root, labels,
                                                     moves, resolved)
             if result.moved is not None and result.moved.new:
@@ -427,7 +428,7 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
             done.append((result, section))
             if merged is not None:
                 merged_texts[result.path] = merged
-    order = {d.path: i for i, d in enumerate(source.files)}
+    order = {d.path: i for i, d in enumerate(source.diff_files)}
     done.sort(key=lambda pair: order[pair[0].old_path])
     files = [f for f, _ in done]
     sections = [s for _, s in done if s]
@@ -594,8 +595,9 @@ def _verify(series: Series, patch: Patch, index: int, target: CheckTarget, relea
         path = Path(tmp) / name
         path.write_text(diff_text, encoding="utf-8")
         patch_set = parse_diff(path)
+        shipped = tuple(entry for entry in patch.shipped if entry.contains(release))
         variant = Variant(diff=path, releases=SpecifierSet(new_range), base=release, patch_set=patch_set,
-                          files=file_diffs(patch_set))
+                          files=file_diffs(patch_set) + tuple(f for e in shipped for f in e.diffs()), shipped=shipped)
         trial = dataclasses.replace(patch, variants=(variant,))
         patches = series.patches[:index] + (trial,) + series.patches[index + 1:]
         plan = plan_series(target.root, Series(path=series.path, patches=patches), version=release, exact=True,

@@ -1,0 +1,59 @@
+"""What lands in SGLang does not change when the series' layout does (issue: kernels as source).
+
+tests/data/patched-hashes.json holds, per final release 0.5.2-0.5.23, the SHA-256 and mode of every file the
+series created or changed, recorded by scripts/record_patched_hashes.py before the kernel modules became
+[[files]] entries. The series is planned again on the real release (nothing is written) and every file must
+be byte-identical, except:
+
+* the kernel modules of sm120-mla-attention, which must equal their sources in kernels/sm120_attention/
+  (the kernels may be edited, and may become several files; each one shipped must be a file of that folder);
+* EXPECTED_CHANGES below: changes made on purpose, each with its reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import PurePosixPath
+
+import pytest
+
+from conftest import REPO_ROOT, quick_on_one
+from sm120kit.patching.plan import plan_series
+from sm120kit.patching.series import load_series
+
+RECORDED = json.loads((REPO_ROOT / "tests" / "data" / "patched-hashes.json").read_text(encoding="utf-8"))
+KERNEL_DIR = REPO_ROOT / "kernels" / "sm120_attention"
+ATTENTION_DIRS = ("sglang/kernels/ops/attention", "sglang/srt/layers/attention/triton_ops")
+
+# path -> why it differs from the record on purpose (None in place of a hash: no longer written).
+EXPECTED_CHANGES: dict[str, str] = {}
+
+
+def _is_kernel_module(path: str) -> bool:
+    pure = PurePosixPath(path)
+    return str(pure.parent) in ATTENTION_DIRS and pure.name.startswith("sm120_mla")
+
+
+@pytest.mark.parametrize("version", quick_on_one(tuple(RECORDED), quick="0.5.23"))
+def test_patched_tree_is_byte_identical_to_the_record(version, release_dir):
+    plan = plan_series(release_dir(version), load_series(), version=version, recorded=())
+    recorded = RECORDED[version]
+    assert {p.patch_id: str(p.status) for p in plan.patches} == recorded["patches"]
+    now = {c.path: c for c in plan.changes}
+    kernels = {p for p in now if _is_kernel_module(p)}
+    assert kernels, f"{version}: the series ships no kernel module"
+    for path in sorted(kernels):
+        source = KERNEL_DIR / PurePosixPath(path).name
+        assert source.is_file(), f"{path} is shipped but kernels/sm120_attention/ has no such file"
+        assert now[path].after == source.read_bytes(), path
+        assert now[path].before is None and now[path].mode == 0o644, path
+    for path, want in recorded["files"].items():
+        if _is_kernel_module(path) or path in EXPECTED_CHANGES:
+            continue
+        assert path in now, f"{version}: {path} is no longer written"
+        change = now[path]
+        assert hashlib.sha256(change.after).hexdigest() == want["sha256"], f"{version}: {path} differs"
+        assert (change.mode, change.action) == (want["mode"], want["action"]), path
+    extra = set(now) - set(recorded["files"]) - kernels
+    assert not extra, f"{version}: files written that the record does not hold: {sorted(extra)}"
