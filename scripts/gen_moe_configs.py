@@ -24,8 +24,17 @@ SGLang ships tuned on SM120 cards (RTX PRO 6000 Blackwell Server/Max-Q Edition, 
   ``metadata.shared`` for sm_120 equals that product for all 76 configs SGLang ships tuned on SM120).
 
 The same estimate drives the clamp in the ``sm120-moe-configs`` patch, so these configs pass through it
-unchanged. Regenerate with ``python scripts/gen_moe_configs.py --out DIR``; the patch's diffs hold exactly
-this output (a test checks it).
+unchanged. No file is written for a shape SGLang cannot load: with FP8 128x128 blocks, the fused-MoE loader
+(``Fp8MoEMethod.create_weights`` in ``srt/layers/quantization/fp8.py``, every release 0.5.2-0.5.23) raises
+unless the intermediate size per partition (the ``N`` of the file name) is a multiple of block_n (and, at
+TP > 1, of block_k), so GLM-4.5-Air at TP 2 and 4 (N = 704, 352) and Qwen3-235B-A22B at TP 8 (N = 192) get no
+FP8-block file.
+
+The files are the patch's [[files]] source, ``kernels/moe_configs/triton_3_3_1/``:
+
+    python scripts/gen_moe_configs.py            # rewrite them there
+    python scripts/gen_moe_configs.py --check    # exit 1 if they are not this script's output
+    python scripts/gen_moe_configs.py --out DIR  # write DIR/triton_3_3_1/ (a copy for SGLANG_MOE_CONFIG_DIR)
 """
 
 from __future__ import annotations
@@ -40,6 +49,9 @@ DEVICES = ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA GeForce 
 # Batch sizes (tokens) SGLang's tuning script writes configs for.
 BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
 TRITON_FOLDER = "triton_3_3_1"
+SOURCE_DIR = Path(__file__).resolve().parents[1] / "kernels" / "moe_configs"
+# The FP8 block size of the block-quantized checkpoints (weight_block_size [block_n, block_k]).
+FP8_BLOCK = (128, 128)
 
 # (model, experts, moe intermediate size, experts per token, tensor-parallel sizes, quantizations)
 # Quantization: None = bf16/fp16 weights, "fp8" = FP8 per tensor, "fp8-block" = FP8 with 128x128 blocks.
@@ -98,15 +110,27 @@ def file_name(experts: int, n: int, device: str, dtype: str | None, block_shape:
     return name + ".json"
 
 
+def loadable(n: int, tp: int, block_shape: list[int] | None) -> bool:
+    """Whether SGLang's FP8 block-quant MoE loader accepts an intermediate size per partition of ``n``:
+    a multiple of block_n, and at TP > 1 also of block_k (fp8.py, Fp8MoEMethod.create_weights)."""
+    if not block_shape:
+        return True
+    block_n, block_k = block_shape
+    return n % block_n == 0 and (tp == 1 or n % block_k == 0)
+
+
 def generate() -> dict[str, dict[str, dict]]:
-    """{file name: {batch size: config}} for every device, model, tensor-parallel size and quantization."""
+    """{file name: {batch size: config}} for every device, model, tensor-parallel size and quantization
+    that SGLang can load."""
     files: dict[str, dict[str, dict]] = {}
     for _model, experts, inter, topk, tps, quants in MODELS:
         for tp in tps:
             n = inter // tp
             for quant in quants:
+                if not loadable(n, tp, list(FP8_BLOCK) if quant == "fp8-block" else None):
+                    continue
                 dtype = None if quant is None else "fp8_w8a8"
-                block_shape = [128, 128] if quant == "fp8-block" else None
+                block_shape = list(FP8_BLOCK) if quant == "fp8-block" else None
                 elem = element_bytes(dtype)
                 table = {str(m): rule_config(m, experts, topk, elem, block_shape[1] if block_shape else None)
                          for m in BATCH_SIZES}
@@ -121,13 +145,25 @@ def render(table: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True,
-                        help=f"folder to write {TRITON_FOLDER}/<file>.json into (SGLang's configs/ folder, or "
-                             "a copy of it for SGLANG_MOE_CONFIG_DIR)")
+    parser.add_argument("--out", type=Path, default=SOURCE_DIR,
+                        help=f"folder to write {TRITON_FOLDER}/<file>.json into (default: the patch's source, "
+                             "kernels/moe_configs/; or SGLang's configs/ folder, or a copy for SGLANG_MOE_CONFIG_DIR)")
+    parser.add_argument("--check", action="store_true",
+                        help="compare the folder with this script's output instead of writing; exit 1 on a difference")
     args = parser.parse_args(argv)
     folder = args.out / TRITON_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
     files = generate()
+    if args.check:
+        present = {p.name: p.read_text(encoding="utf-8") for p in folder.glob("*.json")} if folder.is_dir() else {}
+        stale = sorted(n for n in files.keys() | present.keys() if present.get(n) != render(files.get(n, {})))
+        if stale:
+            print(f"out of date in {folder}: {', '.join(stale)} (run python scripts/gen_moe_configs.py)")
+            return 1
+        return 0
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.json"):
+        if stale.name not in files:
+            stale.unlink()
     for name, table in files.items():
         (folder / name).write_text(render(table), encoding="utf-8")
     print(f"wrote {len(files)} config files to {folder}")

@@ -252,11 +252,10 @@ def test_moe_config_files_are_the_rule_output():
     patch = series.get("sm120-moe-configs")
     for variant in patch.variants:
         shipped = {}
-        for patched_file in unidiff.PatchSet(variant.diff.read_text(encoding="utf-8")):
-            if patched_file.is_added_file:
-                assert f"/configs/{gen.TRITON_FOLDER}/" in patched_file.path
-                text = "".join(line.value for hunk in patched_file for line in hunk)
-                shipped[Path(patched_file.path).name] = text
+        for created in (f for f in variant.files if f.action == "create"):
+            assert f"/configs/{gen.TRITON_FOLDER}/" in created.path
+            shipped[Path(created.path).name] = created.target_text
+        assert not [f for f in variant.diff_files if f.action == "create"], "configs are [[files]] entries"
         assert shipped.keys() == files.keys(), variant.name
         for name, table in files.items():
             assert shipped[name] == gen.render(table), (variant.name, name)
