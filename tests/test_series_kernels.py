@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import unidiff
 from packaging.version import Version
 
 from conftest import REPO_ROOT, SERIES_RELEASES
