@@ -319,6 +319,34 @@ def _restore(root: Path, path: str, data: bytes | None, mode: int | None, token:
         write_atomic(full, data, mode, fault_point=True, tmp=tmp)
 
 
+def _remove_bytecode(root: Path, removed: list[str]) -> None:
+    """Delete the bytecode Python wrote for modules the series created (``__pycache__/<name>.*.pyc``) and
+    the ``__pycache__`` folder if that leaves it empty; nothing else, and nothing through a link."""
+    for path in removed:
+        if not path.endswith(".py"):
+            continue
+        cache = (root / path).parent / "__pycache__"
+        try:
+            if not stat.S_ISDIR(os.lstat(cache).st_mode):
+                continue
+            names = os.listdir(cache)
+        except OSError:
+            continue
+        prefix = path.rsplit("/", 1)[-1][:-3] + "."
+        for name in names:
+            if not (name.startswith(prefix) and name.endswith(".pyc")):
+                continue
+            try:
+                if stat.S_ISREG(os.lstat(cache / name).st_mode):
+                    os.unlink(cache / name)
+            except OSError:
+                continue
+        try:
+            cache.rmdir()
+        except OSError:
+            pass
+
+
 def _prune_empty_dirs(folder: Path, stop: Path) -> None:
     """Remove the folders a removed file leaves empty, up to (not including) ``stop``."""
     while folder != stop and stop in folder.parents:
@@ -666,6 +694,7 @@ def revert_series(target: Target, *, force: bool = False, dry_run: bool = False,
                   else (f.path, None, None) for f in result.files if f.action in ("restored", "removed")]
         _journaled(store, "revert", entries, writes, store.clear_state, progress)
         store.remove()
+        _remove_bytecode(root, [f.path for f in result.files if f.action == "removed"])
         files = tuple(RevertedFile(path=f.path, action=f.action, kept_copy=kept.get(f.path)) for f in result.files)
         return RevertResult(target=target, dry_run=False, patches=result.patches, files=files,
                             repaired=repaired, warnings=result.warnings, exit_code=EXIT_OK,
