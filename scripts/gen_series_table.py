@@ -94,6 +94,17 @@ def _releases_text(spec) -> str:
     return ",".join(str(s) for s in sorted(spec, key=lambda s: (order.get(s.operator, 9), s.version)))
 
 
+def _files_section(series: Series) -> str:
+    """The [[files]] entries of each patch: source, destination, releases, number of files."""
+    rows = [[f"`{p.id}`", f"`{e.source}`", f"`{e.dest}`", f"`{e.releases}`", str(len(e.sources))]
+            for p in series.patches for e in p.shipped]
+    note = ("`sm120-moe-configs` ships no FP8-block config file for a shape SGLang's FP8 block-quant MoE loader "
+            "rejects\n(an intermediate size per partition that is not a multiple of 128, fp8.py create_weights): "
+            "GLM-4.5-Air at\nTP 2 and 4 (N = 704, 352) and Qwen3-235B-A22B at TP 8 (N = 192) have none "
+            "(`scripts/gen_moe_configs.py`).")
+    return render_markdown_table(["patch", "source", "destination", "releases", "files"], rows) + "\n\n" + note
+
+
 def render(series: Series, rows: list[list[str]]) -> str:
     headers = ["release"] + [p.id.removeprefix("sm120-") for p in series.patches]
     return "\n".join([
@@ -109,6 +120,10 @@ def render(series: Series, rows: list[list[str]]) -> str:
         "## Patches",
         "",
         _patch_section(series),
+        "",
+        "## Whole files the patches ship",
+        "",
+        _files_section(series),
         "",
         "## Status per release",
         "",
