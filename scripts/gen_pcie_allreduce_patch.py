@@ -118,9 +118,9 @@ def _flashinfer_version() -> str:
     try:
         from importlib.metadata import version
 
-        return "FlashInfer " + version("flashinfer-python")
+        return version("flashinfer-python")
     except Exception:
-        return "no flashinfer-python package"
+        return "not installed"
 
 
 def attach(group: Any, group_name: Optional[str]) -> Optional["PcieIpcAllReduce"]:
@@ -148,14 +148,23 @@ def attach(group: Any, group_name: Optional[str]) -> Optional["PcieIpcAllReduce"
     workspace_class = _workspace_class()
     if workspace_class is None:
         _say_once(logging.WARNING, "flashinfer",
-                  "%s is set, but %s has no PCIe-IPC all-reduce (flashinfer.comm.PcieIpcAllReduceWorkspace, "
-                  "the pcie_ipc_comm kernels of FlashInfer 0.7.0 and later): all-reduces stay on the "
-                  "release's own paths, unchanged.", ENABLE_VAR, _flashinfer_version())
+                  "%s is set, but the FlashInfer here (flashinfer-python %s) has no PCIe-IPC all-reduce "
+                  "(flashinfer.comm.PcieIpcAllReduceWorkspace, the pcie_ipc_comm kernels of FlashInfer 0.7.0 and "
+                  "later): all-reduces stay on the release's own paths, unchanged.", ENABLE_VAR,
+                  _flashinfer_version())
         return None
     _say_once(logging.INFO, "on",
-              "PCIe-IPC all-reduce on for the %s group of %d ranks (%s); its workspace is built before CUDA "
-              "graph capture, or at the first reduction.", group_name, group.world_size, _flashinfer_version())
+              "PCIe-IPC all-reduce on for the %s group of %d ranks (flashinfer-python %s); its workspace is "
+              "built before CUDA graph capture, or at the first reduction.", group_name, group.world_size,
+              _flashinfer_version())
     return PcieIpcAllReduce(group.device_group, group.cpu_group, device, group.world_size, workspace_class)
+
+
+def _capturing() -> bool:
+    try:
+        return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    except Exception:  # a build of torch without CUDA
+        return False
 
 
 def tune_rows(max_rows: int) -> Tuple[int, ...]:
@@ -234,7 +243,7 @@ class PcieIpcAllReduce:
         return True
 
     def _tune(self, hidden: int) -> None:
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        if _capturing():
             logger.warning("PCIe-IPC all-reduce: first reduction inside a CUDA graph capture; not tuned "
                            "(FlashInfer's default launches).")
             return
