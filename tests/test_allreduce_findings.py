@@ -116,6 +116,17 @@ def test_the_link_and_peer_matrices_are_read_nics_and_escapes_left_out():
     assert parse_peer_matrix(peer_matrix(square(2, "GNS")))[1] == (("X", "GNS"), ("GNS", "X"))
 
 
+def test_real_output_of_one_h200():
+    """What nvidia-smi printed on a one-GPU H200 machine (tests/data/nvidia-smi/: escape codes, tabs, the
+    empty column before GPU NUMA ID, as printed)."""
+    data = Path(__file__).resolve().parent / "data" / "nvidia-smi"
+    found = topology_from_text((data / "h200-1gpu-topo-m.txt").read_text(),
+                               (data / "h200-1gpu-topo-p2p-r.txt").read_text())
+    assert found.gpus == ("GPU0",) and found.links == (("X",),) and found.peer == (("X",),)
+    assert found.cpu_affinity == ("0-15",) and found.numa == (0,) and found.pairs == []
+    assert not found.all_nvlink and found.describe() == "1 GPU(s); NUMA node(s) 0"
+
+
 def test_text_that_is_no_matrix_is_refused():
     with pytest.raises(ValueError, match="no matrix header"):
         parse_link_matrix("No devices were found\n")
