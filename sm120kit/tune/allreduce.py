@@ -161,7 +161,7 @@ def probe(python: str, timeout: float = 300) -> dict:
     with tempfile.TemporaryDirectory(prefix="sm120kit-allreduce-") as tmp:
         out = Path(tmp) / "probe.json"
         result = runner.run([python, "-m", WORKER, "probe", str(out)], check=False, timeout=timeout,
-                            extra_env=_worker_env(python), cwd=tmp, what="all-reduce probe")
+                            extra_env={**ALWAYS, **_worker_env(python)}, cwd=tmp, what="all-reduce probe")
         if not out.is_file():
             tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
             return {"error": f"the probe in {python} wrote no result (exit {result.returncode}: {tail[0]})",

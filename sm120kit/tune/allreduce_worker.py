@@ -59,12 +59,17 @@ def _versions():
 
 
 def _sglang_custom_ar():
-    """(class, None) when SGLang's custom all-reduce can be imported here, else (None, why)."""
+    """(chooser, None) when SGLang's custom all-reduce can be imported here, else (None, why). The chooser takes
+    (group, device) and returns the class SGLang's GroupCoordinator would build (``dispatch_custom_allreduce``
+    where the release has it: the JIT v2 implementation on CUDA from 0.5.2x; else ``CustomAllreduce``)."""
     try:
-        from sglang.srt.distributed.device_communicators.custom_all_reduce import CustomAllreduce
+        from sglang.srt.distributed.device_communicators import custom_all_reduce as module
     except Exception as exc:
         return None, f"SGLang's custom all-reduce cannot be imported ({type(exc).__name__}: {str(exc)[:200]})"
-    return CustomAllreduce, None
+    dispatch = getattr(module, "dispatch_custom_allreduce", None)
+    if dispatch is not None:
+        return (lambda group, device: dispatch(group=group, device=device)), None
+    return (lambda group, device: module.CustomAllreduce), None
 
 
 def _pcie_ipc():
@@ -197,15 +202,15 @@ def _make_op(spec, torch, dist, device, cpu_group, rank, world):
     max_numel = max(spec["tokens"]) * spec["hidden"]
     dtype = getattr(torch, spec["dtype"])
     if impl == "sglang-custom":
-        cls, why = _sglang_custom_ar()
-        if cls is None:
+        choose, why = _sglang_custom_ar()
+        if choose is None:
             raise RuntimeError(why)
-        nbytes = max_numel * torch.empty((), dtype=dtype).element_size()
-        comm = cls(group=cpu_group, device=device, max_size=max(8 << 20, 2 * nbytes))
+        comm = choose(cpu_group, device)(group=cpu_group, device=device)  # sized as SGLang's server sizes it
+        info = {"class": type(comm).__name__}
         if getattr(comm, "disabled", True):
             raise RuntimeError("SGLang's custom all-reduce disabled itself on these GPUs (its log says why: e.g. "
                                "more than two PCIe-only GPUs, or no peer access)")
-        return comm.custom_all_reduce, comm.capture, (lambda x: bool(comm.should_custom_ar(x))), {}
+        return comm.custom_all_reduce, comm.capture, (lambda x: bool(comm.should_custom_ar(x))), info
     if impl == "pcie-ipc":
         cls, why = _pcie_ipc()
         if cls is None:
