@@ -71,7 +71,7 @@ def test_each_variant_runs_in_fresh_processes_with_its_own_environment(tmp_path)
         spec = tmp_path / f"{len(seen)}.json"
         spec.write_text(json.dumps(plan.spec(variant, None)))
         out = tmp_path / f"{len(seen)}-out.json"
-        env = dict(plan.base_env, **variant.env_dict(), **bench._worker_env(plan.python))
+        env = dict(plan.base_env, **variant.env_dict(), **bench._worker_env(tmp_path))
         proc = subprocess.run([plan.python, "-m", bench.WORKER, "measure", str(spec), str(out)], env=env,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]

@@ -36,6 +36,7 @@ from sm120kit import __version__, runner
 from sm120kit.errors import MissingDependency, Sm120kitError, UsageError
 from sm120kit.hardware.topology import probe_topology
 from sm120kit.util.report import Progress, Step, tell
+from sm120kit.util.resources import package_path
 
 WORKER = "sm120kit.tune.allreduce_worker"
 ALWAYS = {"NCCL_NVLS_ENABLE": "0"}  # NVLink SHARP multicast stays off in every process
@@ -148,10 +149,11 @@ class BenchPlan:
 # -- the serving Python --------------------------------------------------------------------------------------
 
 
-def _worker_env(python: str) -> dict[str, str]:
-    """PYTHONPATH reaching this sm120kit (the worker module), ahead of what the shell has."""
-    here = str(Path(__file__).resolve().parents[2])
+def _worker_env(tmp: Path) -> dict[str, str]:
+    """PYTHONPATH reaching this sm120kit (the worker module) and nothing else of its environment, ahead of what
+    the shell has."""
     old = os.environ.get("PYTHONPATH")
+    here = package_path(tmp)
     return {"PYTHONPATH": here + (os.pathsep + old if old else "")}
 
 
@@ -161,7 +163,7 @@ def probe(python: str, timeout: float = 300) -> dict:
     with tempfile.TemporaryDirectory(prefix="sm120kit-allreduce-") as tmp:
         out = Path(tmp) / "probe.json"
         result = runner.run([python, "-m", WORKER, "probe", str(out)], check=False, timeout=timeout,
-                            extra_env={**ALWAYS, **_worker_env(python)}, cwd=tmp, what="all-reduce probe")
+                            extra_env={**ALWAYS, **_worker_env(Path(tmp))}, cwd=tmp, what="all-reduce probe")
         if not out.is_file():
             tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
             return {"error": f"the probe in {python} wrote no result (exit {result.returncode}: {tail[0]})",
@@ -291,8 +293,8 @@ def run_variant(plan: BenchPlan, variant: AllReduceVariant,
     start = time.monotonic()
     env = dict(plan.base_env)
     env.update(variant.env_dict())
-    env.update(_worker_env(plan.python))
     with tempfile.TemporaryDirectory(prefix="sm120kit-allreduce-") as tmp:
+        env.update(_worker_env(Path(tmp)))
         spec_path, out = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(json.dumps(plan.spec(variant, thresholds)), encoding="utf-8")
         try:
