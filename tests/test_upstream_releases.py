@@ -2,7 +2,7 @@
 
 What each patch does on a release is read from the series' own metadata (the variant its range selects)
 and from facts about the releases (the extend-attention fix ships from 0.5.9, the capability helpers from
-0.5.20, the double-sparsity kernel is gone from 0.5.11); a moved file and a real merge conflict come from
+0.5.20, the PCIe-IPC all-reduce from 0.5.21, the double-sparsity kernel is gone from 0.5.11); a moved file and a real merge conflict come from
 copies of the series with their newer variants taken out, as the series looked before them.
 """
 
@@ -30,6 +30,8 @@ def _expected(version: str) -> dict[str, str]:
         if patch.id == "sm120-extend-attention" and v >= Version("0.5.9"):
             out[patch.id] = "present-upstream"
         elif patch.id == "sm120-capability" and v >= Version("0.5.20"):
+            out[patch.id] = "present-upstream"
+        elif patch.id == "sm120-pcie-allreduce" and v >= Version("0.5.21"):
             out[patch.id] = "present-upstream"
         elif patch.variant_for(version) is None:
             out[patch.id] = "not-applicable"

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from sm120kit.audit import backend_support
+from sm120kit.sglang import pcie_allreduce
 
 SLOW = "slow"
 NO_SM120_CODE = "no-sm120-code"
@@ -134,6 +135,49 @@ class Code:
         if not self.present:
             return not lines
         return f"sglang/{self.path}:{','.join(map(str, lines))}" if lines else False
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """At least one of ``conditions`` holds (the first that does gives the finding's location)."""
+
+    conditions: tuple
+
+    def check(self, ctx: Context):
+        for cond in self.conditions:
+            got = cond.check(ctx)
+            if got:
+                return got
+        return False
+
+
+@dataclass(frozen=True)
+class NoneOf:
+    """None of ``conditions`` holds."""
+
+    conditions: tuple
+
+    def check(self, ctx: Context):
+        return not any(cond.check(ctx) for cond in self.conditions)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """An SGLang boolean switch in the environment set to true, read as SGLang's ``EnvBool`` reads it."""
+
+    name: str
+
+    def check(self, ctx: Context):
+        return bool(pcie_allreduce.env_bool(ctx.env.get(self.name)))
+
+
+@dataclass(frozen=True)
+class Deterministic:
+    """Deterministic collectives on: ``--enable-deterministic-inference`` or its variables (SGLang 0.5.21's
+    ``_deterministic_collectives_enabled``)."""
+
+    def check(self, ctx: Context):
+        return pcie_allreduce.deterministic(ctx.env, ctx.given)
 
 
 @dataclass(frozen=True)
@@ -261,7 +305,67 @@ _FP8_FI_FIX = (
 _TRTLLM_FIX = ("Choose a backend with SM120 code: --attention-backend triton or flashinfer (MLA: triton); "
                "MoE: leave --moe-runner-backend to SGLang (auto) or use triton / flashinfer_cutlass.")
 
+def _tp(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 1
+
+
+_PARALLEL_STATE = "srt/distributed/parallel_state.py"
+_TP_PCIE_IPC = Given("tp_size", lambda v, _ctx: _tp(v) in pcie_allreduce.WORLD_SIZES)
+_TP_OTHER = Given("tp_size", lambda v, _ctx: _tp(v) > 1 and _tp(v) not in pcie_allreduce.WORLD_SIZES)
+_HAS_PCIE_IPC = (Code(pcie_allreduce.UPSTREAM_MODULE, pcie_allreduce.ENABLE_VAR),
+                 Code(pcie_allreduce.BACKPORT_MODULE, pcie_allreduce.ENABLE_VAR))
+_AR_WHY = (
+    "No compute-capability 12.x card has NVLink, so with tensor parallelism every decode step's all-reduces "
+    "(two a layer, hidden size x 2 bytes each at batch 1: 14 KiB for hidden 7168, 122 a token for 61 layers) "
+    "cross PCIe, each bound by latency rather than bandwidth. SGLang's custom all-reduce refuses more than two "
+    "PCIe-only GPUs and GPUs without peer access, so NCCL serves them.")
+_AR_SOURCE = (f"sglang 0.5.21's pcie_ipc_ar.py ({pcie_allreduce.SOURCE}), measured on an 8x SM120 host: "
+              f"{pcie_allreduce.MEASURED}; custom_all_reduce_utils.py: 'not supported on more than two PCIe-only "
+              "GPUs'")
+_AR_FLASHINFER = (f"it needs FlashInfer {pcie_allreduce.FLASHINFER_FIRST} or newer (pcie_ipc_comm; `sm120kit "
+                  "verify` says whether the installed one has it) and bf16 activations")
+
 RULES: tuple[SlowRule, ...] = (
+    SlowRule(
+        "pcie-allreduce-off", pcie_allreduce.ENABLE_VAR,
+        (_TP_PCIE_IPC, AnyOf(_HAS_PCIE_IPC), NoneOf((Switch(pcie_allreduce.ENABLE_VAR),))),
+        _AR_WHY + " This release has FlashInfer's PCIe-IPC all-reduce for exactly these reductions, but it is "
+        "off unless SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set.",
+        _AR_SOURCE,
+        f"Set SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 ({_AR_FLASHINFER}). Its workspace is sized for the largest "
+        "captured decode batch (--cuda-graph-max-bs), so prefill-sized reductions stay on NCCL.",
+        recipe_keys=(pcie_allreduce.ENABLE_VAR, "tp-size"), value_of=pcie_allreduce.ENABLE_VAR),
+    SlowRule(
+        "pcie-allreduce-deterministic", "--enable-deterministic-inference",
+        (_TP_PCIE_IPC, AnyOf(_HAS_PCIE_IPC), Switch(pcie_allreduce.ENABLE_VAR), Deterministic()),
+        "Deterministic inference keeps the PCIe-IPC all-reduce off although SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is "
+        "set (its kernels choose a launch per shape, so the order of the sums would follow the batch): every "
+        "decode all-reduce goes to NCCL over PCIe. " + _AR_WHY,
+        _AR_SOURCE + "; pcie_ipc_ar.eligible_group returns False when deterministic",
+        "Leave out --enable-deterministic-inference (and SGLANG_ENABLE_DETERMINISTIC_INFERENCE, "
+        "SGLANG_USE_1STAGE_ALLREDUCE=1) unless identical outputs from run to run are required.",
+        recipe_keys=("enable-deterministic-inference", pcie_allreduce.DETERMINISTIC_VAR,
+                     pcie_allreduce.ONE_STAGE_VAR)),
+    SlowRule(
+        "pcie-allreduce-missing", "--tp-size",
+        (_TP_PCIE_IPC, Code(_PARALLEL_STATE, r"class GroupCoordinator"), NoneOf(_HAS_PCIE_IPC)),
+        _AR_WHY + " This release has no PCIe-IPC all-reduce (SGLang has it from 0.5.21 on).",
+        _AR_SOURCE,
+        f"Run SGLang 0.5.21 or newer and set SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 ({_AR_FLASHINFER}); on "
+        f"0.5.16 to 0.5.20 `sm120kit apply` adds it (patch {pcie_allreduce.BACKPORT_PATCH}), then set the variable.",
+        recipe_keys=("tp-size",), value_of="tp_size"),
+    SlowRule(
+        "pcie-allreduce-tp-size", "--tp-size",
+        (_TP_OTHER, Code(_PARALLEL_STATE, r"class GroupCoordinator")),
+        _AR_WHY + " FlashInfer's PCIe-IPC all-reduce serves 2, 4 or 8 ranks only, so with this TP size no "
+        "release can take them off NCCL.",
+        _AR_SOURCE + "; pcie_ipc_ar._SUPPORTED_WORLD_SIZES = (2, 4, 8)",
+        "Use --tp-size 2, 4 or 8 (with SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1), e.g. with pipeline or data "
+        "parallelism for the remaining GPUs.",
+        recipe_keys=("tp-size",), value_of="tp_size"),
     SlowRule(
         "triton-kv-splits-low", "--triton-attention-num-kv-splits",
         (Given("triton_attention_num_kv_splits", _low_splits), Value("attention_decode", ("triton",)),
@@ -387,4 +491,5 @@ def backend_values(given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["Context", "SlowRule", "SlowFinding", "RULES", "find", "wanted_splits", "SLOW", "NO_SM120_CODE",
+           "AnyOf", "NoneOf", "Switch", "Deterministic",
            "attention_kind_from_text", "attention_kind_from_config", "backend_values"]

@@ -109,6 +109,12 @@ def _show(console, recipe: recipe_mod.Recipe) -> None:
     for setting in recipe.env:
         rows.append([setting.name, setting.value, recipe.notes[setting.name].why.replace("\n", " ")])
     console.table(["setting", "value", "why"], rows)
+    measured = [(key, note.measured) for key, note in recipe.notes.items() if note.measured]
+    if measured:
+        console.info("")
+        console.info("measured:")
+        for key, text in measured:
+            console.info(f"  {key}: {text}")
     console.info("")
     console.info("sources:")
     for key, note in recipe.notes.items():

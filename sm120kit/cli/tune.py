@@ -1,4 +1,5 @@
-"""``sm120kit tune-moe``: measured fused-MoE configs for the 12.x GPU present."""
+"""``sm120kit tune-moe`` and ``bench-allreduce``: measured fused-MoE configs for the 12.x GPU present; the
+fastest all-reduce settings for tensor-parallel decode on the GPUs present."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from pathlib import Path
 
 import click
 
-from sm120kit.tune import moe as tune_moe
+from sm120kit.serve import recipe as recipe_mod, recipe_edit
+from sm120kit.tune import allreduce as bench, moe as tune_moe
+from sm120kit.tune.allreduce import DEFAULT_BUDGET_S
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
-from sm120kit.errors import UsageError
+from sm120kit.errors import CheckFailed, UsageError
 from sm120kit.sglang.target import find_target
 
 
@@ -109,3 +112,154 @@ def tune_moe_command(app: AppContext, path: Path | None, script: Path | None, ex
                          f"{plan.limit} B; the patched SGLang fits them at load.")
 
     emit(json_mode, {"dry_run": False, **result.to_json()}, human)
+
+
+# -- bench-allreduce -----------------------------------------------------------------------------------------
+
+
+def _int_list(ctx, param, value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        numbers = tuple(int(part) for part in value.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise UsageError(f"--tokens {value!r}: expected positive integers separated by commas, e.g. 1,8,64.") from None
+    if not numbers or min(numbers) < 1:
+        raise UsageError(f"--tokens {value!r}: expected positive integers separated by commas, e.g. 1,8,64.")
+    return numbers
+
+
+def _recipe_tokens(recipe) -> tuple[int, ...]:
+    """1, 8 and the recipe's largest captured decode batch (64 when it names none)."""
+    flags = {s.name: s.value for s in recipe.flags}
+    largest = flags.get("cuda-graph-max-bs-decode", flags.get("cuda-graph-max-bs", 64))
+    largest = largest if isinstance(largest, int) and largest > 0 else 64
+    return tuple(sorted({t for t in (1, 8, largest) if t <= largest}))
+
+
+@cli.command("bench-allreduce")
+@click.option("--recipe", "recipe_name", metavar="NAME|FILE",
+              help="Time the decode all-reduces of this recipe's model (its [model].hidden_size and largest "
+                   "captured decode batch) and its own NCCL settings too.")
+@click.option("--hidden", type=int, default=None, help="Hidden size: elements per token of each all-reduce "
+              "(default: the recipe's).")
+@click.option("--tokens", callback=_int_list, default=None, metavar="N,N,...",
+              help="Tokens per all-reduce (decode batch sizes); default 1, 8 and the recipe's largest captured "
+                   "decode batch (64 without a recipe).")
+@click.option("--gpus", "world", type=click.IntRange(2), default=None,
+              help="How many GPUs (one process each; default: every GPU visible).")
+@click.option("--python", "python", default=None,
+              help="Interpreter that runs the measurement (needs torch with CUDA and NCCL; SGLang and FlashInfer "
+                   "there are timed too; default: this one).")
+@click.option("--budget", type=click.FloatRange(min=1), default=DEFAULT_BUDGET_S, show_default=True,
+              help="Seconds after which the staged search starts no further variant.")
+@click.option("--exhaustive", is_flag=True,
+              help="Then time every combination of the settings the search knows and say how close the staged "
+                   "pick came (takes minutes).")
+@click.option("--no-sglang", is_flag=True, help="Leave out SGLang's custom and FlashInfer's PCIe-IPC all-reduce.")
+@click.option("--write-recipe", is_flag=True,
+              help="Write the pick into the recipe's [env] with where, when and with what it was measured "
+                   "(the previous file stays as FILE.bak).")
+@click.option("--dry-run", is_flag=True, help="Print the plan (sizes, variants, environment); run nothing.")
+@json_option
+@pass_app
+def bench_allreduce(app: AppContext, recipe_name: str | None, hidden: int | None, tokens: tuple[int, ...] | None,
+                    world: int | None, python: str | None, budget: float, exhaustive: bool, no_sglang: bool,
+                    write_recipe: bool, dry_run: bool, json_mode: bool) -> None:
+    """Time the all-reduces of tensor-parallel decode on this machine's GPUs, one process per GPU: NCCL's
+    protocols, algorithms, channel and thread counts, and SGLang's custom and PCIe-IPC all-reduce where the
+    environment has them, each in fresh processes with its own environment (NCCL_NVLS_ENABLE=0 in all).
+    Prints the median and p99 latency and bus bandwidth per size, the fastest per size and the NCCL setting
+    for a recipe. Exits 9 without two GPUs."""
+    console = app.console(json_mode)
+    recipe = recipe_mod.find_recipe(recipe_name) if recipe_name else None
+    if write_recipe and recipe is None:
+        raise UsageError("--write-recipe needs --recipe (the recipe file to write the measured settings into).")
+    hidden = hidden or (recipe.hidden_size if recipe else None)
+    if not hidden:
+        raise UsageError("The hidden size is not known: give --hidden N"
+                         + (f", or add hidden_size to [model] of {recipe.path}." if recipe else
+                            " (or --recipe NAME of a recipe whose [model] has hidden_size)."))
+    tokens = tokens or (_recipe_tokens(recipe) if recipe else bench.DEFAULT_TOKENS)
+    with console.step("asking the serving Python what it sees"):
+        plan = bench.plan_bench(hidden=hidden, tokens=tokens, python=python, world=world,
+                                recipe_env={s.name: s.value for s in recipe.env} if recipe else None,
+                                exhaustive=exhaustive, budget_s=budget, sglang=not no_sglang)
+
+    def show_plan() -> None:
+        sizes = ", ".join(f"{t} ({b // 1024 if b >= 1024 else b} {'KiB' if b >= 1024 else 'B'})"
+                          for t, b in plan.sizes_bytes().items())
+        console.info(f"GPUs:      {plan.world} of {len(plan.gpus)}: "
+                     + (", ".join(g.get('name', '?') for g in plan.gpus[:plan.world]) or "none")
+                     + (f"  (the run would refuse: {plan.problem})" if plan.problem else ""))
+        if plan.topology and plan.topology.get("summary"):
+            console.info(f"topology:  {plan.topology['summary']}")
+        console.info(f"sizes:     tokens x {plan.hidden} {plan.dtype}: {sizes}")
+        console.info(f"versions:  " + ", ".join(f"{k} {v}" for k, v in plan.to_json()["versions"].items() if v))
+        console.info("base env:  " + (", ".join(f"{k}={v}" for k, v in sorted(plan.base_env.items())
+                                               if k.startswith("NCCL_")) or "-"))
+        for variant in plan.extra:
+            console.info(f"also:      {variant.name}")
+        for name, why in plan.skipped:
+            console.info(f"skipped:   {name}: {why}")
+        for note in plan.notes:
+            console.info(f"note:      {note}")
+
+    if dry_run:
+        emit(json_mode, {"dry_run": True, "plan": plan.to_json()}, show_plan)
+        return
+    bench.refuse_without_gpus(plan)
+    if not json_mode:
+        show_plan()
+    result = bench.run_bench(plan, progress=console.progress, on_step=console.debug)
+    update = backup = None
+    if write_recipe:
+        if result.pick() is None:
+            raise CheckFailed("No NCCL setting was measured at every size, so nothing was written to the recipe.",
+                              hint="Run without --write-recipe to see why each variant failed.")
+        update = recipe_edit.plan_env_update(recipe, result.recipe_settings(), result.recipe_notes())
+        backup = recipe_edit.write_env_update(update)
+    doc = {"dry_run": False, **result.to_json(),
+           "recipe_update": None if update is None else {**update.to_json(), "backup": str(backup)}}
+    emit(json_mode, doc, lambda: _show_bench(console, result, update, backup))
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _show_bench(console, result, update, backup) -> None:
+    plan = result.plan
+    headers = ["variant", "status"] + [f"{t} tok p50/p99 us" for t in plan.tokens] + [f"busbw GB/s ({plan.tokens[-1]})"]
+    rows = []
+    for r in result.results:
+        cells = []
+        for t in plan.tokens:
+            entry = next((e for e in r.sizes if e.get("tokens") == t), {})
+            cells.append("not served" if entry and not entry.get("served") else
+                         f"{_us(entry.get('p50_us'))}/{_us(entry.get('p99_us'))}" if entry else "-")
+        last = next((e for e in r.sizes if e.get("tokens") == plan.tokens[-1]), {})
+        busbw = last.get("busbw_gbps")
+        rows.append([r.variant.name, r.status if not r.error else f"failed: {r.error[:60]}", *cells,
+                     "-" if busbw is None else f"{busbw:.2f}"])
+    console.table(headers, rows)
+    console.info("")
+    for t, (r, value) in sorted(result.best_per_size().items()):
+        console.info(f"fastest at {t} token(s): {r.variant.name} ({value:.1f} us)")
+    pick = result.pick()
+    if pick is not None:
+        settings = ", ".join(f"{k}={v}" for k, v in result.recipe_settings().items() if v) or "NCCL's defaults"
+        console.info(f"NCCL setting for a recipe: {settings} (geometric mean of the medians "
+                     f"{pick.geomean(plan.tokens):.1f} us)")
+    if result.exhaustive:
+        ex = result.exhaustive
+        ratio = ex.get("staged_over_best")
+        console.info(f"exhaustive sweep: {ex['variants']} settings; best {ex['best']['name'] if ex['best'] else '-'}; "
+                     f"the staged pick ({ex['staged_seconds']} s) is "
+                     + (f"{(ratio - 1) * 100:+.1f} % from it" if ratio else "not comparable"))
+    if result.stopped_at_budget:
+        console.warn(f"the search stopped at its budget ({plan.budget_s:.0f} s); later stages were not timed.")
+    if update is not None:
+        console.info(f"wrote {update.recipe.path} (set {', '.join(update.set) or 'nothing new'}; removed "
+                     f"{', '.join(update.removed) or 'nothing'}); the previous file is {backup}")
+    console.info(f"{len(result.results)} variants in {result.seconds:.0f} s")

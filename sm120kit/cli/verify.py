@@ -148,6 +148,8 @@ def report_rows(r: EnvironmentReport) -> list[tuple[str, str]]:
         rows.append(("FlashInfer", text))
     else:
         rows.append(("FlashInfer", "not installed"))
+    if r.multi_gpu is not None:
+        rows.extend(r.multi_gpu.rows())
     if r.env:
         for key, value in r.env.items():
             rows.append((f"env {key}", value))

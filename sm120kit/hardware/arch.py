@@ -54,6 +54,23 @@ def family(capability: tuple[int, int]) -> GpuFamily | None:
     return FAMILIES.get(tuple(capability))  # type: ignore[arg-type]
 
 
+NO_NVLINK: dict[tuple[int, int], str] = {
+    (12, 0): "the RTX PRO 6000 Blackwell and GeForce RTX 50 cards connect to each other over PCIe 5.0 x16 only",
+    (12, 1): "GB10 (DGX Spark) is one GPU; two DGX Sparks connect over ConnectX-7 networking",
+}
+"""Capabilities none of whose cards has NVLink, with why: tensor parallelism on them runs every all-reduce over
+PCIe (or the network). Sources: NVIDIA's product pages (https://www.nvidia.com/en-us/products/workstations/
+professional-desktop-gpus/rtx-pro-6000/, https://www.nvidia.com/en-us/geforce/graphics-cards/50-series/,
+https://www.nvidia.com/en-us/products/workstations/dgx-spark/) list no NVLink for these cards, and the
+RTX PRO 6000 community knowledge base describes 2-, 4- and 8-card boxes "in PCIe configurations without
+NVLink" (https://github.com/voipmonitor/rtx6kpro)."""
+
+
+def has_nvlink(capability: tuple[int, int]) -> bool | None:
+    """False where no card of ``capability`` has NVLink (:data:`NO_NVLINK`); None where it depends on the card."""
+    return False if tuple(capability) in NO_NVLINK else None
+
+
 def is_sm12x(capability: tuple[int, int]) -> bool:
     return capability[0] == 12
 

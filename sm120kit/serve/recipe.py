@@ -69,12 +69,21 @@ class Note:
     why: str
     sources: tuple[str, ...]
     slow: str | None = None  # why the setting stays although `sm120kit explain` reports it slow on 12.x
+    # whether the value was measured, where and how ("not measured: ..." or what `bench-allreduce` wrote)
+    measured: str | None = None
 
     def to_json(self) -> dict:
         data = {"why": self.why, "sources": list(self.sources)}
         if self.slow is not None:
             data["slow"] = self.slow
+        if self.measured is not None:
+            data["measured"] = self.measured
         return data
+
+
+MEASURED_PREFIXES = ("NCCL_",)
+"""Environment variables whose note must say whether their value was measured (``measured = "..."``): NCCL's
+tuning knobs differ by machine, and a value copied from elsewhere must say so."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,8 @@ class Recipe:
     flags: tuple[Setting, ...]
     env: tuple[Setting, ...]
     notes: dict[str, Note]
+    hidden_size: int | None = None  # [model].hidden_size: the width of each tensor-parallel all-reduce
+    layers: int | None = None  # [model].layers: decoder layers (two all-reduces each per decode step)
 
     def where(self, line: int | None) -> str:
         return tomldoc.location(self.path, line)
@@ -101,7 +112,9 @@ class Recipe:
             "description": self.description,
             "file": str(self.path),
             "sglang": list(self.sglang),
-            "model": {"path": self.model, **self.model_info},
+            "model": {"path": self.model, **self.model_info,
+                      **({"hidden_size": self.hidden_size} if self.hidden_size else {}),
+                      **({"layers": self.layers} if self.layers else {})},
             "gpus": self.gpus.to_json(),
             "flags": {s.name: s.value for s in self.flags},
             "env": {s.name: s.value for s in self.env},
@@ -131,9 +144,9 @@ def read_toml(path: Path) -> tomldoc.Doc:
 # --------------------------------------------------------------------------------------------------------
 _TOP = {"name": (str,), "title": (str,), "description": (str,), "sglang": (list,), "model": (dict,),
         "gpus": (dict,), "flags": (dict,), "env": (dict,), "notes": (dict,)}
-_MODEL = {"path": (str,), "architecture": (str,), "quantization": (str,)}
+_MODEL = {"path": (str,), "architecture": (str,), "quantization": (str,), "hidden_size": (int,), "layers": (int,)}
 _GPUS = {"count": (int,), "names": (list,), "capability": (str,), "memory_gib": (int,)}
-_NOTE = {"why": (str,), "sources": (list,), "slow": (str,)}
+_NOTE = {"why": (str,), "sources": (list,), "slow": (str,), "measured": (str,)}
 _FLAG_VALUE = (str, int, float, bool, list)
 
 
@@ -163,6 +176,9 @@ def load_recipe(path: str | Path) -> Recipe:
 
     model = data["model"]
     tomldoc.check_keys(doc, model, ("model",), _MODEL, ("path", "architecture", "quantization"))
+    for key in ("hidden_size", "layers"):
+        if key in model and (isinstance(model[key], bool) or model[key] < 1):
+            raise doc.fail(("model", key), f"model.{key} must be a positive integer, not {model[key]!r}.")
 
     gpus = data["gpus"]
     tomldoc.check_keys(doc, gpus, ("gpus",), _GPUS, ("count", "names", "capability"))
@@ -229,7 +245,16 @@ def load_recipe(path: str | Path) -> Recipe:
         slow = raw.get("slow")
         if slow is not None and not slow.strip():
             raise doc.fail(where + ("slow",), f"notes.{key}.slow is empty: say why the slow setting stays.")
-        notes[key] = Note(raw["why"].strip(), tuple(sources), slow.strip() if slow is not None else None)
+        measured = raw.get("measured")
+        if measured is not None and not measured.strip():
+            raise doc.fail(where + ("measured",), f"notes.{key}.measured is empty: say whether and where the "
+                                                  "value was measured.")
+        if measured is None and key.startswith(MEASURED_PREFIXES) and key in {s.name for s in env}:
+            raise doc.fail(where, f"the note of {key} does not say whether its value was measured.",
+                           hint=f"Add measured = \"not measured: ...\" (where the value comes from) to "
+                                f"[notes.{key}], or let `sm120kit bench-allreduce --write-recipe` measure it.")
+        notes[key] = Note(raw["why"].strip(), tuple(sources), slow.strip() if slow is not None else None,
+                          measured.strip() if measured is not None else None)
     for setting in flags + env:
         if setting.name not in notes:
             kind = "flag" if setting in flags else "environment variable"
@@ -261,6 +286,8 @@ def load_recipe(path: str | Path) -> Recipe:
         flags=tuple(flags),
         env=tuple(env),
         notes=notes,
+        hidden_size=model.get("hidden_size"),
+        layers=model.get("layers"),
     )
 
 

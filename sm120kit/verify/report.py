@@ -274,6 +274,7 @@ class EnvironmentReport:
     flashinfer: FlashInferInfo
     env: dict[str, str] = field(default_factory=dict)
     flags: tuple[Flag, ...] = ()
+    multi_gpu: Any = None  # sm120kit.verify.topology.MultiGpuInfo: topology, NCCL, the PCIe-IPC all-reduce
 
     @property
     def errors(self) -> list[Flag]:
@@ -869,5 +870,10 @@ def collect_report(*, arch_override: tuple[int, int] | None = None, sglang_path:
     env = relevant_env(environ)
     flags = assess(judged=judged, gpu=gpu, driver=driver, nvcc=nvcc, triton_ptxas=triton_ptxas, torch=torch_info,
                    triton=triton_pkg, sglang=sglang, sgl_kernel=sgl_kernel, flashinfer=flashinfer, env=env)
+    from sm120kit.verify import topology  # the multi-GPU part, in its own module (it imports Flag from here)
+
+    multi_gpu = topology.collect(torch_module, sglang.path, sglang.version, flashinfer.location, flashinfer.version,
+                                 env)
+    flags += tuple(topology.assess(multi_gpu, judged))
     return EnvironmentReport(judged, reason, gpu, gpu_note, driver, nvcc, ptxas, triton_ptxas, torch_info,
-                             triton_pkg, sglang, sgl_kernel, flashinfer, env, flags)
+                             triton_pkg, sglang, sgl_kernel, flashinfer, env, flags, multi_gpu)

@@ -1,0 +1,1 @@
+"""Stand-in for FlashInfer in tests (see ../../README.md)."""
