@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 from typing import Callable
 
 from packaging.version import Version
@@ -12,6 +13,17 @@ from sm120kit.sglang import releases
 from sm120kit.patching.engine import apply_series
 from sm120kit.patching.series import load_series
 from sm120kit.sglang.target import find_target
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def copy_series(root: Path) -> Path:
+    """A copy of the real series at ``root/patches/sglang`` beside a copy of the sources its [[files]] entries
+    ship (``root/kernels/``): the repository's layout, so the copy loads on its own. Returns the series folder."""
+    series = root / "patches" / "sglang"
+    shutil.copytree(REPO_ROOT / "patches" / "sglang", series)
+    shutil.copytree(REPO_ROOT / "kernels", root / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    return series
 
 
 def patched_file_reader(tmp_path_factory, label: str, patch_id: str, path: str) -> Callable[[str], str]:

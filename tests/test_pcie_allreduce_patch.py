@@ -57,8 +57,10 @@ def test_diffs_are_the_generator_output(release_dir):
 
 @pytest.fixture(scope="session")
 def alone(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("pcie-allreduce-series")
+    root = tmp_path_factory.mktemp("pcie-allreduce-series")
+    folder = root / "patches" / "sglang"
     shutil.copytree(PATCH_DIR, folder / PATCH_ID)
+    shutil.copytree(gen.MODULE_SOURCE.parent, root / "kernels" / gen.MODULE_SOURCE.parent.name)
     (folder / "series.toml").write_text(f'patches = ["{PATCH_ID}"]\n')
     return load_series(folder)
 

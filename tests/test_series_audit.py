@@ -20,6 +20,7 @@ from sm120kit.sglang import releases
 from sm120kit.patching.series import load_series
 from sm120kit.sglang import launchers
 from sm120kit.audit import shapes
+from series_support import copy_series
 
 SERIES_DIR = REPO_ROOT / "patches" / "sglang"
 LIMIT = 101376
@@ -115,8 +116,7 @@ def test_every_kernel_patch_names_the_audit_entries_that_prove_it():
 
 
 def test_a_kernel_patch_without_audit_entries_fails_the_rule(tmp_path):
-    copy = tmp_path / "series"
-    shutil.copytree(SERIES_DIR, copy)
+    copy = copy_series(tmp_path)
 
     def set_audit(pid: str, value: str | None) -> None:
         toml = copy / pid / "patch.toml"

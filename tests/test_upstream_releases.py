@@ -17,6 +17,7 @@ from packaging.version import Version
 
 from apply_support import run_cli, run_json
 from sm120kit.patching.series import load_series
+from series_support import copy_series
 
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "sglang"
@@ -43,8 +44,7 @@ def _expected(version: str) -> dict[str, str]:
 def _series_without(tmp_path: Path, patch_id: str, drop: str, open_variant: str) -> Path:
     """A copy of the real series where ``patch_id`` lacks variant ``drop`` and ``open_variant``'s range has
     no upper bound: the series as it was before ``drop`` was made."""
-    dest = tmp_path / "series"
-    shutil.copytree(SERIES, dest)
+    dest = copy_series(tmp_path)
     folder = dest / patch_id
     (folder / drop).unlink()
     text = (folder / "patch.toml").read_text()
