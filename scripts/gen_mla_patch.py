@@ -1,12 +1,10 @@
 #!/usr/bin/env python3
 """Write the diffs of the ``sm120-mla-attention`` patch from its kernel module and the backend hook.
 
-The patch adds ``kernels/sm120_attention/sm120_mla.py`` (and ``sm120_mla_mma.py``, the CUDA
-prefix kernel it imports) to SGLang beside its Triton attention
-kernels (``sglang/kernels/ops/attention/`` from 0.5.16, ``sglang/srt/layers/attention/triton_ops/``
-before) and inserts a call of its ``install()`` into the Triton
-attention backend's constructor, after the backend has bound its launchers. The module file is the
-source: edit it, then run
+The patch adds the kernel's files (``KERNEL_FILES``, from ``kernels/sm120_attention/``) to SGLang beside its
+Triton attention kernels (``sglang/kernels/ops/attention/`` from 0.5.16, ``sglang/srt/layers/attention/triton_ops/``
+before) and inserts a call of ``sm120_mla.install()`` into the Triton attention backend's constructor, after the
+backend has bound its launchers. The files in ``kernels/sm120_attention/`` are the source: edit them, then run
 
     python scripts/gen_mla_patch.py            # rewrite the diffs
     python scripts/gen_mla_patch.py --check    # exit 1 if a diff is not what this script would write
@@ -29,9 +27,10 @@ from sm120kit.sglang import releases  # noqa: E402
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-mla-attention"
 KERNEL_DIR = REPO / "kernels" / "sm120_attention"
-MODULE_SOURCE = KERNEL_DIR / "sm120_mla.py"
-# The CUDA prefix kernel sm120_mla.py imports, added beside it.
-MMA_SOURCE = KERNEL_DIR / "sm120_mla_mma.py"
+# The files of the kernel, each shipped whole into the Triton attention package of SGLang (a new file in every
+# variant diff, in this order): the launcher and Triton kernels, the route between paths, the CUDA launcher and
+# source, the NVRTC and driver calls. Each name starts with sm120_mla, so none can collide with SGLang's own.
+KERNEL_FILES = ("sm120_mla.py", "sm120_mla_route.py", "sm120_mla_mma.py", "sm120_mla_mma.cu", "sm120_mla_nvrtc.py")
 BACKEND_PATH = "sglang/srt/layers/attention/triton_backend.py"
 # The Triton attention kernels' package: srt/layers/attention/triton_ops up to 0.5.15, kernels/ops/attention on.
 OLD_PACKAGE, NEW_PACKAGE = "sglang.srt.layers.attention.triton_ops", "sglang.kernels.ops.attention"
@@ -70,9 +69,9 @@ def render(base: str) -> str:
     package = BASES[base]
     root = releases.fetch_release(base)
     original = (root / BACKEND_PATH).read_text(encoding="utf-8")
-    module = new_file_diff(MODULE_SOURCE.read_text(encoding="utf-8"), module_path(package))
-    mma = new_file_diff(MMA_SOURCE.read_text(encoding="utf-8"), module_path(package, MMA_SOURCE.name))
-    return "".join(module + mma + backend_diff(original, package))
+    files = [line for name in KERNEL_FILES
+             for line in new_file_diff((KERNEL_DIR / name).read_text(encoding="utf-8"), module_path(package, name))]
+    return "".join(files + backend_diff(original, package))
 
 
 def main(argv: list[str] | None = None) -> int:
