@@ -105,3 +105,19 @@ def test_the_package_imports_its_siblings_relatively():
     assert sm120_mla.cuda_prefix.__name__ == "sm120_attention.sm120_mla_mma"
     assert sm120_mla.routes.__name__ == "sm120_attention.sm120_mla_route"
     assert sm120_mla.cuda_prefix.nvrtc.__name__ == "sm120_attention.sm120_mla_nvrtc"
+
+
+@pytest.mark.parametrize("kind", ["tree-verify", "mla-decode"])
+def test_the_audit_keys_its_cache_on_every_shipped_file(tmp_path, kind):
+    """`sm120kit audit` caches its compile results by the source of each launcher's files: for the two launchers
+    of this patch those are every file it ships (an edit of the .cu alone must compile again)."""
+    from sm120kit.sglang import launchers
+
+    package = tmp_path / "sglang" / "kernels" / "ops" / "attention"
+    package.mkdir(parents=True)
+    (tmp_path / "sglang" / "__init__.py").write_text("")
+    for name in kernel_files():
+        shutil.copy(KERNEL_DIR / name, package / name)
+    resolved = launchers.resolve(tmp_path, kind)
+    assert resolved.module == "sglang.kernels.ops.attention.sm120_mla"
+    assert sorted(path.name for path in resolved.files) == sorted(kernel_files())
