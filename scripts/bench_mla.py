@@ -598,7 +598,7 @@ SWEEP_ROWS16_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): few 
 def sweep_rows16(mla, roof):
     """The CUDA kernel where a request has few query rows (16-row programs in one launch; 64-row ones for
     decode with 128 heads) against the Triton prefix kernel and merge, on SWEEP_ROWS16_CASES; for the
-    16-row cases also the fewest tokens a split walks (MIN_CHUNK against the launcher's choice)."""
+    16-row cases also the fewest tokens a split walks (the route's min_chunk against its own choice)."""
     out = []
     for kind, prefix, n, heads, kvd in SWEEP_ROWS16_CASES:
         c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)

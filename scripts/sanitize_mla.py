@@ -39,7 +39,8 @@ for kvd, heads, batch in (("bf16", 16, 2), ("fp8", 16, 1)):
                 lse=lse[:, :, 0])
     print("decode16", kvd, route.path, (o.float() - ref.reference_decode(d)).abs().max().item(), flush=True)
 for drafts, heads in ((8, 16), (1, 16)):
-    c = ref.make_verify_case([3000], [drafts], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree", device="cuda")
+    c = ref.make_verify_case([3000], [drafts], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree",
+                             device="cuda")
     tail = (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
     o = torch.zeros(drafts, heads, LV, dtype=torch.bfloat16, device="cuda")
     route = run(c["q"], c["k_pool"], c["v_pool"], o, c["qo_indptr"], c["kv_indptr"], c["kv_indices"], 1, c["max_len"],

@@ -244,7 +244,7 @@ def test_every_reachable_tile_compiles_within_the_limit(mla, arch):
                 _launch(mla, torch, lk, lv, group, tokens, kv_dtype, decode, tiles)
                 compiled += [(lk, lv, tiles, str(kv_dtype), decode, r.name, r.shared) for r in recorder.take()]
     names = {c[5] for c in compiled}
-    # The tail's own pass is reached only by requests of more than FUSE_TAIL_MAX_ROWS query rows.
+    # The tail's own pass is reached only by requests of more query rows than the route's fuse_tail_max_rows.
     required = {"_prefix_kernel", "_prefix_pair_kernel", "_merge_kernel", "_merge_tail_kernel"}
     assert required <= names <= required | {"_tail_kernel"}, names
     over = [c for c in compiled if c[-1] > LIMIT]

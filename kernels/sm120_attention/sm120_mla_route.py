@@ -1,5 +1,5 @@
 # Copyright 2026 the sm120kit authors. Licensed under the Apache License, Version 2.0.
-"""Which kernels run an MLA verify or decode call, as a pure function: :func:`choose` (a :class:`Call`) -> :class:`Route`.
+"""Which kernels run an MLA verify or decode call, as a pure function: :func:`choose` (a Call -> a Route).
 
 Added to SGLang by sm120kit's ``sm120-mla-attention`` patch beside ``sm120_mla.py``, whose launcher asks it.
 The paths (``Route.path``):
@@ -47,7 +47,7 @@ class Table(NamedTuple):
     rows16_max_programs: float = 4  # 16-row programs a split, at most, for their one launch: "Route: 16-row programs"
     rows16_min_programs_bf16: float = 2  # bf16 decode: 16-row programs a split, at least: "Route: 16-row programs"
     rows16_min_programs_bf16_verify: float = 1  # bf16 verify: the same: "Route: 16-row programs"
-    fuse_tail_max_rows: float = 128  # the draft tail inside the merge up to these rows: "Route: draft tail in the merge"
+    fuse_tail_max_rows: float = 128  # draft tail inside the merge up to these rows: "Route: draft tail in the merge"
     min_chunk: int = 256  # fewest prefix tokens a split walks: "Route: fewest tokens a split"
     min_chunk_one: int = 64  # the same where a split has one program: "Route: fewest tokens a split"
     waves_decode: int = 8  # Triton decode: waves of programs the splits fill: "Route: split count"
