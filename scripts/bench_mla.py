@@ -4,7 +4,10 @@
     PYTHONPATH=<sglang release> python scripts/bench_mla.py [--cases all|verify|decode|quick]
                                                              [--sweep] [--json FILE]
 
-Needs a CUDA GPU and an SGLang release on the path (its pure-Python files are enough). On a GPU that is
+Needs a CUDA GPU, an SGLang release on the path (its pure-Python files are enough) and the kernels' package
+``sm120_attention`` (installed with sm120kit, ``pip install -e .`` or ``pip install .``, or ``kernels/`` on
+PYTHONPATH). Variants of a call (another path, split count, tiles, merge) are routes: the launcher's route
+table changed (``sm120_mla_route.TABLE._replace``, ``force``), never arguments of the launcher. On a GPU that is
 not SM120 it runs in *SM120 mode* and says so: ``DISABLE_MMA_V3=1`` (Triton emits mma.sync, as on
 sm_120, instead of wgmma), SGLang's extend launcher is given the block sizes it picks on 12.0, and the
 new kernels run only tiles that compile for sm_120 within 101376 bytes. ``--native`` skips SM120 mode.
@@ -19,6 +22,7 @@ throughput (a Triton matmul of 8192^3 under the same settings). Outputs are comp
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -33,8 +37,9 @@ if SM120_MODE:
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import mla_reference as ref  # noqa: E402
+from sm120_attention import reference as ref  # noqa: E402
+from sm120_attention import sm120_mla  # noqa: E402
+from sm120_attention import sm120_mla_route as routes  # noqa: E402
 
 LK, LV = 576, 512
 
@@ -271,10 +276,8 @@ def sweep_splits(mla, roof):
         tiles, split_counts = SWEEP_SPLITS[kind]
         for cfg in tiles:
             for splits in split_counts:
-                fn = lambda: mla._run_split_attention(  # noqa: E731
-                    c["q"], c["k_pool"], c["v_pool"], o, None if is_dec else c["qo_indptr"], c["kv_indptr"],
-                    c["kv_indices"], 1, max_tok, 1 / LK**0.5, 1.0, 1.0, tail=tail, tiles=mla.TileConfig(*cfg),
-                    num_splits=splits, v_from_k=True)
+                table = routes.TABLE._replace(tiles=routes.TileConfig(*cfg), splits=splits)
+                fn = lambda: split_attention(mla, c, o, tail, 1, max_tok, table=table, v_from_k=True)  # noqa: E731
                 try:
                     t = bench(fn)
                 except Exception as e:  # noqa: BLE001
@@ -307,13 +310,12 @@ def sweep(mla, roof):
         for bt, bh, bn, w, st in SWEEP_TILES[kind]:
             for vfk in (True, False):
                 for waves in (2, 4, 8):
-                    cfg = mla.TileConfig(bt, bh, bn, w, st)
+                    cfg = routes.TileConfig(bt, bh, bn, w, st)
                     nblk = -(-max_tok // bt)
-                    splits = mla.num_splits_for(nblk * batch, sms, waves)
-                    fn = lambda: mla._run_split_attention(  # noqa: E731
-                        c["q"], c["k_pool"], c["v_pool"], o, None if is_dec else c["qo_indptr"], c["kv_indptr"],
-                        c["kv_indices"], batch, max_tok, 1 / LK**0.5, 1.0, 1.0, tail=tail, tiles=cfg,
-                        num_splits=splits, v_from_k=vfk)
+                    splits = routes.num_splits_for(nblk * batch, sms, waves)
+                    table = routes.TABLE._replace(tiles=cfg, splits=splits)
+                    fn = lambda: split_attention(mla, c, o, tail, batch, max_tok, table=table,  # noqa: E731
+                                                 v_from_k=vfk)
                     try:
                         fn()
                         if ref_out is None:
@@ -335,12 +337,12 @@ def sweep(mla, roof):
 
 # Variants timed by --sweep-tiles against the launchers' own pick, on the cases that decide the defaults:
 # (tiles (block_t, block_h, block_n, num_warps, num_stages) or None for the pick, waves of programs or None
-# for the pick's split count, merge (value dims, slots per step) or None for the default). Every tile set
+# for the pick's split count, merge (value dims, slots per step, warps) or None for the default). Every tile set
 # compiles for sm_120 within 101376 B (tests/test_mla_kernels.py).
 SWEEP_VARIANTS = {
-    "decode": [(None, None, (128, 16)), (None, None, (32, 64)), (None, None, (128, 64)),
+    "decode": [(None, None, (128, 16, 4)), (None, None, (32, 64, 4)), (None, None, (128, 64, 4)),
                ((1, 16, 32, 4, 4), None, None), ((1, 16, 32, 4, 5), None, None), ((1, 16, 32, 4, 3), 4, None)],
-    "verify": [(None, None, (128, 16)), (None, 1, None), (None, 4, None), ((2, 16, 32, 4, 4), None, None),
+    "verify": [(None, None, (128, 16, 4)), (None, 1, None), (None, 4, None), ((2, 16, 32, 4, 4), None, None),
                ((1, 16, 32, 4, 3), None, None)],
 }
 SWEEP_TILE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype)
@@ -349,9 +351,23 @@ SWEEP_TILE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype)
 ]
 
 
+def split_attention(mla, c, o, tail, batch, max_tok, scale=1.0, table=None, v_from_k=None, lse=None):
+    """The split attention of module ``mla`` on case ``c`` into ``o`` (verify with ``tail``, decode without), by
+    the route its launcher picks, or, with ``table`` (the route's thresholds) or ``v_from_k`` (V read from K's
+    rows or apart) given, by the route chosen for the call with them."""
+    q_indptr = None if tail is None else c["qo_indptr"]
+    args = (c["q"], c["k_pool"], c["v_pool"], o, q_indptr, c["kv_indptr"], c["kv_indices"], batch, max_tok)
+    route = None
+    if table is not None or v_from_k is not None:
+        call = mla.call_of(*args, tail, lse)
+        route = mla.routes.choose(call if v_from_k is None else call._replace(v_from_k=v_from_k), table)
+    mla._run_split_attention(*args, 1 / LK**0.5, scale, scale, tail=tail, lse_out=lse,
+                             **({} if route is None else {"route": route}))
+
+
 def _sweep_case(mla, kind, prefix, n, heads, kvd):
-    """One sweep case on the GPU and a call of the split attention on it with tiles, splits, merge and
-    prefix kernel as arguments (None: the launcher's pick)."""
+    """One sweep case on the GPU and a call of the split attention on it, by the launcher's route or one
+    chosen with another route table (None: the launcher's own)."""
     is_dec = kind == "decode"
     c = decode_case(prefix, n, heads, kvd, 1) if is_dec else verify_case(prefix, n, heads, kvd, "tree", 1)
     max_tok = 1 if is_dec else c["max_len"]
@@ -360,11 +376,8 @@ def _sweep_case(mla, kind, prefix, n, heads, kvd):
     o = torch.empty(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
     tail = None if is_dec else (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
 
-    def call(cfg=None, splits=None, merge=None, prefix_kernel="auto", fuse_tail=None, fused=None, min_chunk=None):
-        mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, None if is_dec else c["qo_indptr"],
-                                 c["kv_indptr"], c["kv_indices"], batch, max_tok, 1 / LK**0.5, scale, scale,
-                                 tail=tail, tiles=cfg, num_splits=splits, v_from_k=True, merge=merge,
-                                 prefix=prefix_kernel, fuse_tail=fuse_tail, fused=fused, min_chunk=min_chunk)
+    def call(table=None):
+        split_attention(mla, c, o, tail, batch, max_tok, scale, table)
 
     return c, o, call, max_tok, batch
 
@@ -376,16 +389,17 @@ def sweep_tiles(mla, roof):
     for kind, prefix, n, heads, kvd in SWEEP_TILE_CASES:
         c, o, call, max_tok, batch = _sweep_case(mla, kind, prefix, n, heads, kvd)
         label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
-        pick = mla.pick_tiles(LK, LV, heads, max_tok)
+        pick = routes.pick_tiles(LK, LV, heads, max_tok)
         ref_out, t_pick = _timed_base(out, label, "pick", c, heads, call, o, roof, tiles=list(pick))
         for tiles, waves, merge in SWEEP_VARIANTS[kind]:
-            cfg = mla.TileConfig(*tiles) if tiles else pick
+            cfg = routes.TileConfig(*tiles) if tiles else pick
             splits = None
             if waves:
                 rows_blocks = -(-heads // cfg.block_h) * -(-max_tok // cfg.block_t)
-                splits = mla.num_splits_for(rows_blocks * batch, sms, waves)
+                splits = routes.num_splits_for(rows_blocks * batch, sms, waves)
             variant = {"tiles": list(cfg), "waves": waves, "splits": splits, "merge": merge}
-            _timed_variant(out, label, variant, c, heads, lambda: call(cfg, splits, merge), ref_out, o, t_pick, roof)
+            table = routes.TABLE._replace(tiles=cfg, splits=splits, merge=merge or routes.TABLE.merge)
+            _timed_variant(out, label, variant, c, heads, lambda: call(table), ref_out, o, t_pick, roof)
         del c
     return out
 
@@ -444,11 +458,13 @@ def sweep_prefix(mla, roof):
         c, o, call, max_tok, batch = _sweep_case(mla, "verify", prefix, n, heads, kvd)
         label = f"verify p{prefix} n{n} h{heads} {kvd}"
         ref_out, t_tri = _timed_base(out, label, "triton prefix kernel", c, heads,
-                                     lambda: call(prefix_kernel="triton"), o, roof)
+                                     lambda: call(routes.force(routes.TRITON)), o, roof)
+        # the 64-row CUDA programs, in one launch where the launcher would take it
+        mma64 = routes.TABLE._replace(mma_min_rows=0)
         for name, variant_slack in SWEEP_PREFIX_VARIANTS:
             mla.cuda_prefix.RESCALE_SLACK = variant_slack
             try:
-                _timed_variant(out, label, name, c, heads, lambda: call(prefix_kernel="mma"), ref_out, o, t_tri, roof)
+                _timed_variant(out, label, name, c, heads, lambda: call(mma64), ref_out, o, t_tri, roof)
             finally:
                 mla.cuda_prefix.RESCALE_SLACK = slack
         del c
@@ -461,11 +477,11 @@ def sweep_merge(mla, roof):
     for kind, prefix, n, heads, kvd in SWEEP_MERGE_CASES:
         c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
         label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
-        default = [mla.MERGE_BLOCK_DV, mla.MERGE_CHUNK_S, mla.MERGE_WARPS]
+        default = list(routes.TABLE.merge)
         ref_out, t_pick = _timed_base(out, label, f"merge {default} (default)", c, heads, call, o, roof)
         for merge in SWEEP_MERGES:
-            _timed_variant(out, label, f"merge {list(merge)}", c, heads, lambda: call(merge=merge), ref_out, o,
-                           t_pick, roof)
+            _timed_variant(out, label, f"merge {list(merge)}", c, heads,
+                           lambda: call(routes.TABLE._replace(merge=merge)), ref_out, o, t_pick, roof)
         del c
     return out
 
@@ -492,8 +508,10 @@ def sweep_fused(mla, roof):
     for prefix, n, heads, kvd in SWEEP_FUSED_CASES:
         c, o, call, _, _ = _sweep_case(mla, "verify", prefix, n, heads, kvd)
         label = f"verify p{prefix} n{n} h{heads} {kvd}"
-        ref_out, t_base = _timed_base(out, label, "three kernels", c, heads, lambda: call(fused=False), o, roof)
-        _timed_variant(out, label, "one cooperative launch", c, heads, lambda: call(fused=True), ref_out, o, t_base,
+        ref_out, t_base = _timed_base(out, label, "three kernels", c, heads,
+                                      lambda: call(routes.TABLE._replace(one_launch_max_programs=0)), o, roof)
+        _timed_variant(out, label, "one cooperative launch", c, heads,
+                       lambda: call(routes.TABLE._replace(one_launch_max_programs=routes.NEVER)), ref_out, o, t_base,
                        roof)
         del c
     for kind, prefix, n, heads, kvd in SWEEP_CHUNK_CASES:
@@ -501,8 +519,8 @@ def sweep_fused(mla, roof):
         label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
         ref_out, t_base = _timed_base(out, label, "min chunk: the launcher's", c, heads, call, o, roof)
         for chunk in SWEEP_CHUNKS:
-            _timed_variant(out, label, f"min chunk {chunk}", c, heads, lambda: call(min_chunk=chunk), ref_out, o,
-                           t_base, roof)
+            table = routes.TABLE._replace(min_chunk=chunk, min_chunk_one=chunk)
+            _timed_variant(out, label, f"min chunk {chunk}", c, heads, lambda: call(table), ref_out, o, t_base, roof)
         del c
     return out
 
@@ -549,11 +567,10 @@ def fused_numerics(mla):
         outs = {}
         for fused in (True, False):
             o = torch.zeros(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
+            table = routes.TABLE._replace(one_launch_max_programs=routes.NEVER if fused else 0)
 
             def run():
-                mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, c["qo_indptr"], c["kv_indptr"],
-                                         c["kv_indices"], 4, c["max_len"], 1 / LK**0.5, scale, scale, tail=tail,
-                                         fused=fused)
+                split_attention(mla, c, o, tail, 4, c["max_len"], scale, table)
             (eager,), replay_diff = _eager_and_replay(run, [o], replays=2)  # twice: the barrier words are reused
             outs[fused] = (eager, replay_diff)
         ref_o = ref.reference_verify(c, k_scale=scale, v_scale=scale)
@@ -581,19 +598,21 @@ SWEEP_ROWS16_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): few 
 def sweep_rows16(mla, roof):
     """The CUDA kernel where a request has few query rows (16-row programs in one launch; 64-row ones for
     decode with 128 heads) against the Triton prefix kernel and merge, on SWEEP_ROWS16_CASES; for the
-    16-row cases also the fewest tokens a split walks (MIN_CHUNK against the launcher's choice)."""
+    16-row cases also the fewest tokens a split walks (the route's min_chunk against its own choice)."""
     out = []
     for kind, prefix, n, heads, kvd in SWEEP_ROWS16_CASES:
         c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
         label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
         ref_out, t_base = _timed_base(out, label, "triton prefix kernel and merge", c, heads,
-                                      lambda: call(prefix_kernel="triton"), o, roof)
+                                      lambda: call(routes.force(routes.TRITON)), o, roof)
         _timed_variant(out, label, "cuda kernel (the launcher's pick)", c, heads, call, ref_out, o, t_base, roof)
-        if heads * (1 if kind == "decode" else n) < mla.MMA_MIN_ROWS:
-            _timed_variant(out, label, f"cuda 16 rows, min chunk {mla.MIN_CHUNK}", c, heads,
-                           lambda: call(prefix_kernel="mma16", min_chunk=mla.MIN_CHUNK), ref_out, o, t_base, roof)
+        if heads * (1 if kind == "decode" else n) < routes.TABLE.mma_min_rows:
+            rows16 = routes.force(routes.CUDA16_ONE_LAUNCH)
+            chunk = routes.TABLE.min_chunk
+            _timed_variant(out, label, f"cuda 16 rows, min chunk {chunk}", c, heads,
+                           lambda: call(rows16._replace(min_chunk_one=chunk)), ref_out, o, t_base, roof)
             _timed_variant(out, label, "cuda 16 rows, the launcher's min chunk", c, heads,
-                           lambda: call(prefix_kernel="mma16"), ref_out, o, t_base, roof)
+                           lambda: call(rows16), ref_out, o, t_base, roof)
         del c
     return out
 
@@ -614,13 +633,12 @@ def rows16_numerics(mla):
         if idx64:
             d["kv_indices"] = d["kv_indices"].to(torch.int64)
         res = {}
-        for prefix in ("auto", "triton"):
+        for prefix, table in (("auto", None), ("triton", routes.force(routes.TRITON))):
             o = torch.zeros(4, heads, LV, dtype=torch.bfloat16, device="cuda")
             lse = torch.zeros(4, heads, 8, dtype=torch.float32, device="cuda")
 
             def run():
-                mla._run_split_attention(d["q"], d["k_pool"], d["v_pool"], o, None, d["kv_indptr"], d["kv_indices"], 4,
-                                         1, 1 / LK**0.5, scale, scale, lse_out=lse[:, :, 0], prefix=prefix)
+                split_attention(mla, d, o, None, 4, 1, scale, table, lse=lse[:, :, 0])
             (eager, eager_lse), replay_diff = _eager_and_replay(run, [o, lse[:, :, 0]])
             res[prefix] = (eager, eager_lse, replay_diff)
         ref_o = ref.reference_decode(d, k_scale=scale, v_scale=scale)
@@ -642,11 +660,9 @@ def rows16_numerics(mla):
         c["custom_mask"][m0 + kv0: m0 + kv0 + drafts[0]] = False  # request 0's first token: the prefix only
         tail = (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
         res = {}
-        for prefix in ("auto", "triton"):
+        for prefix, table in (("auto", None), ("triton", routes.force(routes.TRITON))):
             o = torch.zeros(c["q"].shape[0], 16, LV, dtype=torch.bfloat16, device="cuda")
-            mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, c["qo_indptr"], c["kv_indptr"],
-                                     c["kv_indices"], 2, c["max_len"], 1 / LK**0.5, scale, scale, tail=tail,
-                                     prefix=prefix)
+            split_attention(mla, c, o, tail, 2, c["max_len"], scale, table)
             res[prefix] = o
         ref_o = ref.reference_verify(c, k_scale=scale, v_scale=scale)
         out.append({"check": "verify-cuda16", "kv": kvd, "drafts": drafts,
@@ -661,7 +677,7 @@ TIMELINE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype, one launc
     ("verify", 32768, 8, 16, "bf16", False), ("verify", 185000, 8, 16, "bf16", True),
     ("verify", 32768, 1, 16, "bf16", True), ("decode", 8192, 1, 16, "bf16", True), ("decode", 32768, 1, 16, "bf16", True),
     ("verify", 32768, 8, 16, "fp8", True),
-]  # fewer than MMA_MIN_ROWS rows a request: the 16-row programs, whether or not the launcher would pick them
+]  # fewer rows a request than the route's mma_min_rows: the 16-row programs, whether or not the route picks them
 # Phases between the clock reads of the SM120_TIMELINE build (thread 0 of each program; sm120_mla_mma.py).
 TIMELINE_PHASES = ["queries and KV slots of tiles 0-1", "queries to registers and tile 0", "KV loop after tile 0",
                    "store", "grid barrier", "merge: loads", "merge: sum and store"]
@@ -680,17 +696,19 @@ def timeline(mla, roof):
     major, minor = torch.cuda.get_device_capability()
     tl_kernel = mma._Kernel(mma.compile_cubin(f"sm_{major}{minor}" + ("a" if major >= 9 else ""),
                                               defines=("SM120_TIMELINE",)))
-    ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
-    drv = tl_kernel.driver
-    assert drv.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), tl_kernel.module, b"sm120_timeline") == 0
+    address, nbytes = tl_kernel.module.global_address("sm120_timeline")
+    ptr, size = ctypes.c_uint64(address), ctypes.c_size_t(nbytes)
+    drv = tl_kernel.module.driver
     host = (ctypes.c_uint64 * (size.value // 8))()
     out = []
     mma._KERNELS[dev] = tl_kernel
     try:
         for kind, prefix, n, heads, kvd, fused in TIMELINE_CASES:
             c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
-            rows16 = heads * (1 if kind == "decode" else n) < mla.MMA_MIN_ROWS
-            fn = (lambda: call(prefix_kernel="mma16")) if rows16 else (lambda: call(fused=fused))
+            rows16 = heads * (1 if kind == "decode" else n) < routes.TABLE.mma_min_rows
+            table = (routes.force(routes.CUDA16_ONE_LAUNCH) if rows16
+                     else routes.TABLE._replace(one_launch_max_programs=routes.NEVER if fused else 0))
+            fn = lambda: call(table)  # noqa: E731
             for _ in range(5):
                 fn()
             torch.cuda.synchronize()
@@ -767,9 +785,8 @@ def profile(modules, roof, calls=50):
     return out
 
 
-def numerics():
+def numerics(mla):
     """bf16 and fp8 on the GPU against the float32 reference: GQA and MLA, batches of uneven requests."""
-    mla = ref.load_module()
     out = []
     for kvh, lk, lv, heads, kvd in ((1, 576, 512, 16, "bf16"), (1, 576, 512, 128, "bf16"), (1, 576, 512, 4, "bf16"),
                                    (1, 576, 512, 16, "fp8"), (8, 128, 128, 64, "bf16"),
@@ -787,7 +804,7 @@ def numerics():
                                         c["max_len"], scale, scale)
         diff = (o.float() - ref.reference_verify(c, k_scale=scale, v_scale=scale)).abs().max().item()
         uses_mma = (mla.cuda_prefix.kernel(o.device) is not None and lk == 576
-                    and heads * 16 >= mla.MMA_MIN_ROWS)
+                    and heads * 16 >= routes.TABLE.mma_min_rows)
         out.append({"check": "verify", "kv_heads": kvh, "lk": lk, "lv": lv, "heads": heads, "kv": kvd, "ran": ran,
                     "prefix_kernel": "mma" if uses_mma else "triton", "mma_error": mla.cuda_prefix.error(o.device),
                     "max_abs_diff": round(diff, 5)})
@@ -804,6 +821,14 @@ def numerics():
             out.append({"check": "decode", "lk": lk, "heads": heads, "kv": kvd, "ran": ran, "max_abs_diff": round(diff, 5)})
             print(json.dumps(out[-1]), flush=True)
     return out
+
+
+def load_revision(path: Path):
+    """Another revision of the kernels' sm120_mla.py, loaded from its file (its sibling files beside it)."""
+    spec = importlib.util.spec_from_file_location("sm120_mla_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main():
@@ -833,7 +858,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("bench_mla.py needs a CUDA GPU")
     ext, dec = sglang_kernels()
-    mla = ref.load_module()
+    mla = sm120_mla
     name = torch.cuda.get_device_name()
     cap = torch.cuda.get_device_capability()
     mode = "SM120 mode (mma.sync, 12.0 block choices, sm_120-legal tiles)" if SM120_MODE else "native"
@@ -848,7 +873,7 @@ def main():
     if args.numerics16_only:
         result["numerics"] = rows16_numerics(mla)
     else:
-        result["numerics"] = [] if args.no_numerics else numerics() + fused_numerics(mla) + rows16_numerics(mla)
+        result["numerics"] = [] if args.no_numerics else numerics(mla) + fused_numerics(mla) + rows16_numerics(mla)
     if args.timeline:
         result["timeline"] = timeline(mla, roof)
     if args.sweep_rows16:
@@ -860,7 +885,7 @@ def main():
     if args.profile:
         modules = {"this": mla}
         if args.baseline:
-            modules["baseline"] = ref.load_module(Path(args.baseline) / "sm120_mla.py", "sm120_mla_baseline")
+            modules["baseline"] = load_revision(Path(args.baseline) / "sm120_mla.py")
             if args.baseline_first:  # the order of the two within a case (the first timed tends to gain a little)
                 modules = {"baseline": modules["baseline"], "this": mla}
         result["profile"] = profile(modules, roof)

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Write the diffs of the ``sm120-mla-attention`` patch from its kernel module and the backend hook.
 
-The patch adds ``kernels/sm120_attention/sm120_mla.py`` (and ``sm120_mla_mma.py``, the CUDA
-prefix kernel it imports) to SGLang beside its Triton attention
-kernels (``sglang/kernels/ops/attention/`` from 0.5.16, ``sglang/srt/layers/attention/triton_ops/``
-before) and inserts a call of its ``install()`` into the Triton
-attention backend's constructor, after the backend has bound its launchers. The module file is the
-source: edit it, then run
+The patch adds the kernel's files (``KERNEL_FILES``, from ``kernels/sm120_attention/``, as [[files]] entries of its
+patch.toml) to SGLang beside its
+Triton attention kernels (``sglang/kernels/ops/attention/`` from 0.5.16, ``sglang/srt/layers/attention/triton_ops/``
+before) and inserts a call of ``sm120_mla.install()`` into the Triton attention backend's constructor, after the
+backend has bound its launchers. The diffs hold that hook alone; the files in ``kernels/sm120_attention/`` are
+shipped as they are. After a change of the hook or a new base release, run
 
     python scripts/gen_mla_patch.py            # rewrite the diffs
     python scripts/gen_mla_patch.py --check    # exit 1 if a diff is not what this script would write
@@ -29,9 +29,11 @@ from sm120kit.sglang import releases  # noqa: E402
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-mla-attention"
 KERNEL_DIR = REPO / "kernels" / "sm120_attention"
-MODULE_SOURCE = KERNEL_DIR / "sm120_mla.py"
-# The CUDA prefix kernel sm120_mla.py imports, added beside it.
-MMA_SOURCE = KERNEL_DIR / "sm120_mla_mma.py"
+# The files of the kernel, each shipped whole into the Triton attention package of SGLang by a [[files]] entry of
+# patch.toml (one per file and package; tests/test_mla_kernels.py checks the entries against this list): the
+# launcher and Triton kernels, the route between paths, the CUDA launcher and source, the NVRTC and driver calls.
+# Each name starts with sm120_mla, so none can collide with SGLang's own.
+KERNEL_FILES = ("sm120_mla.py", "sm120_mla_route.py", "sm120_mla_mma.py", "sm120_mla_mma.cu", "sm120_mla_nvrtc.py")
 BACKEND_PATH = "sglang/srt/layers/attention/triton_backend.py"
 # The Triton attention kernels' package: srt/layers/attention/triton_ops up to 0.5.15, kernels/ops/attention on.
 OLD_PACKAGE, NEW_PACKAGE = "sglang.srt.layers.attention.triton_ops", "sglang.kernels.ops.attention"

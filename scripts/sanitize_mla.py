@@ -1,24 +1,33 @@
 #!/usr/bin/env python3
 """Small MLA calls through each CUDA entry point of ``sm120-mla-attention``, for compute-sanitizer.
 
-    PYTHONPATH=<sglang release> compute-sanitizer --tool racecheck --kernel-name kns=sm120_mla \
+    PYTHONPATH=<sglang release>:kernels compute-sanitizer --tool racecheck --kernel-name kns=sm120_mla \
         python scripts/sanitize_mla.py
 
-(also ``--tool memcheck`` and ``--tool synccheck``). Runs the 16-row one launch for decode (bf16 at batch 2,
+(also ``--tool memcheck`` and ``--tool synccheck``; ``kernels`` may be left off where sm120kit is installed,
+which brings the kernels' package ``sm120_attention``). Runs the 16-row one launch for decode (bf16 at batch 2,
 fp8 at batch 1) and verify (1 draft x 16 heads), and the 64-row one launch (8 drafts x 16 heads), each over
 3000 prefix tokens, and prints each output's max abs difference to the float32 reference. Needs a CUDA GPU.
 """
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import mla_reference as ref  # noqa: E402
+from sm120_attention import reference as ref
+from sm120_attention import sm120_mla as mla
+from sm120_attention import sm120_mla_route as routes
 
-mla = ref.load_module()
 LK, LV = 576, 512
+ROWS16 = routes.force(routes.CUDA16_ONE_LAUNCH)  # the 16-row one launch wherever it can take the call
+
+
+def run(q, k_pool, v_pool, o, qo_indptr, kv_indptr, kv_indices, batch, max_tokens, table=None, tail=None, lse=None):
+    args = (q, k_pool, v_pool, o, qo_indptr, kv_indptr, kv_indices, batch, max_tokens)
+    route = routes.choose(mla.call_of(*args, tail, lse), table)
+    mla._run_split_attention(*args, 1 / LK**0.5, 1.0, 1.0, tail=tail, lse_out=lse, route=route)
+    torch.cuda.synchronize()
+    return route
+
+
 for kvd, heads, batch in (("bf16", 16, 2), ("fp8", 16, 1)):
     d = ref.make_decode_case([3000] * batch, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, device="cuda")
     if kvd == "fp8":
@@ -26,15 +35,14 @@ for kvd, heads, batch in (("bf16", 16, 2), ("fp8", 16, 1)):
     d["v_pool"] = d["k_pool"][:, :, :LV]
     o = torch.zeros(batch, heads, LV, dtype=torch.bfloat16, device="cuda")
     lse = torch.zeros(batch, heads, 4, device="cuda")
-    mla._run_split_attention(d["q"], d["k_pool"], d["v_pool"], o, None, d["kv_indptr"], d["kv_indices"], batch, 1,
-                             1 / LK**0.5, 1.0, 1.0, lse_out=lse[:, :, 0], prefix="mma16")
-    torch.cuda.synchronize()
-    print("decode16", kvd, (o.float() - ref.reference_decode(d)).abs().max().item(), flush=True)
+    route = run(d["q"], d["k_pool"], d["v_pool"], o, None, d["kv_indptr"], d["kv_indices"], batch, 1, ROWS16,
+                lse=lse[:, :, 0])
+    print("decode16", kvd, route.path, (o.float() - ref.reference_decode(d)).abs().max().item(), flush=True)
 for drafts, heads in ((8, 16), (1, 16)):
-    c = ref.make_verify_case([3000], [drafts], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree", device="cuda")
+    c = ref.make_verify_case([3000], [drafts], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree",
+                             device="cuda")
     tail = (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
     o = torch.zeros(drafts, heads, LV, dtype=torch.bfloat16, device="cuda")
-    mla._run_split_attention(c["q"], c["k_pool"], c["v_pool"], o, c["qo_indptr"], c["kv_indptr"], c["kv_indices"], 1,
-                             c["max_len"], 1 / LK**0.5, 1.0, 1.0, tail=tail, prefix="mma16" if drafts == 1 else "auto")
-    torch.cuda.synchronize()
-    print("verify", drafts, heads, (o.float() - ref.reference_verify(c)).abs().max().item(), flush=True)
+    route = run(c["q"], c["k_pool"], c["v_pool"], o, c["qo_indptr"], c["kv_indptr"], c["kv_indices"], 1, c["max_len"],
+                ROWS16 if drafts == 1 else None, tail=tail)
+    print("verify", drafts, heads, route.path, (o.float() - ref.reference_verify(c)).abs().max().item(), flush=True)

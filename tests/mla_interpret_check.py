@@ -1,7 +1,8 @@
 """Numeric checks of the SM120 split-KV kernels on the CPU, through Triton's interpreter.
 
 Run by tests/test_mla_kernels.py in a fresh interpreter (``TRITON_INTERPRET=1`` must be set before the
-kernels are defined), with a patched SGLang release first on ``PYTHONPATH``::
+kernels are defined), with a patched SGLang release first on ``PYTHONPATH`` and then ``kernels/`` (for the
+float32 reference, ``sm120_attention.reference``)::
 
     python tests/mla_interpret_check.py OUT.json [--release-only]
 
@@ -26,14 +27,14 @@ from pathlib import Path
 os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import mla_reference as ref  # noqa: E402
+from sm120_attention import reference as ref  # noqa: E402
 
 try:  # the kernels' package from 0.5.16 on, and before
     from sglang.kernels.ops.attention import decode_attention, extend_attention, sm120_mla  # noqa: E402
+    from sglang.kernels.ops.attention import sm120_mla_route  # noqa: E402
 except ModuleNotFoundError:
     from sglang.srt.layers.attention.triton_ops import decode_attention, extend_attention, sm120_mla  # noqa: E402
+    from sglang.srt.layers.attention.triton_ops import sm120_mla_route  # noqa: E402
 
 SHAPES = {  # name: (kv heads, qk head dim, v head dim, query heads)
     "mla": (1, 576, 512, 16),
@@ -97,9 +98,9 @@ def reference_checks(records: list) -> None:
                 ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o), page_size=page)
                 records.append({"check": "verify-reference", "shape": name, "dtype": str(dtype)[6:], "mask": tree,
                                 "page_size": page, "ran": ran, "max_abs_diff": diff(o, ref.reference_verify(c))})
-    # The draft tail as its own pass (_tail_kernel) instead of inside the merge.
-    sm120_mla.FUSE_TAIL = False
-    try:
+    # The draft tail as its own pass (_tail_kernel) instead of inside the merge: a route table that never
+    # scores it in the merge, for the calls of the launcher's own entry point.
+    with sm120_mla_route.using(sm120_mla_route.TABLE._replace(fuse_tail_max_rows=0)):
         for name, (kvh, lk, lv, heads) in SHAPES.items():
             c = ref.make_verify_case([200, 75, 0], [8, 5, 3], heads=heads, kv_heads=kvh, lk=lk, lv=lv,
                                      dtype=torch.float32, tree="tree", seed=lk + kvh, pool_extra=128)
@@ -107,8 +108,6 @@ def reference_checks(records: list) -> None:
             ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o))
             records.append({"check": "verify-separate-tail", "shape": name, "dtype": "float32", "ran": ran,
                             "max_abs_diff": diff(o, ref.reference_verify(c))})
-    finally:
-        sm120_mla.FUSE_TAIL = True
     for dtype in (torch.float32, torch.float16):
         c = ref.make_decode_case([300, 17, 1], heads=16, dtype=dtype, seed=3)
         o = torch.zeros(3, 16, 512, dtype=dtype)

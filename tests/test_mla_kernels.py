@@ -5,7 +5,9 @@ interpreter (``tests/mla_interpret_check.py`` in a fresh interpreter) against a 
 against the release's own ``extend_attention_fwd`` / ``decode_attention_fwd``; the routing is checked
 under faked devices (no GPU is present here: ``sm120kit.hardware.fake_device`` stands in for 12.0, 12.1,
 9.0, 10.0 and an AMD card that reports major 12); every tile the launchers can pick is compiled for
-sm_120 and sm_121 with the real Triton compiler.
+sm_120 and sm_121 with the real Triton compiler, and the CUDA kernels with NVRTC. The kernels are the
+``sm120_attention`` package (``kernels/`` is on pytest's path); the route between them is tested, without
+compiles, in tests/test_mla_route.py, their source files in tests/test_mla_source.py.
 """
 
 from __future__ import annotations
@@ -56,7 +58,15 @@ def _load(path: Path, name: str):
 
 @pytest.fixture(scope="module")
 def mla():
-    return _load(KERNEL_DIR / "sm120_mla.py", "sm120_mla_source")
+    from sm120_attention import sm120_mla
+
+    return sm120_mla
+
+
+@pytest.fixture(scope="module")
+def generator():
+    """scripts/gen_mla_patch.py, the writer of the patch's diffs (a script, loaded from its file)."""
+    return _load(REPO_ROOT / "scripts" / "gen_mla_patch.py", "gen_mla_patch")
 
 
 def _patched(tmp_path_factory, version: str) -> Path:
@@ -73,13 +83,12 @@ def patched_0523(tmp_path_factory):
     return _patched(tmp_path_factory, "0.5.23")
 
 
-def test_diffs_are_the_generator_output():
-    gen = _load(REPO_ROOT / "scripts" / "gen_mla_patch.py", "gen_mla_patch")
-    assert gen.main(["--check"]) == 0
+def test_diffs_are_the_generator_output(generator):
+    assert generator.main(["--check"]) == 0
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, version):
+def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, generator, version):
     import shutil
 
     root = tmp_path / version
@@ -88,9 +97,9 @@ def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, version):
     result = apply_series(find_target(root / "sglang"), load_series(SERIES_DIR))
     plan = {p.patch_id: p for p in result.plan.patches}
     assert plan["sm120-mla-attention"].status == "applies"
-    assert (root / module_of(version)).read_bytes() == (KERNEL_DIR / "sm120_mla.py").read_bytes()
-    mma_path = root / module_of(version).replace("sm120_mla.py", "sm120_mla_mma.py")
-    assert mma_path.read_bytes() == (KERNEL_DIR / "sm120_mla_mma.py").read_bytes()
+    shipped = [root / module_of(version).replace("sm120_mla.py", name) for name in generator.KERNEL_FILES]
+    for name, path in zip(generator.KERNEL_FILES, shipped):
+        assert path.read_bytes() == (KERNEL_DIR / name).read_bytes(), name
     backend = (root / BACKEND).read_text()
     assert backend.count("sm120_mla.install(self, model_runner.device)") == 1
     # The hook sits in TritonAttnBackend.__init__, after the launchers are bound and before the
@@ -100,8 +109,7 @@ def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, version):
     assert backend.index("self.extend_attention_fwd = ", init) < hook < backend.index("# Parse args", init)
     revert_series(find_target(root / "sglang"))
     assert (root / BACKEND).read_bytes() == before
-    assert not (root / module_of(version)).exists()
-    assert not mma_path.exists()
+    assert not any(path.exists() for path in shipped)
 
 
 @pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])  # the oldest argument order and the newest
@@ -111,7 +119,8 @@ def test_kernels_match_the_reference_and_the_release(tmp_path_factory, tmp_path,
     release's kernels and the declines run on both."""
     patched = _patched(tmp_path_factory, version)
     out = tmp_path / "numerics.json"
-    env = dict(os.environ, PYTHONPATH=str(patched), TRITON_INTERPRET="1")
+    # the patched release's modules, and the float32 reference from the kernels' package
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(patched), str(REPO_ROOT / "kernels")]), TRITON_INTERPRET="1")
     reference = version == "0.5.23"
     cmd = [sys.executable, str(REPO_ROOT / "tests" / "mla_interpret_check.py"), str(out)]
     proc = subprocess.run(cmd + ([] if reference else ["--release-only"]),
@@ -235,7 +244,7 @@ def test_every_reachable_tile_compiles_within_the_limit(mla, arch):
                 _launch(mla, torch, lk, lv, group, tokens, kv_dtype, decode, tiles)
                 compiled += [(lk, lv, tiles, str(kv_dtype), decode, r.name, r.shared) for r in recorder.take()]
     names = {c[5] for c in compiled}
-    # The tail's own pass is reached only by requests of more than FUSE_TAIL_MAX_ROWS query rows.
+    # The tail's own pass is reached only by requests of more query rows than the route's fuse_tail_max_rows.
     required = {"_prefix_kernel", "_prefix_pair_kernel", "_merge_kernel", "_merge_tail_kernel"}
     assert required <= names <= required | {"_tail_kernel"}, names
     over = [c for c in compiled if c[-1] > LIMIT]
@@ -252,15 +261,15 @@ def _launch(mla, torch, lk, lv, group, tokens, kv_dtype, decode, tiles):
     o = torch.empty(total, heads, lv, device=meta, dtype=torch.bfloat16)
     indptr = torch.empty(batch + 1, device=meta, dtype=torch.int32)
     indices = torch.empty(4096, device=meta, dtype=torch.int64)
-    if decode:
-        mla._run_split_attention(q, k_buf, v_buf, o, None, indptr, indices, batch, 1, 0.1, 1.0, 1.0, tiles=tiles)
-        return
-    k_ext = torch.empty(total, kvh, lk, device=meta, dtype=torch.bfloat16)
-    v_ext = k_ext[:, :, :lv] if lk > lv else torch.empty(total, kvh, lv, device=meta, dtype=torch.bfloat16)
-    tail = (k_ext, v_ext, torch.empty(100000, device=meta, dtype=torch.int8),
-            torch.empty(batch + 1, device=meta, dtype=torch.int64))
-    mla._run_split_attention(q, k_buf, v_buf, o, indptr, indptr, indices, batch, tokens, 0.1, 1.0, 1.0, tail=tail,
-                             tiles=tiles)
+    with mla.routes.using(mla.routes.TABLE._replace(tiles=tiles)):
+        if decode:
+            mla._run_split_attention(q, k_buf, v_buf, o, None, indptr, indices, batch, 1, 0.1, 1.0, 1.0)
+            return
+        k_ext = torch.empty(total, kvh, lk, device=meta, dtype=torch.bfloat16)
+        v_ext = k_ext[:, :, :lv] if lk > lv else torch.empty(total, kvh, lv, device=meta, dtype=torch.bfloat16)
+        tail = (k_ext, v_ext, torch.empty(100000, device=meta, dtype=torch.int8),
+                torch.empty(batch + 1, device=meta, dtype=torch.int64))
+        mla._run_split_attention(q, k_buf, v_buf, o, indptr, indptr, indices, batch, tokens, 0.1, 1.0, 1.0, tail=tail)
 
 
 def test_verify_checks_reach_the_patched_launchers_for_faked_sm120(patched_0523):
@@ -284,8 +293,10 @@ def test_verify_checks_reach_the_patched_launchers_for_faked_sm120(patched_0523)
 
 
 @pytest.fixture(scope="module")
-def mma(mla):
-    return mla.cuda_prefix
+def mma():
+    from sm120_attention import sm120_mla_mma
+
+    return sm120_mla_mma
 
 
 @pytest.mark.parametrize("arch", ["sm_120a", "sm_121a"])
@@ -324,10 +335,19 @@ def test_timeline_build_compiles_with_the_same_entry_points(mma):
     assert b"sm120_timeline" not in mma.compile_cubin("sm_120a")
 
 
-def test_mma_source_refuses_another_shared_memory_layout(mma):
-    bad = mma.SOURCE.replace("#define SROW 1168", "#define SROW 1184")
-    with pytest.raises(mma.CompileError, match="shared memory layout"):
-        mma.compile_cubin("sm_120a", bad)
+@pytest.mark.parametrize("change, message", [
+    ({"SROW": 1184}, "shared memory layout: the tiles differ"),  # a row padded by 32: TILE_BYTES no longer agrees
+    ({"SROW": 1160}, "a KV row does not fit its row, or breaks the bank spread"),
+    ({"SMEM_BYTES_FP8": 92416 + 16}, "shared memory layout differs from the launcher's"),
+    ({"SMEM_LIMIT": 65536}, "over SM120's 101376 bytes a block"),
+    ({"BLOCK_N": 64}, "written for MLA 576/512"),
+])
+def test_mma_source_refuses_figures_that_differ_from_its_layout(mma, change, message):
+    """The source checks the figures it is handed (-D flags from FIGURES) against its own layout and the limit:
+    any one changed alone, it does not compile."""
+    assert set(change) <= set(mma.FIGURES)
+    with pytest.raises(mma.CompileError, match=message):
+        mma.compile_cubin("sm_120a", figures={**mma.FIGURES, **change})
 
 
 def test_mma_prefix_kernel_takes_only_bf16_mla(mma):
@@ -393,105 +413,3 @@ def test_mma_path_is_off_by_env(mma, monkeypatch):
     assert not mma._env_enabled()
     monkeypatch.setenv("SGLANG_SM120_MLA_MMA", "1")
     assert mma._env_enabled()
-
-
-class _TritonRan(Exception):
-    """Raised by the stand-in for the Triton prefix kernels: the launcher chose the Triton path."""
-
-
-def test_launcher_picks_the_cuda_programs_by_rows_kv_dtype_and_batch(mla, monkeypatch):
-    """Which path `_run_split_attention` takes for MLA decode and verify, and what it hands the one launch.
-    This machine has no GPU, so the CUDA kernel cannot run: `serves`, `kernel`, `fused_capacity` and
-    `fused_pass` of the CUDA module are stand-ins that report a 132-SM GPU and record the call, and the
-    Triton prefix kernels are stand-ins that raise when launched. Everything else (the choice of path, the
-    split count, the decode's query pointers and log-sum-exp view) is the launcher's own code."""
-    import torch
-
-    mma = mla.cuda_prefix
-    calls = []
-
-    def fused_pass(q, kv, q_indptr, kv_indptr, kv_indices, tail, o_part, l_part, o, qk_scale, v_scale, tail_scale,
-                   batch, max_tokens, num_splits, min_split, rows, lse):
-        calls.append(dict(q_indptr=q_indptr.tolist(), tail=tail is not None, slots=o_part.shape[2],
-                          part_dtype=o_part.dtype, batch=batch, splits=num_splits, min_split=min_split, rows=rows,
-                          lse=lse))
-        return True
-
-    class TritonStandIn:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                raise _TritonRan(grid)
-            return launch
-
-    monkeypatch.setattr(mma, "serves", lambda *a: True)
-    monkeypatch.setattr(mma, "kernel", lambda device: object())
-    monkeypatch.setattr(mma, "fused_capacity", lambda q, kv, idx, rows=mma.ROWS: 132)
-    monkeypatch.setattr(mma, "fused_pass", fused_pass)
-    monkeypatch.setattr(mla, "_prefix_kernel", TritonStandIn())
-    monkeypatch.setattr(mla, "_prefix_pair_kernel", TritonStandIn())
-
-    def decode(heads, batch, kv_dtype, lse=False):
-        calls.clear()
-        pool = torch.zeros(4096, 1, 576, dtype=kv_dtype)
-        q = torch.zeros(batch, heads, 576, dtype=torch.bfloat16)
-        o = torch.zeros(batch, heads, 512, dtype=torch.bfloat16)
-        lse_buf = torch.zeros(batch, heads, 8) if lse else None
-        mla._run_split_attention(q, pool, pool[:, :, :512], o, None, torch.arange(batch + 1, dtype=torch.int32) * 100,
-                                 torch.arange(batch * 100, dtype=torch.int32), batch, 1, 0.04, 1.0, 1.0,
-                                 lse_out=lse_buf[:, :, 0] if lse else None)
-        return calls[-1]
-
-    def verify(drafts, heads, kv_dtype=torch.bfloat16):
-        calls.clear()
-        pool = torch.zeros(4096, 1, 576, dtype=kv_dtype)
-        q = torch.zeros(drafts, heads, 576, dtype=torch.bfloat16)
-        k_ext = torch.zeros(drafts, 1, 576, dtype=torch.bfloat16)
-        tail = (k_ext, k_ext[:, :, :512], torch.ones(drafts * (300 + drafts), dtype=torch.int8),
-                torch.zeros(2, dtype=torch.int64))
-        mla._run_split_attention(q, pool, pool[:, :, :512], torch.zeros(drafts, heads, 512, dtype=torch.bfloat16),
-                                 torch.tensor([0, drafts], dtype=torch.int32), torch.tensor([0, 300], dtype=torch.int32),
-                                 torch.arange(300, dtype=torch.int32), 1, drafts, 0.04, 1.0, 1.0, tail=tail)
-        return calls[-1]
-
-    fp8 = torch.float8_e4m3fn
-    # Decode: fp8 at batch 1 and bf16 at batches 2-4 take the 16-row programs in one launch, no draft tail,
-    # one query token a request, the log-sum-exp passed through; bf16 at batch 1 keeps the Triton kernels.
-    one = decode(16, 1, fp8, lse=True)
-    assert (one["rows"], one["tail"], one["q_indptr"], one["splits"], one["slots"]) == (16, False, [0, 1], 132, 132)
-    assert one["min_split"] == mla.MIN_CHUNK_ONE and one["lse"].shape == (1, 16) and one["part_dtype"] == torch.bfloat16
-    four = decode(16, 4, torch.bfloat16)
-    assert (four["rows"], four["q_indptr"], four["splits"], four["min_split"]) == (16, [0, 1, 2, 3, 4], 33, mla.MIN_CHUNK)
-    with pytest.raises(_TritonRan):
-        decode(16, 1, torch.bfloat16)
-    with pytest.raises(_TritonRan):
-        decode(16, 8, torch.bfloat16)  # eight programs a split: more than FUSED16_MAX_PROGRAMS
-    # 128 heads: two 64-row programs a split in one launch.
-    wide = decode(128, 1, torch.bfloat16)
-    assert (wide["rows"], wide["splits"]) == (64, 66)
-    # Verify: 2 drafts x 16 heads (two 16-row programs) and 1 draft with bf16 or fp8 KV take the 16-row
-    # programs with the draft tail in its own slot (one program a split: the shorter splits); 8 x 16 heads the
-    # 64-row one launch.
-    two = verify(2, 16)
-    assert (two["rows"], two["tail"], two["splits"], two["slots"]) == (16, True, 65, 66)
-    assert verify(1, 16, fp8)["rows"] == 16
-    one_draft = verify(1, 16)
-    assert (one_draft["rows"], one_draft["tail"], one_draft["splits"]) == (16, True, 131)
-    assert one_draft["min_split"] == mla.MIN_CHUNK_ONE
-    monkeypatch.setattr(mla, "FUSED16_MIN_PROGRAMS_BF16_VERIFY", 2)
-    with pytest.raises(_TritonRan):
-        verify(1, 16)
-    monkeypatch.setattr(mla, "FUSED16_MIN_PROGRAMS_BF16_VERIFY", 1)
-    eight = verify(8, 16)
-    assert (eight["rows"], eight["tail"], eight["splits"]) == (64, True, 65)
-    # 128 heads at batch 8: sixteen programs a split, so the 64-row prefix kernel (its query pointers made by the
-    # launcher, one token a request), then the Triton merge.
-    prefix_calls = []
-    monkeypatch.setattr(mma, "prefix_pass", lambda q, kv, q_indptr, *rest: prefix_calls.append(q_indptr.tolist()))
-    monkeypatch.setattr(mla, "_merge_kernel", TritonStandIn())
-    calls.clear()
-    with pytest.raises(_TritonRan):
-        decode(128, 8, torch.bfloat16)
-    assert prefix_calls == [list(range(9))]
-    monkeypatch.setattr(mla, "FUSED16", False)
-    with pytest.raises(_TritonRan):
-        decode(16, 4, torch.bfloat16)

@@ -1,7 +1,9 @@
 # Copyright 2026 the sm120kit authors. Licensed under the Apache License, Version 2.0.
 """Split-KV attention for SM120 (compute capability 12.x): tree verify and MLA decode.
 
-Added to SGLang by sm120kit's ``sm120-mla-attention`` patch, beside ``extend_attention.py``.
+Added to SGLang by sm120kit's ``sm120-mla-attention`` patch, beside ``extend_attention.py``, with its
+siblings ``sm120_mla_route.py`` (which kernels run a call), ``sm120_mla_mma.py`` and ``sm120_mla_mma.cu``
+(the CUDA kernels) and ``sm120_mla_nvrtc.py`` (their compile and launch).
 
 On SM120 every MLA model runs attention through the Triton backend. Its extend kernel, which serves
 speculative target-verify with a tree mask, walks the whole prefix once per (request, head, block of
@@ -15,15 +17,17 @@ context. The kernels here split the prefix across many programs instead:
   as [tokens, dims] tiles that both dots take from shared memory, so Triton copies them ahead of use.
 * ``_prefix_pair_kernel``: the same pass for MLA verify, its 32 rows as two 16-row groups over one KV
   tile (see its docstring for why).
-* ``sm120_mla_mma.py`` (beside this module, imported as ``cuda_prefix``): the MLA prefix pass as a CUDA
-  mma.sync kernel with the queries in registers, bf16 or fp8 KV: 64-row programs for verify and decode
-  with 64 query rows a request or more, 16-row programs (one launch, prefix splits and merge) for decode
-  and verify with fewer rows where FUSED16 says; the Triton kernels above run where it declines or
-  cannot be compiled.
+* ``sm120_mla_mma.py`` (imported as ``cuda_prefix``): the MLA prefix pass as CUDA mma.sync kernels with
+  the queries in registers, bf16 or fp8 KV: 64-row programs for verify and decode with 64 query rows a
+  request or more, 16-row programs (one launch: prefix splits, draft tail and merge) for decode and
+  verify with fewer rows; the Triton kernels here run where they decline or cannot be compiled.
 * ``_tail_kernel``: the draft tokens against each other, with SGLang's ``custom_mask`` layout.
 * ``_merge_kernel``: the log-sum-exp merge of the partial results, written in the output dtype.
-* ``_merge_tail_kernel``: the merge with the draft tail scored in place, for requests of up to
-  FUSE_TAIL_MAX_ROWS query rows (one pass fewer).
+* ``_merge_tail_kernel``: the merge with the draft tail scored in place, for requests with few query
+  rows (one pass fewer).
+
+Which of them run a call is :func:`sm120_mla_route.choose`'s answer (its thresholds are that module's
+``TABLE``); :func:`_run_split_attention` launches what it says.
 
 Entry points take the arguments of the release's ``extend_attention_fwd`` / ``decode_attention_fwd``
 and return True when they ran, False (having written nothing) for a case they do not serve, so the
@@ -37,75 +41,39 @@ memory (``sm120kit audit`` checks it).
 import importlib.util
 import inspect
 import os
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import triton
 import triton.language as tl
 
+
+def _sibling(name: str):
+    """The module ``name`` from its file beside this one (for a copy of the kernels loaded from its files)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                     name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 try:
     from . import sm120_mla_mma as cuda_prefix
-except ImportError:  # imported from its file (sm120kit's tests and benchmark): the sibling file
-    _spec = importlib.util.spec_from_file_location(
-        "sm120_mla_mma", os.path.join(os.path.dirname(os.path.abspath(__file__)), "sm120_mla_mma.py"))
-    cuda_prefix = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(cuda_prefix)
+    from . import sm120_mla_route as routes
+except ImportError:  # imported from its file, not as part of a package (another revision): the sibling files
+    cuda_prefix = _sibling("sm120_mla_mma")
+    routes = _sibling("sm120_mla_route")
+
+TileConfig = routes.TileConfig
+head_dim_split = routes.head_dim_split
+pick_tiles = routes.pick_tiles
+num_splits_for = routes.num_splits_for
+_pow2_at_least = routes.pow2_at_least
 
 SMEM_LIMIT_SM120 = 101376
 MAX_TAIL = 64  # longest draft tail (tokens per request) the tree-verify path serves
-MAX_SPLITS = 256
-MIN_CHUNK = 256  # fewest prefix tokens one split walks
-# ... where a split has one program (one request, one row block): decode or verify with one draft token of
-# one KV head at batch 1. Measured on the H200 in SM120 mode (docs/benchmarks.md, chunk sweep): 1.78-1.86x
-# at 8k, 1.10x at 32k, even at 131k; at batch 4, 64 lost (0.89x at 32k), so the others keep MIN_CHUNK.
-MIN_CHUNK_ONE = 64
-MERGE_BLOCK_DV = 64  # value dims per merge program
-# Partial results the merge reads per step: a 128 x 64 fp32 tile, 64 registers a thread at 4 warps, so up to
-# 128 splits take one round of loads. Measured on the H200 in SM120 mode (docs/benchmarks.md, merge sweep):
-# 1.02-1.08x over 64 slots a step on every case swept; wider or more warps lost on the short ones.
-MERGE_CHUNK_S = 128
-MERGE_WARPS = 4
-# Verify: up to this many query rows (draft tokens x heads) per request, the draft tail is scored inside the
-# merge; more rows take the tail's own pass (_tail_kernel), which shares each tail key across a block of
-# rows. Measured on the H200 in SM120 mode (docs/benchmarks.md, 32k prefix): 16 and 128 rows gain from the
-# merge (1 draft x 16 heads: 0.033 -> 0.030 ms), 256 and more lose (32 drafts x 16 heads: 0.166 -> 0.187 ms).
-FUSE_TAIL_MAX_ROWS = 128
-FUSE_TAIL = True  # False: the tail always takes its own pass
 TAIL_BLOCK_DK = 64  # query/key dims the merge's draft-tail scores take per step ([64 tokens, 64] fp32 at most)
-MMA_MIN_ROWS = 64  # query rows per request from which MLA verify takes the CUDA prefix kernel
-MMA_WAVES = 1  # waves of the CUDA prefix kernel's programs (one resident per SM)
-# MLA verify through the CUDA kernel: the prefix splits, the draft tail and the merge in one cooperative
-# launch (sm120_mla_mma.fused_pass, bf16 partial results) when a split has at most FUSED_MAX_PROGRAMS
-# programs (row blocks x requests) and the grid fits on the GPU at once; otherwise, or with FUSED False,
-# the prefix kernel and a merge. Measured on the H200 in SM120 mode (docs/benchmarks.md, fused sweep, run
-# K), against the prefix kernel and merge: two programs a split (8 drafts x 16 heads) 1.088x at 32k,
-# 1.015x at 185k; one (8 x 8 heads) 1.023x / 1.000x; four (16 x 16, 8 x 32) 1.057-1.062x / 0.997x; eight
-# (32 x 16) 0.990x / 0.961x, where the tail's program takes the place of one of 16 splits.
-FUSED = True
-FUSED_MAX_PROGRAMS = 4
-# MLA decode, and verify with fewer than MMA_MIN_ROWS query rows a request, through the CUDA kernel's
-# 16-row programs (sm120_mla_mma.FUSED16_NAMES: the four warp pairs on different tokens of each tile), in
-# one cooperative launch, when a split has at most FUSED16_MAX_PROGRAMS programs (row blocks x requests)
-# and, for bf16 KV, at least FUSED16_MIN_PROGRAMS_BF16 (decode) or FUSED16_MIN_PROGRAMS_BF16_VERIFY
-# (verify); otherwise, or with FUSED16 False, the Triton prefix kernel and a merge. Measured on the H200 in
-# SM120 mode (docs/benchmarks.md, 16-row sweeps), against the Triton kernels on the same inputs: fp8 KV
-# 1.2x (verify, 1 draft, 32k) to 1.8x (decode, 185k); bf16 with two to four programs a split 1.04x
-# (decode at batch 4, 185k) to 1.42x (32 rows: 8 drafts x 4 heads); bf16 with one program a split (16
-# heads, batch 1): verify 1.06-1.12x at 32k-185k (0.9x at 8k, where a call takes 15 us), decode 0.78x at
-# 8k and 1.0-1.05x above, so decode keeps Triton's.
-FUSED16 = True
-FUSED16_MAX_PROGRAMS = 4
-FUSED16_MIN_PROGRAMS_BF16 = 2
-FUSED16_MIN_PROGRAMS_BF16_VERIFY = 1
-
-
-class TileConfig(NamedTuple):
-    block_t: int  # query tokens per program
-    block_h: int  # heads per program (all of one KV head's group, or a power-of-two slice of it)
-    block_n: int  # KV tokens per step
-    num_warps: int
-    num_stages: int
-
+LOG2E = 1.4426950408889634
 
 _CAPABILITY: Dict[int, Tuple[int, int]] = {}
 _SM_COUNT: Dict[int, int] = {}
@@ -206,37 +174,6 @@ def _sm_count(t: torch.Tensor) -> int:
     if count is None:
         count = _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
     return count
-
-
-def head_dim_split(lk: int) -> Optional[Tuple[int, int]]:
-    """(BLOCK_D, BLOCK_DPE) for a query/key head dim: a power of two plus an optional rope part."""
-    if lk & (lk - 1) == 0 and 16 <= lk <= 512:
-        return lk, 0
-    for main in (512, 256, 128, 64):
-        rest = lk - main
-        if 0 < rest < main and rest & (rest - 1) == 0 and rest >= 16:
-            return main, rest
-    return None
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def pick_tiles(lk: int, lv: int, group: int, tokens: int) -> TileConfig:
-    """Tiles for the split-KV kernels, chosen for SM120's 101376-byte shared memory.
-
-    A program holds 16 rows (one query token per request: decode) or 32 rows (draft tokens x heads of
-    one KV head), the fewest mma.sync takes and the most whose fp32 accumulator of 512 value dims
-    stays in registers. ``block_h`` heads of the group share each KV tile (at most 16 for MLA's wide
-    values); the KV tile is 32 tokens for head dims over 128, else 64. Three stages, four warps: the
-    fastest set measured on the H200 in SM120 mode (docs/benchmarks.md), and every set this function
-    returns compiles for sm_120 within the limit (tests/test_mla_kernels.py, sm120kit audit).
-    """
-    rows = 16 if tokens == 1 else 32
-    block_h = min(_pow2_at_least(group), 16 if lv > 256 else rows)
-    block_t = max(1, rows // block_h)
-    return TileConfig(block_t, block_h, 32 if lk > 128 else 64, 4, 3)
 
 
 @triton.jit
@@ -806,18 +743,6 @@ def _merge_tail_kernel(
     tl.store(O + t * stride_out_t + h * stride_out_h + offs_dv, out.to(O.dtype.element_ty), mask=dv_ok)
 
 
-def num_splits_for(programs_per_split: int, sm_count: int, waves: int = 2) -> int:
-    """KV splits per request: as many programs as fill ``waves`` waves of the GPU's SMs, and no more.
-
-    Rounded down, so the programs end in whole waves: one program over (17 splits x 16 row blocks = 272
-    programs on 264 slots of the H200) costs a second round, 1.6x at 32 drafts (docs/benchmarks.md).
-    The count is an upper bound; each request then walks at least MIN_CHUNK prefix tokens per split,
-    so a short request uses fewer splits (decided on the device from its own length).
-    """
-    splits = (sm_count * waves) // max(1, programs_per_split)
-    return max(1, min(MAX_SPLITS, splits))
-
-
 def _shared_args(q, k, v, o_part, l_part, n_kv, group, n_head_blocks, splits) -> tuple:
     """The strides and counts the prefix and tail kernels take in the same order."""
     return (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o_part.stride(0),
@@ -834,118 +759,79 @@ def _v_shares_k(k_buffer: torch.Tensor, v_buffer: torch.Tensor, block_d: int, lv
     )
 
 
-def _fused_pass(q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens, qk_scale, v_scale,
-                tail_scale, num_splits, min_chunk, rows=None, lse_out=None) -> bool:
-    """MLA verify (``tail`` given) or decode (``tail`` None) in one launch of the CUDA kernel, ``rows`` query
-    rows a program: as many prefix splits as leave one program a row block for the draft tail and fit the
-    GPU at once. False, having written nothing, where it does not apply."""
-    rows = rows or cuda_prefix.ROWS
-    if not cuda_prefix.output_fits(o, lse_out):
-        return False
-    if tail is not None and not cuda_prefix.fused_fits(q, o, *tail):
-        return False
-    has_tail = 1 if tail is not None else 0
-    capacity = cuda_prefix.fused_capacity(q, k_buffer, kv_indices, rows)
-    per_split = cuda_prefix.row_blocks(max_tokens, q.shape[1], rows) * batch
-    splits = num_splits or min(MAX_SPLITS, cuda_prefix.FUSED_MAX_SLOTS - has_tail, capacity // per_split - has_tail)
-    if splits < 1 or per_split * (splits + has_tail) > capacity:
-        return False
-    shape = (q.shape[0], q.shape[1], splits + has_tail)
-    o_part = torch.empty(shape + (o.shape[-1],), dtype=torch.bfloat16, device=q.device)
-    l_part = torch.empty(shape, dtype=torch.float32, device=q.device)
-    return cuda_prefix.fused_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, tail, o_part, l_part, o, qk_scale,
-                                  v_scale, tail_scale, batch, max_tokens, splits, min_chunk, rows, lse_out)
-
-
-def _run_split_attention(
-    q,
-    k_buffer,
-    v_buffer,
-    o,
-    q_indptr,
-    kv_indptr,
-    kv_indices,
-    batch,
-    max_tokens,
-    sm_scale,
-    k_scale,
-    v_scale,
-    tail=None,
-    lse_out=None,
-    tiles: Optional[TileConfig] = None,
-    num_splits: Optional[int] = None,
-    v_from_k: Optional[bool] = None,
-    merge: Optional[Tuple[int, int]] = None,
-    prefix: str = "auto",
-    fuse_tail: Optional[bool] = None,
-    fused: Optional[bool] = None,
-    min_chunk: Optional[int] = None,
-):
+def call_of(q, k_buffer, v_buffer, o, q_indptr, kv_indptr, kv_indices, batch, max_tokens, tail=None,
+            lse_out=None) -> "routes.Call":
+    """What the route needs to know of a call of :func:`_run_split_attention` (same arguments): its shape and
+    dtypes, the GPU's SM count, and what the CUDA kernels offer it (compiled at first use where they take it)."""
     lk, lv = q.shape[-1], v_buffer.shape[-1]
-    heads = q.shape[1]
     n_kv = k_buffer.shape[-2]
-    group = heads // n_kv
-    block_d, block_dpe = head_dim_split(lk)
-    block_dv = _pow2_at_least(lv)
-    cfg = tiles or pick_tiles(lk, lv, group, max_tokens)
-    n_head_blocks = -(-group // cfg.block_h)
-    n_tok_blocks = -(-max_tokens // cfg.block_t)
-    rows_blocks = n_head_blocks * n_tok_blocks
-    dims = dict(Lk=lk, Lv=lv, BLOCK_D=block_d, BLOCK_DPE=block_dpe, BLOCK_DV=block_dv)
-    is_decode = q_indptr is None
-    v_shared = _v_shares_k(k_buffer, v_buffer, block_d, lv) if v_from_k is None else v_from_k
-    rows = max_tokens * heads  # query rows a request
-    mma_ok = (
-        prefix != "triton"
-        and v_shared
-        # decode has no query pointers yet: kv_indptr stands in for their dtype and layout checks
-        and cuda_prefix.serves(q, k_buffer, q_indptr if not is_decode else kv_indptr, kv_indptr, kv_indices, n_kv)
-        and cuda_prefix.kernel(q.device) is not None
-    )
-    # 64-row CUDA programs from MMA_MIN_ROWS rows a request (verify, and decode with that many heads);
-    # 16-row ones (one launch only) below, where a split has at most FUSED16_MAX_PROGRAMS programs.
-    use_mma = mma_ok and prefix != "mma16" and (prefix == "mma" or rows >= MMA_MIN_ROWS)
-    programs16 = cuda_prefix.row_blocks(max_tokens, heads, cuda_prefix.ROWS16) * batch
-    use_mma16 = mma_ok and not use_mma and (prefix == "mma16" or (
-        FUSED16 and prefix == "auto" and programs16 <= FUSED16_MAX_PROGRAMS
-        and (k_buffer.dtype != torch.bfloat16
-             or programs16 >= (FUSED16_MIN_PROGRAMS_BF16 if is_decode else FUSED16_MIN_PROGRAMS_BF16_VERIFY))))
-    if is_decode and (use_mma or use_mma16):  # the CUDA kernel takes a request's query rows from q_indptr
+    decode = q_indptr is None
+    v_from_k = _v_shares_k(k_buffer, v_buffer, head_dim_split(lk)[0], lv)
+    cuda = None
+    # decode has no query pointers yet: kv_indptr stands in for their dtype and layout checks
+    if (v_from_k and cuda_prefix.serves(q, k_buffer, kv_indptr if decode else q_indptr, kv_indptr, kv_indices, n_kv)
+            and cuda_prefix.kernel(q.device) is not None):
+        one_launch = cuda_prefix.output_fits(o, lse_out) and (tail is None or cuda_prefix.fused_fits(q, o, *tail))
+        cuda = routes.Cuda(cuda_prefix.ROWS, cuda_prefix.ROWS16, cuda_prefix.FUSED_MAX_SLOTS,
+                           cuda_prefix.fused_capacity(q, k_buffer, kv_indices, cuda_prefix.ROWS),
+                           cuda_prefix.fused_capacity(q, k_buffer, kv_indices, cuda_prefix.ROWS16), one_launch)
+    return routes.Call(decode, batch, max_tokens, q.shape[1], n_kv, lk, lv, str(k_buffer.dtype).replace("torch.", ""),
+                       tail is not None, _sm_count(q), v_from_k, cuda)
+
+
+def _run_split_attention(q, k_buffer, v_buffer, o, q_indptr, kv_indptr, kv_indices, batch, max_tokens, sm_scale,
+                         k_scale, v_scale, tail=None, lse_out=None, route=None):
+    """Attention of ``q`` over each request's prefix (and, for verify, its draft ``tail`` = (k_ext, v_ext, mask,
+    mask_indptr)) into ``o`` (and each row's log-sum-exp into ``lse_out`` where given), by ``route``: by default
+    the route :func:`sm120_mla_route.choose` picks for the call (:func:`call_of`)."""
+    if route is None:
+        route = routes.choose(call_of(q, k_buffer, v_buffer, o, q_indptr, kv_indptr, kv_indices, batch, max_tokens,
+                                      tail, lse_out))
+    decode = q_indptr is None
+    if decode and route.path != routes.TRITON:  # the CUDA kernel takes a request's query rows from q_indptr
         q_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
-    qk_scale = float(sm_scale) * float(k_scale) * 1.4426950408889634
-    tail_scale = float(sm_scale) * 1.4426950408889634
-    if use_mma16 and _fused_pass(q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens, qk_scale,
-                                 float(v_scale), tail_scale, num_splits,
-                                 min_chunk or (MIN_CHUNK_ONE if programs16 == 1 else MIN_CHUNK), cuda_prefix.ROWS16,
-                                 lse_out):
+    qk_scale = float(sm_scale) * float(k_scale) * LOG2E
+    if route.path in (routes.CUDA16_ONE_LAUNCH, routes.CUDA64_ONE_LAUNCH):
+        rows = cuda_prefix.ROWS16 if route.path == routes.CUDA16_ONE_LAUNCH else cuda_prefix.ROWS
+        shape = (q.shape[0], q.shape[1], route.splits + (tail is not None))
+        o_part = torch.empty(shape + (o.shape[-1],), dtype=torch.bfloat16, device=q.device)
+        l_part = torch.empty(shape, dtype=torch.float32, device=q.device)
+        if not cuda_prefix.fused_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, tail, o_part, l_part, o, qk_scale,
+                                      float(v_scale), float(sm_scale) * LOG2E, batch, max_tokens, route.splits,
+                                      route.min_chunk, rows, lse_out):
+            raise RuntimeError(f"the CUDA kernel declined the route it was given: {route}")
         return
-    if min_chunk is None:
-        min_chunk = MIN_CHUNK_ONE if not use_mma and rows_blocks * batch * n_kv == 1 else MIN_CHUNK
-    if fused is None:
-        fused = FUSED and cuda_prefix.row_blocks(max_tokens, heads) * batch <= FUSED_MAX_PROGRAMS
-    if use_mma and fused and _fused_pass(q, k_buffer, o, q_indptr, kv_indptr, kv_indices, tail, batch, max_tokens,
-                                         qk_scale, float(v_scale), tail_scale, num_splits, min_chunk,
-                                         cuda_prefix.ROWS, lse_out):
-        return
-    if use_mma:
-        programs_per_split = cuda_prefix.row_blocks(max_tokens, heads) * batch
-        splits = num_splits or num_splits_for(programs_per_split, _sm_count(q), MMA_WAVES)
-    else:
-        # Decode fills eight waves, verify two: the fastest measured (docs/benchmarks.md, split sweep).
-        splits = num_splits or num_splits_for(rows_blocks * batch * n_kv, _sm_count(q), 8 if is_decode else 2)
-    if fuse_tail is None:
-        fuse_tail = FUSE_TAIL and max_tokens * heads <= FUSE_TAIL_MAX_ROWS
-    separate_tail = tail is not None and not fuse_tail
-    n_slots = splits + (1 if separate_tail else 0)
-    total_tokens = q.shape[0]
-    o_part = torch.empty((total_tokens, heads, n_slots, lv), dtype=torch.float32, device=q.device)
-    l_part = torch.empty((total_tokens, heads, n_slots), dtype=torch.float32, device=q.device)
-    v_from_k = v_shared
-    if use_mma:
+    slots = route.splits + (route.tail == "own pass")
+    o_part = torch.empty((q.shape[0], q.shape[1], slots, v_buffer.shape[-1]), dtype=torch.float32, device=q.device)
+    l_part = torch.empty((q.shape[0], q.shape[1], slots), dtype=torch.float32, device=q.device)
+    if route.path == routes.CUDA64:
         cuda_prefix.prefix_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale,
-                                float(v_scale), batch, max_tokens, splits, min_chunk)
-    elif not is_decode and v_from_k and block_dpe > 0 and cfg.block_t * cfg.block_h == 32:
-        _prefix_pair_kernel[(rows_blocks, splits, batch * n_kv)](
+                                float(v_scale), batch, max_tokens, route.splits, route.min_chunk)
+    else:
+        _triton_prefix(route, q, k_buffer, v_buffer, q_indptr if not decode else kv_indptr, kv_indptr, kv_indices,
+                       o_part, l_part, batch, max_tokens, qk_scale, float(v_scale), decode)
+    if route.tail == "own pass":
+        _triton_tail(route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part, batch, max_tokens, sm_scale)
+    _triton_merge(route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part, o, lse_out, batch, max_tokens,
+                  sm_scale)
+
+
+def _blocks(route, q, k_buffer, max_tokens) -> Tuple[int, int, int]:
+    """(KV heads, head blocks, row blocks) of a Triton prefix or tail pass."""
+    n_kv = k_buffer.shape[-2]
+    n_head_blocks = -(-(q.shape[1] // n_kv) // route.tiles.block_h)
+    return n_kv, n_head_blocks, n_head_blocks * -(-max_tokens // route.tiles.block_t)
+
+
+def _triton_prefix(route, q, k_buffer, v_buffer, q_indptr, kv_indptr, kv_indices, o_part, l_part, batch, max_tokens,
+                   qk_scale, v_scale, decode):
+    """The Triton prefix pass: every split's partial result into o_part/l_part."""
+    cfg, lk, lv = route.tiles, q.shape[-1], v_buffer.shape[-1]
+    n_kv, n_head_blocks, rows_blocks = _blocks(route, q, k_buffer, max_tokens)
+    block_d, block_dpe = head_dim_split(lk)
+    grid = (rows_blocks, route.splits, batch * n_kv)
+    if route.pair:
+        _prefix_pair_kernel[grid](
             q,
             k_buffer,
             q_indptr,
@@ -954,7 +840,7 @@ def _run_split_attention(
             o_part,
             l_part,
             qk_scale,
-            float(v_scale),
+            v_scale,
             q.stride(0),
             q.stride(1),
             k_buffer.stride(0),
@@ -965,69 +851,87 @@ def _run_split_attention(
             l_part.stride(0),
             l_part.stride(1),
             n_kv,
-            group,
+            q.shape[1] // n_kv,
             n_head_blocks,
-            splits,
+            route.splits,
             BLOCK_D=block_d,
             BLOCK_DPE=block_dpe,
             BLOCK_T=cfg.block_t,
             BLOCK_H=cfg.block_h,
             BLOCK_N=cfg.block_n,
-            MIN_SPLIT=min_chunk,
+            MIN_SPLIT=route.min_chunk,
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
-    else:
-        _prefix_kernel[(rows_blocks, splits, batch * n_kv)](
-            q,
-            k_buffer,
-            v_buffer,
-            q_indptr if not is_decode else kv_indptr,
-            kv_indptr,
-            kv_indices,
-            o_part,
-            l_part,
-            qk_scale,
-            float(v_scale),
-            *_shared_args(q, k_buffer, v_buffer, o_part, l_part, n_kv, group, n_head_blocks, splits),
-            **dims,
-            BLOCK_T=cfg.block_t,
-            BLOCK_H=cfg.block_h,
-            BLOCK_N=cfg.block_n,
-            MIN_SPLIT=min_chunk,
-            IS_DECODE=is_decode,
-            V_FROM_K=v_from_k,
-            num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages,
-        )
-    if separate_tail:
-        k_ext, v_ext, custom_mask, mask_indptr = tail
-        tail_n = max(16, _pow2_at_least(max_tokens))
-        tail_t = max(1, min(cfg.block_t, 16 // min(cfg.block_h, 16)))
-        tail_t = max(tail_t, -(-16 // cfg.block_h))
-        _tail_kernel[(n_head_blocks * -(-max_tokens // tail_t), batch * n_kv)](
-            q,
-            k_ext,
-            v_ext,
-            q_indptr,
-            kv_indptr,
-            custom_mask,
-            mask_indptr,
-            o_part,
-            l_part,
-            float(sm_scale) * 1.4426950408889634,
-            *_shared_args(q, k_ext, v_ext, o_part, l_part, n_kv, group, n_head_blocks, splits),
-            **dims,
-            BLOCK_T=tail_t,
-            BLOCK_H=cfg.block_h,
-            BLOCK_N=tail_n,
-            num_warps=4,
-            num_stages=1,
-        )
-    merge_dv, merge_chunk, merge_warps = (tuple(merge) + (MERGE_WARPS,))[:3] if merge else (
-        MERGE_BLOCK_DV, MERGE_CHUNK_S, MERGE_WARPS)
-    merge_dv = min(block_dv, merge_dv)
-    if tail is not None and not separate_tail:
+        return
+    _prefix_kernel[grid](
+        q,
+        k_buffer,
+        v_buffer,
+        q_indptr,
+        kv_indptr,
+        kv_indices,
+        o_part,
+        l_part,
+        qk_scale,
+        v_scale,
+        *_shared_args(q, k_buffer, v_buffer, o_part, l_part, n_kv, q.shape[1] // n_kv, n_head_blocks, route.splits),
+        Lk=lk,
+        Lv=lv,
+        BLOCK_D=block_d,
+        BLOCK_DPE=block_dpe,
+        BLOCK_DV=_pow2_at_least(lv),
+        BLOCK_T=cfg.block_t,
+        BLOCK_H=cfg.block_h,
+        BLOCK_N=cfg.block_n,
+        MIN_SPLIT=route.min_chunk,
+        IS_DECODE=decode,
+        V_FROM_K=route.v_from_k,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+
+
+def _triton_tail(route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part, batch, max_tokens, sm_scale):
+    """The draft tail's own pass: its partial result into the last slot."""
+    k_ext, v_ext, custom_mask, mask_indptr = tail
+    cfg, lk, lv = route.tiles, q.shape[-1], o_part.shape[-1]
+    n_kv, n_head_blocks, _ = _blocks(route, q, k_buffer, max_tokens)
+    block_d, block_dpe = head_dim_split(lk)
+    tail_n = max(16, _pow2_at_least(max_tokens))
+    tail_t = max(1, min(cfg.block_t, 16 // min(cfg.block_h, 16)))
+    tail_t = max(tail_t, -(-16 // cfg.block_h))
+    _tail_kernel[(n_head_blocks * -(-max_tokens // tail_t), batch * n_kv)](
+        q,
+        k_ext,
+        v_ext,
+        q_indptr,
+        kv_indptr,
+        custom_mask,
+        mask_indptr,
+        o_part,
+        l_part,
+        float(sm_scale) * LOG2E,
+        *_shared_args(q, k_ext, v_ext, o_part, l_part, n_kv, q.shape[1] // n_kv, n_head_blocks, route.splits),
+        Lk=lk,
+        Lv=lv,
+        BLOCK_D=block_d,
+        BLOCK_DPE=block_dpe,
+        BLOCK_DV=_pow2_at_least(lv),
+        BLOCK_T=tail_t,
+        BLOCK_H=cfg.block_h,
+        BLOCK_N=tail_n,
+        num_warps=4,
+        num_stages=1,
+    )
+
+
+def _triton_merge(route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part, o, lse_out, batch, max_tokens,
+                  sm_scale):
+    """The merge of the slots into ``o`` (the draft tail scored in place where the route says so)."""
+    total_tokens, heads, n_slots, lv = o_part.shape
+    merge_dv, merge_chunk, merge_warps = route.merge
+    if route.tail == "merge":
         k_ext, v_ext, custom_mask, mask_indptr = tail
         _merge_tail_kernel[(total_tokens, heads, -(-lv // merge_dv))](
             o_part,
@@ -1042,8 +946,8 @@ def _run_split_attention(
             mask_indptr,
             n_slots,
             batch,
-            group,
-            float(sm_scale) * 1.4426950408889634,
+            heads // k_buffer.shape[-2],
+            float(sm_scale) * LOG2E,
             o_part.stride(0),
             o_part.stride(1),
             o_part.stride(2),
@@ -1057,7 +961,7 @@ def _run_split_attention(
             k_ext.stride(1),
             v_ext.stride(0),
             v_ext.stride(1),
-            Lk=lk,
+            Lk=q.shape[-1],
             Lv=lv,
             BLOCK_DK=TAIL_BLOCK_DK,
             BLOCK_DV=merge_dv,

@@ -1,79 +1,80 @@
 # Copyright 2026 the sm120kit authors. Licensed under the Apache License, Version 2.0.
-"""The MLA verify prefix pass as a CUDA mma.sync kernel, compiled at first use by NVRTC.
+"""The launcher of the MLA CUDA mma.sync kernels in ``sm120_mla_mma.cu`` beside this file, compiled at first use.
 
-Added to SGLang by sm120kit's ``sm120-mla-attention`` patch, beside ``sm120_mla.py``, which calls
-:func:`prefix_pass` for MLA verify (576 query/key dims, the first 512 of them the values, one latent KV
-head; bf16 queries, bf16 or fp8 e4m3 KV) and runs its Triton prefix kernel wherever this one declines
-or cannot be built.
+Added to SGLang by sm120kit's ``sm120-mla-attention`` patch, beside ``sm120_mla.py``, which calls it for MLA
+verify and decode (576 query/key dims, the first 512 of them the values, one latent KV head; bf16 queries,
+bf16 or fp8 e4m3 KV) and runs its Triton kernels wherever these decline or cannot be built. Three kinds of
+entry point (``ENTRY_NAMES``), each for bf16 or fp8 KV and int32 or int64 KV slots:
 
-Why CUDA: in the Triton kernel every warp of a 16-row dot reads the whole 16 x 576 query block from
-shared memory at each KV step, so verify is bound by shared-memory reads at about a third of the
-mma.sync roofline. Here a program holds 64 query rows (draft tokens x heads) in eight warps: warp
-``w`` keeps rows ``16 * (w % 4)`` onward and query dims ``288 * (w // 4)`` onward in registers for the
-whole split (72 registers), multiplies them with its half of each 32-token KV tile, and adds its
-partner's half of the scores through shared memory (one 2 KB exchange per warp and step). The same
-warp then owns 256 of the 512 value dims of the output (128 fp32 registers). Per 32-token step the
-program reads 278 KB of shared memory for 4.5 MFLOP, twice the ratio of the Triton kernel.
+* ``prefix`` (:func:`prefix_pass`): 64 query rows a program against one split of the prefix, the partial
+  results in fp32 for the Triton merge;
+* ``fused`` (:func:`fused_pass`): the prefix splits, the draft tail and the merge in one cooperative launch;
+* ``fused16``: the same with 16 query rows a program, for requests with few rows (decode, one draft token).
 
-Shared memory (:data:`SMEM_BYTES`): two stages of a 32 x 576 bf16 KV tile (rows padded by 16 bytes, so
-the eight rows an ``ldmatrix`` reads fall in distinct banks) copied with ``cp.async``, three slots of KV
-indices and the score exchange, 91904 bytes; for fp8 KV two stages of the fp8 tile as copied and one
-f16 tile converted from it, 92416 bytes. Both are within SM120's 101376, and the source refuses to
-compile if its layout and the launcher's figures differ. The kernel writes the same partial results as
-the Triton prefix kernel (fp32 output normalised by its own sum, base-2 log-sum-exp per split), so the
-merge is shared.
-
-:func:`fused_pass` runs the whole verify or decode call in one cooperative launch: for verify one more
-program a row block scores the draft tail under the tree mask with the same loop, every program writes
-its partial result in bf16 straight from registers (the four lanes of a quad trade values so that each
-store is 16 contiguous bytes), and after a grid barrier every program merges a share of the rows from L2
-into the output (and, for decode, each row's log-sum-exp); it saves the merge's launch and half the
-partial results' bytes.
-
-Its 16-row programs (``FUSED16_NAMES``) serve requests with few query rows (decode, one draft token):
-there the warp pair ``w % 4`` scores its own 8 tokens of each tile (m16n8k8 for the values), so a tile
-is read from shared memory once rather than padded to 64 rows, and the four pairs' results are summed
-at one max through shared memory before the store. Their queries come through shared memory
-(``cp.async``, then ``ldmatrix``) while the KV slots load; the 64-row programs load theirs into
-registers, 16 bytes a load asked for before the KV slots, and trade them within each quad into the mma
-fragments once tile 0 is asked for. Tile 0 is asked for with slots each thread reads itself, without a
-block barrier. The grid barrier is one word that every program adds to with release semantics and polls
-with acquire, its top bit flipping once all have arrived.
-
-The kernel needs only the CUDA driver and NVRTC (the ``nvidia-cuda-nvrtc`` wheel that CUDA builds of
-torch depend on, or a CUDA toolkit); both are found with ``ctypes``. If either is missing, or the
-compile fails, :func:`kernel` returns None (:func:`error` says why) and the caller keeps its Triton
-kernel. ``SGLANG_SM120_MLA_MMA=0`` turns this path off.
+The source reads its figures (rows, tile sizes, the shared-memory layout) from :data:`FIGURES` as ``-D``
+flags and refuses to compile where its layout and these differ; the source file says how the kernels work.
+Compiling, loading and launching go through ``sm120_mla_nvrtc.py``, which needs only the CUDA driver and
+NVRTC. If either is missing, or the compile fails, :func:`kernel` returns None (:func:`error` says why) and
+the caller keeps its Triton kernels. ``SGLANG_SM120_MLA_MMA=0`` turns this path off.
 """
 
 import ctypes
-import glob
+import importlib.util
 import os
-import sys
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import torch
 
-ROWS = 64  # query rows (draft tokens x heads) per program
-BLOCK_N = 32  # KV tokens per step
-HEAD_DIM = 576
-V_DIM = 512
-THREADS = 256
-# The running max of a row moves (and the output is rescaled) only when a step's scores pass it by more
-# than this, base 2: exact up to rounding, and it skips most of the 128 multiplies a thread does per step
-# to rescale its output (-inf: rescale at every step, as a textbook online softmax does).
-RESCALE_SLACK = 8.0
-TILE_BYTES = BLOCK_N * (HEAD_DIM * 2 + 16)  # one 16-bit KV tile, rows padded by 16 bytes
-FP8_TILE_BYTES = BLOCK_N * (HEAD_DIM + 16)  # one fp8 KV tile as copied, rows padded by 16 bytes
-IDX_BYTES = 3 * BLOCK_N * 8
-XCH_BYTES = 8 * 32 * 16 * 4
-FUSED_MAX_SLOTS = 256  # slots (prefix splits and the draft tail) a row block of the fused kernel may have
+
+def _sibling(name: str):
+    """The module ``name`` from its file beside this one (for a copy of the kernels loaded from its files)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                     name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+try:
+    from . import sm120_mla_nvrtc as nvrtc
+except ImportError:  # imported from its file, not as part of a package: the sibling file
+    nvrtc = _sibling("sm120_mla_nvrtc")
+
+CompileError = nvrtc.CompileError
+
+# The kernels' figures, each written once: the launcher's, and the source's through FIGURES below.
+ROWS = 64  # query rows (draft tokens x heads) a program of the prefix and fused entry points holds
+ROWS16 = 16  # query rows a program of the fused16 entry points holds
+BLOCK_N = 32  # KV tokens a step
+HEAD_DIM = 576  # query and key dims
+V_DIM = 512  # value dims: the first of a KV row
+THREADS = 256  # threads a program: eight warps
+SMEM_LIMIT = 101376  # shared memory a block may have on SM120 (sm120kit.hardware.arch's figure; a test compares)
+SROW = HEAD_DIM * 2 + 16  # bytes a row of a 16-bit KV tile takes, padded so ldmatrix rows fall in distinct banks
+SROW8 = HEAD_DIM + 16  # bytes a row of an fp8 KV tile takes as copied
+TILE_BYTES = BLOCK_N * SROW  # one 16-bit KV tile
+FP8_TILE_BYTES = BLOCK_N * SROW8  # one fp8 KV tile as copied
+IDX_BYTES = 3 * BLOCK_N * 8  # three slots of KV indices, 8 bytes at most
+XCH_BYTES = THREADS * 16 * 4  # the exchange of partial scores: 16 floats a thread
 # bf16 KV: two stages of the tile; fp8 KV: two stages of the fp8 tile and one f16 tile converted from it.
 SMEM_BYTES = {
     torch.bfloat16: 2 * TILE_BYTES + IDX_BYTES + XCH_BYTES,
     torch.float8_e4m3fn: TILE_BYTES + 2 * FP8_TILE_BYTES + IDX_BYTES + XCH_BYTES,
 }
+# What the source takes as -D flags: it names these and checks its layout against them (static_assert).
+FIGURES: Dict[str, int] = {
+    "ROWS": ROWS, "ROWS16": ROWS16, "BLOCK_N": BLOCK_N, "HEAD_DIM": HEAD_DIM, "V_DIM": V_DIM, "THREADS": THREADS,
+    "SROW": SROW, "SROW8": SROW8, "TILE_BYTES": TILE_BYTES, "TILE8_BYTES": FP8_TILE_BYTES, "IDX_BYTES": IDX_BYTES,
+    "XCH_BYTES": XCH_BYTES, "SMEM_BYTES_BF16": SMEM_BYTES[torch.bfloat16],
+    "SMEM_BYTES_FP8": SMEM_BYTES[torch.float8_e4m3fn], "SMEM_LIMIT": SMEM_LIMIT,
+}
+# The running max of a row moves (and the output is rescaled) only when a step's scores pass it by more
+# than this, base 2: exact up to rounding, and it skips most of the 128 multiplies a thread does per step
+# to rescale its output (-inf: rescale at every step, as a textbook online softmax does). A kernel argument.
+RESCALE_SLACK = 8.0
+FUSED_MAX_SLOTS = 256  # slots (prefix splits and the draft tail) a row block of the fused kernels may have
+
 _NAMED = [((kv, idx), f"{kv_name}_{idx_name}")
           for kv, kv_name in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8"))
           for idx, idx_name in ((torch.int32, "i32"), (torch.int64, "i64"))]
@@ -85,872 +86,10 @@ FUSED_NAMES = {key: f"sm120_mla_fused_mma_{name}" for key, name in _NAMED}
 FUSED16_NAMES = {key: f"sm120_mla_fused16_mma_{name}" for key, name in _NAMED}
 # Every entry point of the source, by the launch it serves.
 ENTRY_NAMES = {"prefix": KERNEL_NAMES, "fused": FUSED_NAMES, "fused16": FUSED16_NAMES}
-ROWS16 = 16  # query rows a program of the fused16 kernels holds
 
-SOURCE = r"""
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned char u8;
-
-#define ROWS 64
-#define BN 32
-#define DHALF 288
-#define DV_WARP 256
-#define SROW 1168     // bytes per row of a 16-bit KV tile: 576 x 2, padded so ldmatrix rows fall in distinct banks
-#define SROW8 592     // bytes per row of an fp8 KV tile as copied
-#define TILE_BYTES (BN * SROW)
-#define TILE8_BYTES (BN * SROW8)
-#define IDX_BYTES (3 * BN * 8)
-#define HEAD_DIM_C 576
-
-// The launcher passes its own figures; the layouts below must agree with them.
-static_assert(2 * TILE_BYTES + IDX_BYTES + 8 * 32 * 16 * 4 == EXPECTED_SMEM_BF16, "shared memory layout differs from the launcher's");
-static_assert(TILE_BYTES + 2 * TILE8_BYTES + IDX_BYTES + 8 * 32 * 16 * 4 == EXPECTED_SMEM_FP8, "shared memory layout differs from the launcher's");
-
-// SM120_TIMELINE (benchmarks only: scripts/bench_mla.py --timeline): thread 0 of each program records the
-// global timer at entry and exit (slots 0 and 9) and its SM's clock at the phases in between.
-#ifdef SM120_TIMELINE
-__device__ unsigned long long sm120_timeline[4096][10];
-#define TL(k) do { if (threadIdx.x == 0) { \
-    const unsigned c_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); unsigned long long t_; \
-    if ((k) == 0 || (k) == 9) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)); else t_ = clock64(); \
-    if (c_ < 4096) sm120_timeline[c_][k] = t_; } } while (0)
-#else
-#define TL(k) do {} while (0)
-#endif
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    return (u32)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(bytes));
-}
-
-__device__ __forceinline__ void cp_async_idx(u32 dst, const int* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 4 : 0));
-}
-
-__device__ __forceinline__ void cp_async_idx(u32 dst, const long long* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" :: "r"(dst), "l"(src), "r"(valid ? 8 : 0));
-}
-
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-
-__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-
-// c += a @ b on one m16n8k16 tile: bf16 operands (F16 false) or f16 (F16 true), fp32 accumulator.
-template <bool F16>
-__device__ __forceinline__ void mma16(float* c, const u32* a, u32 b0, u32 b1) {
-    if constexpr (F16) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    } else {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-}
-
-// c += a @ b on one m16n8k8 tile (the value pass of a 16-row program, 8 tokens a warp).
-template <bool F16>
-__device__ __forceinline__ void mma8(float* c, u32 a0, u32 a1, u32 b0) {
-    if constexpr (F16) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(b0));
-    } else {
-        asm volatile(
-            "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(b0));
-    }
-}
-
-// Two floats as a pair of 16-bit values, the first in the low half.
-template <bool F16>
-__device__ __forceinline__ u32 pack2(float lo, float hi) {
-    u32 r;
-    if constexpr (F16) {
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    } else {
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    }
-    return r;
-}
-
-// A pair of bf16 query values as the operand type: unchanged, or as f16 (clamped to its range).
-template <bool F16>
-__device__ __forceinline__ u32 q_pair(u32 w) {
-    if constexpr (F16) {
-        const float lo = fminf(fmaxf(__uint_as_float(w << 16), -65504.f), 65504.f);
-        const float hi = fminf(fmaxf(__uint_as_float(w & 0xffff0000u), -65504.f), 65504.f);
-        return pack2<true>(lo, hi);
-    } else {
-        return w;
-    }
-}
-
-__device__ __forceinline__ u32 e4m3x2_to_f16x2(u16 v) {
-    u32 r;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(v));
-    return r;
-}
-
-// The 4 x 4 transpose of 32-bit values across the four lanes of a quad (lane c4 = lane & 3): lane c4's
-// v[j] becomes lane j's v[c4], in two exchanges (lanes 0-1 and 2-3 trade their off-diagonal halves, then
-// each 2 x 2 block is transposed between lane pairs).
-__device__ __forceinline__ void quad_transpose(u32& v0, u32& v1, u32& v2, u32& v3, int c4) {
-    const bool lo2 = (c4 & 2) == 0, lo1 = (c4 & 1) == 0;
-    u32 x0 = __shfl_xor_sync(0xffffffffu, lo2 ? v2 : v0, 2);
-    u32 x1 = __shfl_xor_sync(0xffffffffu, lo2 ? v3 : v1, 2);
-    if (lo2) { v2 = x0; v3 = x1; } else { v0 = x0; v1 = x1; }
-    x0 = __shfl_xor_sync(0xffffffffu, lo1 ? v1 : v0, 1);
-    x1 = __shfl_xor_sync(0xffffffffu, lo1 ? v3 : v2, 1);
-    if (lo1) { v1 = x0; v3 = x1; } else { v0 = x0; v2 = x1; }
-}
-
-__device__ __forceinline__ void pair_sync(int id) {
-    asm volatile("bar.sync %0, 64;\n" :: "r"(id));
-}
-
-#define OB_STRIDE 520  // floats a row of a 16-row sum in shared memory: a warp's 8 rows 2-way in banks
-
-// The end of a 16-row program: the four warp pairs' results (each over its own tokens, under its own max)
-// summed at one max through shared memory: pairs 2 and 3 into 0 and 1, whose two sums all threads then add
-// as they write the bf16 partial results (16-row programs run only in the one launch). m/l are the pair's
-// running max and sum of its rows g and g + 8.
-__device__ __forceinline__ void store16(
-    float (*o)[4], float m0, float m1, float l0, float l1, float v_scale, float* __restrict__ O_part,
-    float* __restrict__ L_part, int q_start, int n_rows, int heads, int row0, int split, long long stride_ot,
-    long long stride_oh, long long stride_os, long long stride_lt, long long stride_lh)
-{
-    extern __shared__ __align__(16) unsigned char smem[];
-    const float NEG_INF = -__int_as_float(0x7f800000);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int rg = warp & 3, hf = warp >> 2, g = lane >> 2, c4 = lane & 3;
-    float* ob = (float*)smem;              // [2][16][OB_STRIDE] sums of two pairs
-    float* mx = ob + 2 * 16 * OB_STRIDE;   // [4 pairs][16 rows] running max
-    float* ls = mx + 64;                   // [4 pairs][16 rows] sum of probabilities
-    cp_wait_all();
-    __syncthreads();  // every warp is done with the KV tiles
-    if (hf == 0 && c4 == 0) {
-        mx[rg * 16 + g] = m0; mx[rg * 16 + g + 8] = m1;
-        ls[rg * 16 + g] = l0; ls[rg * 16 + g + 8] = l1;
-    }
-    __syncthreads();
-    // The row's max and sum over the pairs; a pair with no token (-inf) weighs 0.
-    auto row_total = [&](int row, float& M, float& L) {
-        M = NEG_INF;
-#pragma unroll
-        for (int p = 0; p < 4; ++p) M = fmaxf(M, mx[p * 16 + row]);
-        L = 0.f;
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-            const float m = mx[p * 16 + row];
-            L += m == NEG_INF ? 0.f : ls[p * 16 + row] * exp2f(m - M);
-        }
-    };
-    float M0, L0, M1, L1;
-    row_total(g, M0, L0);
-    row_total(g + 8, M1, L1);
-    const float f0 = (m0 == NEG_INF || L0 <= 0.f) ? 0.f : exp2f(m0 - M0) * v_scale / L0;
-    const float f1 = (m1 == NEG_INF || L1 <= 0.f) ? 0.f : exp2f(m1 - M1) * v_scale / L1;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        o[i][0] *= f0; o[i][1] *= f0; o[i][2] *= f1; o[i][3] *= f1;
-    }
-    const int at0 = g * OB_STRIDE + hf * DV_WARP + c4 * 2, at1 = at0 + 8 * OB_STRIDE;
-    auto put = [&](float* buf) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            *(float2*)(buf + at0 + i * 8) = make_float2(o[i][0], o[i][1]);
-            *(float2*)(buf + at1 + i * 8) = make_float2(o[i][2], o[i][3]);
-        }
-    };
-    auto add = [&](const float* buf) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            const float2 a = *(const float2*)(buf + at0 + i * 8), c = *(const float2*)(buf + at1 + i * 8);
-            o[i][0] += a.x; o[i][1] += a.y; o[i][2] += c.x; o[i][3] += c.y;
-        }
-    };
-    float* const ob1 = ob + 16 * OB_STRIDE;
-    if (rg >= 2) put(rg == 2 ? ob : ob1);
-    __syncthreads();
-    if (rg < 2) add(rg == 0 ? ob : ob1);
-    __syncthreads();
-    if (rg < 2) put(rg == 0 ? ob : ob1);  // pairs 0 + 2 and 1 + 3, summed as they are stored below
-    __syncthreads();
-    const int row = tid >> 4, part = tid & 15;
-    // bf16: 16 bytes a lane, a warp's 32 lanes on half a row
-    for (int k = tid; k < 16 * 64; k += 256) {
-        const int rw = k >> 6, chunk = k & 63, r = row0 + rw;
-        if (r >= n_rows) continue;
-        const long long t = q_start + r / heads, h = r % heads;
-        const int at = rw * OB_STRIDE + chunk * 8;
-        float4 a = *(const float4*)(ob + at), c = *(const float4*)(ob + at + 4);
-        const float4 a1 = *(const float4*)(ob1 + at), c1 = *(const float4*)(ob1 + at + 4);
-        a.x += a1.x; a.y += a1.y; a.z += a1.z; a.w += a1.w;
-        c.x += c1.x; c.y += c1.y; c.z += c1.z; c.w += c1.w;
-        *(uint4*)((u16*)O_part + t * stride_ot + h * stride_oh + split * stride_os + chunk * 8) =
-            make_uint4(pack2<false>(a.x, a.y), pack2<false>(a.z, a.w), pack2<false>(c.x, c.y),
-                       pack2<false>(c.z, c.w));
-    }
-    const int r = row0 + row;
-    if (part == 0 && r < n_rows) {
-        const long long t = q_start + r / heads, h = r % heads;
-        float M, L;
-        row_total(row, M, L);
-        L_part[t * stride_lt + h * stride_lh + split] = L > 0.f ? M + log2f(L) : NEG_INF;
-    }
-}
-
-// One program: ROWS query rows of one request against one split of its prefix.
-// Grid (row blocks, splits, requests), 256 threads. KV8: the KV rows are fp8 e4m3 (576 bytes), copied as
-// they are and converted to f16 in shared memory, and both dots run on f16 operands. TAIL: the program
-// scores the request's own draft tokens instead (KV_ holds their keys in token order, V_ext their values,
-// both bf16), under the tree mask (mask/mask_indptr in SGLang's custom_mask layout), and writes its result
-// in slot num_splits. R16: the program holds 16 query rows, and the warp pair w % 4 scores tokens
-// 8 (w % 4) .. 8 (w % 4) + 7 of each tile (each KV tile read from shared memory once, for rows that are
-// too few to fill four 16-row groups); the four pairs' results meet in shared memory at the end.
-template <typename IdxT, bool KV8, bool TAIL, bool P16 = false, bool R16 = false>
-__device__ __forceinline__ void prefix_body(
-    const u16* __restrict__ Q, const void* __restrict__ KV_,
-    const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices,
-    float* __restrict__ O_part, float* __restrict__ L_part,
-    float qk_scale, float v_scale, float rescale_slack,
-    long long stride_qt, long long stride_qh, long long stride_kt,
-    long long stride_ot, long long stride_oh, long long stride_os,
-    long long stride_lt, long long stride_lh,
-    int heads, int num_splits, int min_split,
-    const u8* __restrict__ mask, const long long* __restrict__ mask_indptr, const u16* __restrict__ V_ext,
-    long long stride_vt)
-{
-    constexpr int STAGE_BYTES = KV8 ? TILE8_BYTES : TILE_BYTES;  // what one cp.async stage holds
-    constexpr int STAGE_OFF = KV8 ? TILE_BYTES : 0;              // where the stages start
-    constexpr int IDX_OFF = STAGE_OFF + 2 * STAGE_BYTES;
-    constexpr int XCH_OFF = IDX_OFF + IDX_BYTES;
-    const u8* KV = (const u8*)KV_;
-    constexpr int ELEM = KV8 ? 1 : 2;
-
-    extern __shared__ __align__(16) unsigned char smem[];
-    TL(0);
-    TL(1);
-    constexpr int RB = R16 ? 16 : ROWS;  // query rows a program holds
-    constexpr int NT = R16 ? 1 : 4;      // 8-token score tiles a warp takes per step
-    const int rb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
-    // The request's row pointers, all four asked for at once (one round trip before the KV slots).
-    const int q_start = q_indptr[b], q_end = q_indptr[b + 1];
-    const int kv_start = kv_indptr[b], kv_end = kv_indptr[b + 1];
-    const int n_rows = (q_end - q_start) * heads;
-    if (rb * RB >= n_rows) return;
-    const int kv_len = kv_end - kv_start;
-    const int n_tok = q_end - q_start;
-    int start = 0, end = n_tok;
-    if constexpr (!TAIL) {
-        int chunk = ((kv_len + num_splits - 1) / num_splits + BN - 1) / BN * BN;
-        chunk = chunk > min_split ? chunk : min_split;
-        start = split * chunk;
-        end = kv_len < start + chunk ? kv_len : start + chunk;
-    }
-    // Scores a program drops: -inf past the end of a split (every tile of a split has a token of it);
-    // in the tail, where the mask may drop a row's every token of a tile, a finite stand-in, so the
-    // running max stays finite (such a row's result and log-sum-exp are outweighed in the merge).
-    const float DROPPED = TAIL ? -1e30f : -__int_as_float(0x7f800000);
-
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int rg = warp & 3, hf = warp >> 2;
-    const int g = lane >> 2, c4 = lane & 3;
-    const int r0 = rb * RB + (R16 ? 0 : rg * 16) + g, r1 = r0 + 8;
-    const bool ok0 = r0 < n_rows, ok1 = r1 < n_rows;
-
-    if (start >= end) {
-        const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
-        const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
-        if ((R16 ? warp == 0 : hf == 0) && c4 == 0) {
-            if (ok0) L_part[t0 * stride_lt + h0 * stride_lh + split] = -__int_as_float(0x7f800000);
-            if (ok1) L_part[t1 * stride_lt + h1 * stride_lh + split] = -__int_as_float(0x7f800000);
-        }
-        return;
-    }
-    const int n_tiles = (end - start + BN - 1) / BN;
-    IdxT* idx = (IdxT*)(smem + IDX_OFF);
-    const u32 kv_base = smem_addr(smem);
-    const u32 idx_base = smem_addr(idx);
-
-    // The program's query rows (draft tokens x heads) as this warp's 18 k16 A fragments: rows 16 rg ..
-    // 16 rg + 15 (R16: 0 .. 15), dims hf*288 .. hf*288+287 (rows past the request's end are zeros). They
-    // are asked for before the KV slots, so their loads overlap the slots' and tile 0's.
-    // 64 rows: read into registers, 16 bytes a load (18 a thread, in flight until tile 0 is asked for).
-    // 16 rows: copied into shared memory in 16-byte pieces, 16 threads a row, where tile 0 does not go
-    // (stage 1; for fp8 the f16 tile), then taken with ldmatrix (rows of SROW bytes, so the eight rows
-    // an ldmatrix reads fall in distinct banks) while tile 0 is copied.
-    u32 qa[18][4];
-    uint4 qv[2][9];  // 64 rows: the loads as they arrive (rows g and g + 8), in flight until tile 0 is asked for
-    constexpr int Q_OFF = KV8 ? 0 : TILE_BYTES;
-    if constexpr (R16) {
-        static_assert(Q_OFF + 16 * SROW <= (KV8 ? TILE_BYTES : IDX_OFF) && (KV8 || Q_OFF >= STAGE_OFF + STAGE_BYTES),
-                      "the queries overlap tile 0 or the KV slots");
-        const int row = tid >> 4, r = rb * RB + row;
-        const bool ok = r < n_rows;
-        const u16* src = Q + (q_start + (ok ? r / heads : 0)) * stride_qt + (ok ? r % heads : 0) * stride_qh;
-        for (int c = tid & 15; c < HEAD_DIM_C / 8; c += 16)
-            cp_async16(kv_base + Q_OFF + row * SROW + c * 16, src + c * 8, ok ? 16 : 0);
-        cp_commit();
-    } else {
-        const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
-        const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
-        // 16 bytes a load: lane c4 takes dims 32 b + 8 c4 .. + 7 of block b (pairs 4 c4 .. 4 c4 + 3), and
-        // the four lanes of a row trade them (quad_transpose) so that each holds pairs c4, c4 + 4, c4 + 8,
-        // c4 + 12: the a0 and a2 pairs of k steps 2 b and 2 b + 1.
-        const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 8;
-        const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 8;
-#pragma unroll
-        for (int b = 0; b < 9; ++b) {
-            qv[0][b] = ok0 ? *(const uint4*)(q0p + b * 32) : make_uint4(0u, 0u, 0u, 0u);
-            qv[1][b] = ok1 ? *(const uint4*)(q1p + b * 32) : make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
-
-    // KV slots of tiles 0 and 1 into shared memory (later tiles are copied two steps ahead); each thread also
-    // reads the slot of the tile-0 row it copies straight into a register, so tile 0 is asked for without
-    // waiting for the block.
-    const int ld_row = tid >> 3;  // each KV row is copied by 8 threads (below)
-    if (tid < 2 * BN) {
-        int col = start + tid;
-        idx[tid] = col < end ? (TAIL ? (IdxT)(q_start + col) : kv_indices[kv_start + col]) : (IdxT)0;
-    }
-    IdxT slot0;
-    {
-        const int col = start + ld_row;
-        slot0 = col < end ? (TAIL ? (IdxT)(q_start + col) : kv_indices[kv_start + col]) : (IdxT)0;
-    }
-    TL(2);
-    // Each KV row is copied by 8 threads, in 16-byte chunks 128 bytes apart: 9 chunks a thread (bf16),
-    // 4 or 5 (fp8: 36 chunks a row).
-    const u32 ld_dst = kv_base + STAGE_OFF + ld_row * (KV8 ? SROW8 : SROW) + (tid & 7) * 16;
-    auto load_tile = [&](int tile, int stage) {
-        const bool valid = start + tile * BN + ld_row < end;
-        const IdxT slot = tile == 0 ? slot0 : idx[(tile % 3) * BN + ld_row];
-        const u8* src = KV + ((long long)slot * stride_kt + (tid & 7) * (16 / ELEM)) * ELEM;
-        constexpr int CHUNKS = KV8 ? 5 : 9;  // per thread; an fp8 row has 36 chunks, so 4 threads copy a fifth
-#pragma unroll
-        for (int i = 0; i < CHUNKS; ++i)
-            if (!KV8 || i < 4 || (tid & 7) < 4)
-                cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
-    };
-    auto load_idx = [&](int tile) {
-        if (tid < BN) {
-            const int col = start + tile * BN + tid;
-            const bool valid = col < end;
-            if constexpr (TAIL) {
-                idx[(tile % 3) * BN + tid] = valid ? (IdxT)(q_start + col) : (IdxT)0;
-                return;
-            }
-            cp_async_idx(idx_base + ((tile % 3) * BN + tid) * (u32)sizeof(IdxT),
-                         kv_indices + kv_start + (valid ? col : 0), valid);
-        }
-    };
-    load_tile(0, 0);
-    cp_commit();
-    if constexpr (!R16) {  // the 64-row queries into their k16 fragments, once tile 0 is asked for
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-            for (int b = 0; b < 9; ++b) {
-                u32 v0 = qv[h][b].x, v1 = qv[h][b].y, v2 = qv[h][b].z, v3 = qv[h][b].w;
-                quad_transpose(v0, v1, v2, v3, c4);  // now pairs c4, c4 + 4, c4 + 8, c4 + 12 of block b
-                qa[2 * b][h] = q_pair<KV8>(v0);
-                qa[2 * b][2 + h] = q_pair<KV8>(v1);
-                qa[2 * b + 1][h] = q_pair<KV8>(v2);
-                qa[2 * b + 1][2 + h] = q_pair<KV8>(v3);
-            }
-        }
-    } else {
-        // The queries' copies (the group before tile 0's) are in, everyone's.
-        asm volatile("cp.async.wait_group 1;\n" ::);
-        __syncthreads();
-        const u32 q_lane = kv_base + Q_OFF + (lane & 15) * SROW + (hf * DHALF + (lane >> 4) * 8) * 2;
-#pragma unroll
-        for (int s = 0; s < 18; ++s) {
-            ldsm_x4(q_lane + s * 32, qa[s][0], qa[s][1], qa[s][2], qa[s][3]);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) qa[s][j] = q_pair<KV8>(qa[s][j]);
-        }
-    }
-
-    float o[32][4];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    const float NEG_INF = -__int_as_float(0x7f800000);
-    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
-    float4* xch_mine = (float4*)(smem + XCH_OFF) + warp * 128 + lane;
-    const float4* xch_partner = (const float4*)(smem + XCH_OFF) + (warp ^ 4) * 128 + lane;
-    // The tail's mask rows of this thread's two query rows (their draft columns).
-    const u8* mask0 = nullptr;
-    const u8* mask1 = nullptr;
-    if constexpr (TAIL) {
-        const long long m_start = mask_indptr[b], m_cols = kv_len + n_tok;
-        mask0 = mask + m_start + (ok0 ? r0 / heads : 0) * m_cols + kv_len;
-        mask1 = mask + m_start + (ok1 ? r1 / heads : 0) * m_cols + kv_len;
-    }
-
-    // ldmatrix row addresses (bytes within a 16-bit tile) of this lane.
-    const int mi = lane >> 3, mr = lane & 7;
-    // R16: matrix mi of a load is this pair's 8 tokens and 8 dims, mi * 8 onward.
-    const u32 k_lane = R16 ? (rg * 8 + mr) * SROW + (hf * DHALF + mi * 8) * 2
-                           : ((mi >> 1) * 8 + mr) * SROW + (hf * DHALF + (mi & 1) * 8) * 2;
-    const u32 v_lane = R16 ? (rg * 8 + mr) * SROW + (hf * DV_WARP + mi * 8) * 2
-                           : ((mi & 1) * 8 + mr) * SROW + (hf * DV_WARP + (mi >> 1) * 8) * 2;
-
-    for (int tile = 0; tile < n_tiles; ++tile) {
-        const int stage = tile & 1;
-        cp_wait_all();
-        __syncthreads();
-        if (tile == 0) TL(3);
-        if constexpr (KV8) {
-            // fp8 stage -> the f16 tile: each thread converts 9 groups of 8 values of one row.
-            const u8* src = smem + STAGE_OFF + stage * STAGE_BYTES + ld_row * SROW8 + (tid & 7) * 8;
-            unsigned char* dst = smem + ld_row * SROW + (tid & 7) * 16;
-#pragma unroll
-            for (int i = 0; i < 9; ++i) {
-                const uint2 v = *(const uint2*)(src + i * 64);
-                uint4 h;
-                h.x = e4m3x2_to_f16x2((u16)(v.x & 0xffffu));
-                h.y = e4m3x2_to_f16x2((u16)(v.x >> 16));
-                h.z = e4m3x2_to_f16x2((u16)(v.y & 0xffffu));
-                h.w = e4m3x2_to_f16x2((u16)(v.y >> 16));
-                *(uint4*)(dst + i * 128) = h;
-            }
-        }
-        if (tile + 1 < n_tiles) {
-            if (tile + 2 < n_tiles) load_idx(tile + 2);
-            load_tile(tile + 1, stage ^ 1);
-        }
-        cp_commit();
-        if constexpr (KV8) __syncthreads();
-        const u32 st = kv_base + (KV8 ? 0 : stage * TILE_BYTES);
-
-        // Partial scores over this warp's half of the dims: 16 rows x 32 tokens (R16: x 8 tokens).
-        float s[NT][4];
-#pragma unroll
-        for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-        if constexpr (R16) {
-            // Two k16 steps a load; even and odd steps in two accumulators (two chains of 9 mma, not 18).
-            float s2[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int k2 = 0; k2 < 9; ++k2) {
-                u32 b0, b1, b2, b3;
-                ldsm_x4(st + k_lane + k2 * 64, b0, b1, b2, b3);
-                mma16<KV8>(s[0], qa[2 * k2], b0, b1);
-                mma16<KV8>(s2, qa[2 * k2 + 1], b2, b3);
-            }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) s[0][j] += s2[j];
-        } else {
-#pragma unroll
-            for (int ks = 0; ks < 18; ++ks) {
-#pragma unroll
-                for (int np = 0; np < 2; ++np) {
-                    u32 b0, b1, b2, b3;
-                    ldsm_x4(st + k_lane + np * 16 * SROW + ks * 32, b0, b1, b2, b3);
-                    mma16<KV8>(s[2 * np], qa[ks], b0, b1);
-                    mma16<KV8>(s[2 * np + 1], qa[ks], b2, b3);
-                }
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < NT; ++i) xch_mine[i * 32] = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
-        pair_sync(1 + rg);
-#pragma unroll
-        for (int i = 0; i < NT; ++i) {
-            const float4 p = xch_partner[i * 32];
-            s[i][0] += p.x; s[i][1] += p.y; s[i][2] += p.z; s[i][3] += p.w;
-        }
-
-        // Online softmax (base 2) over the 32 tokens.
-        const int col0 = start + tile * BN + (R16 ? rg * 8 : 0) + c4 * 2;
-        float mx0 = m0, mx1 = m1;
-#pragma unroll
-        for (int i = 0; i < NT; ++i) {
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int col = col0 + i * 8 + j;
-                bool valid0 = col < end, valid1 = valid0;
-                if constexpr (TAIL) {
-                    valid0 = valid0 && (!ok0 || mask0[col] != 0);
-                    valid1 = valid1 && (!ok1 || mask1[col] != 0);
-                }
-                s[i][j] = valid0 ? s[i][j] * qk_scale : DROPPED;
-                s[i][2 + j] = valid1 ? s[i][2 + j] * qk_scale : DROPPED;
-                mx0 = fmaxf(mx0, s[i][j]);
-                mx1 = fmaxf(mx1, s[i][2 + j]);
-            }
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        // The running max moves, and the output is rescaled, only when some row of the warp grew by more
-        // than rescale_slack (base 2): otherwise the stale max stays, the result is the same up to
-        // rounding, and the probabilities stay below 2^rescale_slack (256 at the default 8, within f16
-        // and bf16 operands and fp32 sums).
-        if (__any_sync(0xffffffffu, mx0 > m0 + rescale_slack || mx1 > m1 + rescale_slack)) {
-            const float alpha0 = exp2f(m0 - mx0), alpha1 = exp2f(m1 - mx1);
-            m0 = mx0;
-            m1 = mx1;
-            l0 *= alpha0;
-            l1 *= alpha1;
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                o[i][0] *= alpha0; o[i][1] *= alpha0; o[i][2] *= alpha1; o[i][3] *= alpha1;
-            }
-        }
-        // R16: a pair may have seen no token of its split yet (a split shorter than a tile), its max
-        // still -inf; its scores are then all dropped and count as 0.
-        const float mu0 = (R16 && m0 == NEG_INF) ? 0.f : m0, mu1 = (R16 && m1 == NEG_INF) ? 0.f : m1;
-#pragma unroll
-        for (int i = 0; i < NT; ++i) {
-            s[i][0] = exp2f(s[i][0] - mu0); s[i][1] = exp2f(s[i][1] - mu0);
-            s[i][2] = exp2f(s[i][2] - mu1); s[i][3] = exp2f(s[i][3] - mu1);
-            l0 += s[i][0] + s[i][1];
-            l1 += s[i][2] + s[i][3];
-        }
-        u32 pa[2][4];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            if constexpr (R16) {  // the m16n8k8 A operand: rows g and g + 8, this pair's 8 tokens
-                pa[j][0] = pack2<KV8>(s[0][0], s[0][1]);
-                pa[j][1] = pack2<KV8>(s[0][2], s[0][3]);
-                pa[j][2] = pa[j][3] = 0u;
-            } else {
-                pa[j][0] = pack2<KV8>(s[2 * j][0], s[2 * j][1]);
-                pa[j][1] = pack2<KV8>(s[2 * j][2], s[2 * j][3]);
-                pa[j][2] = pack2<KV8>(s[2 * j + 1][0], s[2 * j + 1][1]);
-                pa[j][3] = pack2<KV8>(s[2 * j + 1][2], s[2 * j + 1][3]);
-            }
-        }
-
-        if constexpr (TAIL) {
-            // The tail's values need not be its keys' first 512 dims: once every warp has read the keys,
-            // the tile's first 512 dims are copied over from V_ext.
-            __syncthreads();
-            const bool valid = start + tile * BN + ld_row < end;
-            const u16* vsrc = V_ext + (long long)idx[(tile % 3) * BN + ld_row] * stride_vt + (tid & 7) * 8;
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-                cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, vsrc + i * 64, valid ? 16 : 0);
-            cp_commit();
-            cp_wait_all();
-            __syncthreads();
-        }
-
-        // This warp's 256 value dims: o += p @ v.
-        if constexpr (R16) {
-#pragma unroll
-            for (int dq = 0; dq < 8; ++dq) {
-                u32 b0, b1, b2, b3;
-                ldsm_x4_t(st + v_lane + dq * 64, b0, b1, b2, b3);
-                mma8<KV8>(o[4 * dq], pa[0][0], pa[0][1], b0);
-                mma8<KV8>(o[4 * dq + 1], pa[0][0], pa[0][1], b1);
-                mma8<KV8>(o[4 * dq + 2], pa[0][0], pa[0][1], b2);
-                mma8<KV8>(o[4 * dq + 3], pa[0][0], pa[0][1], b3);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-#pragma unroll
-                for (int dt = 0; dt < 16; ++dt) {
-                    u32 b0, b1, b2, b3;
-                    ldsm_x4_t(st + v_lane + j * 16 * SROW + dt * 32, b0, b1, b2, b3);
-                    mma16<KV8>(o[2 * dt], pa[j], b0, b1);
-                    mma16<KV8>(o[2 * dt + 1], pa[j], b2, b3);
-                }
-            }
-        }
-    }
-
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    TL(4);
-    if constexpr (R16) {
-        static_assert(P16, "16-row programs write bf16 partial results (the one launch)");
-        store16(o, m0, m1, l0, l1, v_scale, O_part, L_part, q_start, n_rows, heads, rb * RB, split, stride_ot,
-                     stride_oh, stride_os, stride_lt, stride_lh);
-        return;
-    }
-    const float sc0 = v_scale / l0, sc1 = v_scale / l1;
-    const long long t0 = q_start + (ok0 ? r0 / heads : 0), h0 = ok0 ? r0 % heads : 0;
-    const long long t1 = q_start + (ok1 ? r1 / heads : 0), h1 = ok1 ? r1 % heads : 0;
-    float* o0 = O_part + t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
-    float* o1 = O_part + t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 2;
-    if constexpr (P16) {  // bf16 partial results (O_part holds bf16, with the same element strides)
-        // Straight from registers, 16 bytes a store: of each 32-dim block k (value dims 8 i + 2 c4 of
-        // i = 4 k .. 4 k + 3), the quad's lanes trade their pairs so that lane c4 holds dims 8 c4 .. 8 c4 + 7,
-        // and a warp's store covers 64 contiguous bytes of each of its eight rows.
-        u16* p0 = (u16*)O_part + t0 * stride_ot + h0 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 8;
-        u16* p1 = (u16*)O_part + t1 * stride_ot + h1 * stride_oh + split * stride_os + hf * DV_WARP + c4 * 8;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            u32 a0 = pack2<false>(o[4 * k][0] * sc0, o[4 * k][1] * sc0);
-            u32 a1 = pack2<false>(o[4 * k + 1][0] * sc0, o[4 * k + 1][1] * sc0);
-            u32 a2 = pack2<false>(o[4 * k + 2][0] * sc0, o[4 * k + 2][1] * sc0);
-            u32 a3 = pack2<false>(o[4 * k + 3][0] * sc0, o[4 * k + 3][1] * sc0);
-            u32 b0 = pack2<false>(o[4 * k][2] * sc1, o[4 * k][3] * sc1);
-            u32 b1 = pack2<false>(o[4 * k + 1][2] * sc1, o[4 * k + 1][3] * sc1);
-            u32 b2 = pack2<false>(o[4 * k + 2][2] * sc1, o[4 * k + 2][3] * sc1);
-            u32 b3 = pack2<false>(o[4 * k + 3][2] * sc1, o[4 * k + 3][3] * sc1);
-            quad_transpose(a0, a1, a2, a3, c4);
-            quad_transpose(b0, b1, b2, b3, c4);
-            if (ok0) *(uint4*)(p0 + 32 * k) = make_uint4(a0, a1, a2, a3);
-            if (ok1) *(uint4*)(p1 + 32 * k) = make_uint4(b0, b1, b2, b3);
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            if (ok0) *(float2*)(o0 + i * 8) = make_float2(o[i][0] * sc0, o[i][1] * sc0);
-            if (ok1) *(float2*)(o1 + i * 8) = make_float2(o[i][2] * sc1, o[i][3] * sc1);
-        }
-    }
-    if (hf == 0 && c4 == 0) {
-        if (ok0) L_part[t0 * stride_lt + h0 * stride_lh + split] = m0 + log2f(l0);
-        if (ok1) L_part[t1 * stride_lt + h1 * stride_lh + split] = m1 + log2f(l1);
-    }
-}
-
-#define PREFIX_ARGS(IdxT) \
-    const u16* __restrict__ Q, const void* __restrict__ KV, const int* __restrict__ q_indptr, \
-    const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices, float* __restrict__ O_part, \
-    float* __restrict__ L_part, float qk_scale, float v_scale, float rescale_slack, long long stride_qt, \
-    long long stride_qh, long long stride_kt, long long stride_ot, long long stride_oh, long long stride_os, \
-    long long stride_lt, long long stride_lh, int heads, int num_splits, int min_split
-#define PREFIX_CALL(IdxT, KV8) \
-    prefix_body<IdxT, KV8, false>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, \
-                                  rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, \
-                                  stride_lt, stride_lh, heads, num_splits, min_split, nullptr, nullptr, nullptr, 0); \
-    TL(5); \
-    TL(9)
-
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_bf16_i32(PREFIX_ARGS(int)) {
-    PREFIX_CALL(int, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_bf16_i64(PREFIX_ARGS(long long)) {
-    PREFIX_CALL(long long, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_fp8_i32(PREFIX_ARGS(int)) {
-    PREFIX_CALL(int, true);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_prefix_mma_fp8_i64(PREFIX_ARGS(long long)) {
-    PREFIX_CALL(long long, true);
-}
-
-// Every program of the grid waits here for every other; the grid must be co-resident (a cooperative
-// launch). One word counts arrivals: program 0 adds 2^31 - (n - 1) and the others 1, so the n arrivals
-// add 2^31 and flip its top bit, which each program waits to see move from what its own add returned;
-// the word serves every later launch unchanged. Thread 0 arrives with release and reads with acquire
-// (at GPU scope) after the block's barrier, which orders the whole program's writes before the others'
-// reads: one round trip to L2 and no full fence.
-__device__ __forceinline__ void grid_barrier(unsigned int* bar) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned int n = gridDim.x * gridDim.y * gridDim.z;
-        const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
-        const unsigned int add = first ? 0x80000000u - (n - 1) : 1u;
-        unsigned int old, now;
-        asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(bar), "r"(add) : "memory");
-        do {
-            asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(bar) : "memory");
-        } while (((old ^ now) & 0x80000000u) == 0);
-    }
-    __syncthreads();
-}
-
-#define MERGE_ROUND 20  // slots a half-warp loads in one round: the 17 of 8 drafts x 8 or 16 heads, with room
-
-// The merge of every slot of every query row after the barrier. A program takes a row's 512 value dims
-// (or a half or a quarter of them, where there are fewer rows than programs): each warp 128 dims, each of
-// its half-warps every (2 sgroups)-th slot, eight bf16 partial values a lane (16-byte loads from L2,
-// ld.global.cg, MERGE_ROUND slots a round), weighed at the half-warp's own max; the halves then meet
-// through a shuffle, and the warps' sums in shared memory, at the row's max.
-__device__ __forceinline__ void merge_slots(
-    const u16* __restrict__ O_part, const float* __restrict__ L_part, u16* __restrict__ O, int n_slots,
-    int heads, int total_rows, long long stride_ot, long long stride_oh, long long stride_os,
-    long long stride_lt, long long stride_lh, long long stride_out_t, long long stride_out_h,
-    float* __restrict__ lse_out, long long stride_lse_t, long long stride_lse_h)
-{
-    extern __shared__ __align__(16) unsigned char smem[];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int n_ctas = gridDim.x * gridDim.y * gridDim.z;
-    const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const float NEG_INF = -__int_as_float(0x7f800000);
-    int dsplit = 1;
-    while (dsplit < 4 && total_rows * dsplit * 2 <= n_ctas) dsplit *= 2;
-    const int dgroups = 4 / dsplit, sgroups = 8 / dgroups;  // warps across the dims, across the slots
-    const int dims = 128 * dgroups;                         // value dims of one program's share
-    const int dg = warp % dgroups, sg = warp / dgroups;
-    const int half = lane >> 4, hl = lane & 15;
-    const int streams = 2 * sgroups, stream = 2 * sg + half;  // a half-warp takes every streams-th slot
-    float* red = (float*)smem;  // [sgroups][dims] sums, then [sgroups] weights and [sgroups] maxes
-    for (int u = cta; u < total_rows * dsplit; u += n_ctas) {
-        const int r = u / dsplit, part = u % dsplit;
-        const long long t = r / heads, h = r % heads;
-        const int d0 = part * dims;
-        const float* lrow = L_part + t * stride_lt + h * stride_lh;
-        const long long ooff = t * stride_ot + h * stride_oh + d0 + dg * 128 + hl * 8;
-        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        float den = 0.f, mw = NEG_INF;
-        for (int s0 = stream; s0 < n_slots; s0 += MERGE_ROUND * streams) {
-            uint4 p[MERGE_ROUND];
-            float l[MERGE_ROUND];
-#pragma unroll
-            for (int j = 0; j < MERGE_ROUND; ++j) {
-                const int s = s0 + j * streams;
-                const bool ok = s < n_slots;
-                l[j] = ok ? __ldcg(lrow + s) : NEG_INF;
-                p[j] = ok ? __ldcg((const uint4*)(O_part + ooff + s * stride_os)) : make_uint4(0u, 0u, 0u, 0u);
-            }
-            // The half-warp's max over its slots so far (its lanes loaded the same log-sum-exps).
-            float mr = mw;
-#pragma unroll
-            for (int j = 0; j < MERGE_ROUND; ++j) mr = fmaxf(mr, l[j]);
-            if (mr > mw) {  // a later round with a larger max: what was summed moves to the new one
-                const float a = mw == NEG_INF ? 0.f : exp2f(mw - mr);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) acc[e] *= a;
-                den *= a;
-                mw = mr;
-            }
-#pragma unroll
-            for (int j = 0; j < MERGE_ROUND; ++j) {
-                // A slot with no tokens (-inf) was never written: its weight is 0 and its values are dropped.
-                const bool live = l[j] > NEG_INF;
-                const float w = live ? exp2f(l[j] - mw) : 0.f;
-                den += w;
-                const u32 v[4] = {p[j].x, p[j].y, p[j].z, p[j].w};
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    acc[2 * e] = fmaf(w, live ? __uint_as_float(v[e] << 16) : 0.f, acc[2 * e]);
-                    acc[2 * e + 1] = fmaf(w, live ? __uint_as_float(v[e] & 0xffff0000u) : 0.f, acc[2 * e + 1]);
-                }
-            }
-        }
-        // The two half-warps at the larger of their maxes (one with no live slot weighs 0).
-        {
-            const float mo = __shfl_xor_sync(0xffffffffu, mw, 16);
-            const float m = fmaxf(mw, mo);
-            const float f = mw == NEG_INF ? 0.f : exp2f(mw - m), fo = mo == NEG_INF ? 0.f : exp2f(mo - m);
-            den = f * den + fo * __shfl_xor_sync(0xffffffffu, den, 16);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[e] = f * acc[e] + fo * __shfl_xor_sync(0xffffffffu, acc[e], 16);
-            mw = m;
-        }
-        TL(7);
-        __syncthreads();  // the previous row's sums are read
-        if (half == 0) {
-            float* at = red + sg * dims + dg * 128 + hl * 8;
-            *(float4*)at = make_float4(acc[0], acc[1], acc[2], acc[3]);
-            *(float4*)(at + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-        }
-        if (dg == 0 && lane == 0) {
-            red[sgroups * dims + sg] = den;
-            red[sgroups * dims + 8 + sg] = mw;
-        }
-        __syncthreads();
-        if (tid * 2 < dims) {
-            float m = NEG_INF;
-            for (int g = 0; g < sgroups; ++g) m = fmaxf(m, red[sgroups * dims + 8 + g]);
-            float x = 0.f, y = 0.f, total = 0.f;
-            for (int g = 0; g < sgroups; ++g) {
-                const float mg = red[sgroups * dims + 8 + g];
-                const float f = mg == NEG_INF ? 0.f : exp2f(mg - m);  // a warp with no live slot weighs 0
-                x += f * red[g * dims + tid * 2];
-                y += f * red[g * dims + tid * 2 + 1];
-                total += f * red[sgroups * dims + g];
-            }
-            const float inv = total > 0.f ? 1.f / total : 0.f;
-            *(u32*)(O + t * stride_out_t + h * stride_out_h + d0 + tid * 2) = pack2<false>(x * inv, y * inv);
-            // The row's log-sum-exp (natural log, as SGLang's decode keeps it), where the caller asks for it.
-            if (lse_out != nullptr && part == 0 && tid == 0)
-                lse_out[t * stride_lse_t + h * stride_lse_h] =
-                    total > 0.f ? (m + log2f(total)) * 0.6931471805599453f : NEG_INF;
-        }
-    }
-}
-
-// The whole verify call in one cooperative launch: grid (row blocks, splits + 1, requests); programs
-// 0 .. num_splits - 1 of a row block take the prefix splits, program num_splits the draft tail (bf16 K_ext
-// and V_ext), each writing its partial result in bf16 (half the bytes to write and to merge); then, after the grid barrier, every program
-// merges a share of the rows into O (bf16). Saves the merge kernel's launch and its reads from memory.
-#define FUSED_ARGS(IdxT) \
-    PREFIX_ARGS(IdxT), const u16* __restrict__ K_ext, long long stride_et, const u8* __restrict__ mask, \
-    const long long* __restrict__ mask_indptr, const u16* __restrict__ V_ext, long long stride_vt, \
-    float tail_scale, u16* __restrict__ O, long long stride_out_t, long long stride_out_h, int total_rows, \
-    unsigned int* bar, int has_tail, float* __restrict__ lse_out, long long stride_lse_t, long long stride_lse_h
-// has_tail 0 (decode): no draft tail, num_splits programs a row block. lse_out: where the merge writes each
-// row's log-sum-exp (natural log), or null.
-#define FUSED_CALL(IdxT, KV8, R16) \
-    if (has_tail && blockIdx.y == num_splits) \
-        prefix_body<IdxT, false, true, true, R16>(Q, K_ext, q_indptr, kv_indptr, kv_indices, O_part, L_part, tail_scale, \
-                                       1.f, rescale_slack, stride_qt, stride_qh, stride_et, stride_ot, stride_oh, \
-                                       stride_os, stride_lt, stride_lh, heads, num_splits, min_split, mask, \
-                                       mask_indptr, V_ext, stride_vt); \
-    else \
-        prefix_body<IdxT, KV8, false, true, R16>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, \
-                                           v_scale, rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, \
-                                           stride_oh, stride_os, stride_lt, stride_lh, heads, num_splits, \
-                                           min_split, nullptr, nullptr, nullptr, 0); \
-    TL(5); \
-    grid_barrier(bar); \
-    TL(6); \
-    merge_slots((const u16*)O_part, L_part, O, num_splits + has_tail, heads, total_rows, stride_ot, stride_oh, stride_os, \
-                stride_lt, stride_lh, stride_out_t, stride_out_h, lse_out, stride_lse_t, stride_lse_h); \
-    TL(8); \
-    TL(9)
-
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_bf16_i32(FUSED_ARGS(int)) {
-    FUSED_CALL(int, false, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_bf16_i64(FUSED_ARGS(long long)) {
-    FUSED_CALL(long long, false, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_fp8_i32(FUSED_ARGS(int)) {
-    FUSED_CALL(int, true, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused_mma_fp8_i64(FUSED_ARGS(long long)) {
-    FUSED_CALL(long long, true, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused16_mma_bf16_i32(FUSED_ARGS(int)) {
-    FUSED_CALL(int, false, true);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused16_mma_bf16_i64(FUSED_ARGS(long long)) {
-    FUSED_CALL(long long, false, true);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused16_mma_fp8_i32(FUSED_ARGS(int)) {
-    FUSED_CALL(int, true, true);
-}
-extern "C" __global__ void __launch_bounds__(256, 1) sm120_mla_fused16_mma_fp8_i64(FUSED_ARGS(long long)) {
-    FUSED_CALL(long long, true, true);
-}
-"""
-
+SOURCE_NAME = "sm120_mla_mma.cu"
+SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), SOURCE_NAME)
+OPTIONS = ("--std=c++17", "--use_fast_math")
 
 _LOCK = threading.Lock()
 _KERNELS: Dict[int, Optional["_Kernel"]] = {}
@@ -961,128 +100,46 @@ def _env_enabled() -> bool:
     return os.environ.get("SGLANG_SM120_MLA_MMA", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def _load(path: str):
-    """Load a library; NVRTC's builtins library beside it first, which NVRTC opens by name and which a
-    wheel's folder is not on the loader's path for."""
-    for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.*"))):
-        if ".alt." not in builtins:
-            try:
-                ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
-            except OSError:
-                pass
-    return ctypes.CDLL(path)
-
-
-def nvrtc_library():
-    """NVRTC: from the loader's path, a CUDA toolkit, or an NVIDIA wheel on sys.path (CUDA builds of torch
-    depend on ``nvidia-cuda-nvrtc``); None if there is none."""
-    for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            pass
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    candidates = sorted(glob.glob(os.path.join(home, "lib64", "libnvrtc.so.*")), reverse=True)
-    for root in sys.path:
-        for pattern in ("nvidia/cu13/lib/libnvrtc.so.*", "nvidia/cuda_nvrtc/lib/libnvrtc.so.*"):
-            candidates += sorted(glob.glob(os.path.join(root, pattern)), reverse=True)
-    for path in candidates:
-        if ".alt." in path:
-            continue
-        try:
-            return _load(path)
-        except OSError:
-            pass
-    return None
-
-
-class CompileError(RuntimeError):
-    pass
-
-
-def compile_cubin(arch: str, source: str = SOURCE, defines: Tuple[str, ...] = ()) -> bytes:
-    """Compile ``source`` to a cubin for ``arch`` (``sm_120a``, ``sm_90``) with NVRTC; no GPU needed.
-    ``defines``: extra macros (``SM120_TIMELINE`` for the benchmark's timeline)."""
-    lib = nvrtc_library()
-    if lib is None:
-        raise CompileError("NVRTC (libnvrtc) was not found")
-    prog = ctypes.c_void_p()
-    rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"sm120_mla_mma.cu", 0, None, None)
-    if rc:
-        raise CompileError(f"nvrtcCreateProgram returned {rc}")
+def read_source() -> str:
+    """The kernels' source, from its file beside this module."""
     try:
-        opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"--use_fast_math",
-                f"-DEXPECTED_SMEM_BF16={SMEM_BYTES[torch.bfloat16]}".encode(),
-                f"-DEXPECTED_SMEM_FP8={SMEM_BYTES[torch.float8_e4m3fn]}".encode()] + [f"-D{d}".encode() for d in defines]
-        arr = (ctypes.c_char_p * len(opts))(*opts)
-        rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
-        if rc:
-            size = ctypes.c_size_t()
-            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-            log = ctypes.create_string_buffer(size.value)
-            lib.nvrtcGetProgramLog(prog, log)
-            raise CompileError(f"NVRTC could not compile for {arch}: {log.value.decode(errors='replace')}")
-        size = ctypes.c_size_t()
-        if lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)):
-            raise CompileError(f"NVRTC gave no cubin for {arch}")
-        cubin = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetCUBIN(prog, cubin)
-        return cubin.raw
-    finally:
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+        with open(SOURCE_PATH, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise CompileError(f"the CUDA source {SOURCE_PATH} could not be read: {exc}") from exc
+
+
+def compile_cubin(arch: str, source: Optional[str] = None, defines: Tuple[str, ...] = (),
+                  figures: Optional[Mapping[str, int]] = None) -> bytes:
+    """Compile the kernels to a cubin for ``arch`` (``sm_120a``, ``sm_90a``) with NVRTC; no GPU needed.
+    ``source``: another source text (tests); ``defines``: extra macros (``SM120_TIMELINE`` for the benchmark's
+    timeline); ``figures``: other figures than :data:`FIGURES` (tests: the source refuses a layout that differs)."""
+    figures = FIGURES if figures is None else figures
+    options = list(OPTIONS) + [f"-D{name}={value}" for name, value in figures.items()] + [f"-D{d}" for d in defines]
+    return nvrtc.compile_cubin(read_source() if source is None else source, SOURCE_NAME, arch, options)
 
 
 class _Kernel:
-    """The compiled kernel loaded into the current CUDA context of one device."""
+    """The compiled kernels loaded into the current CUDA context of one device."""
 
     def __init__(self, cubin: bytes):
-        self.driver = ctypes.CDLL("libcuda.so.1")
-        self.module = ctypes.c_void_p()
-        self.cubin = ctypes.create_string_buffer(cubin, len(cubin))
-        self._check(self.driver.cuModuleLoadData(ctypes.byref(self.module), self.cubin), "cuModuleLoadData")
+        self.module = nvrtc.Module(cubin)
         # (entry, kv dtype, index dtype) -> function; entry as in ENTRY_NAMES
         self.functions = {}
         # Programs of a fused kernel that can be resident on one SM (a cooperative launch's limit).
         self.capacity = {}
         for entry, names in ENTRY_NAMES.items():
             for (kv_dtype, idx_dtype), name in names.items():
-                function = ctypes.c_void_p()
-                self._check(self.driver.cuModuleGetFunction(ctypes.byref(function), self.module, name.encode()),
-                            "cuModuleGetFunction")
-                # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                self._check(self.driver.cuFuncSetAttribute(function, 8, SMEM_BYTES[kv_dtype]), "cuFuncSetAttribute")
+                function = self.module.function(name, SMEM_BYTES[kv_dtype])
                 self.functions[(entry, kv_dtype, idx_dtype)] = function
                 if entry != "prefix":
-                    per_sm = ctypes.c_int()
-                    self._check(self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                        ctypes.byref(per_sm), function, THREADS, ctypes.c_size_t(SMEM_BYTES[kv_dtype])),
-                        "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-                    self.capacity[(entry, kv_dtype, idx_dtype)] = per_sm.value
-        self.driver.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-        self.driver.cuLaunchCooperativeKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 2
-
-    @staticmethod
-    def _check(rc: int, what: str) -> None:
-        if rc:
-            raise CompileError(f"{what} returned CUDA error {rc}")
+                    self.capacity[(entry, kv_dtype, idx_dtype)] = self.module.resident(function, THREADS,
+                                                                                       SMEM_BYTES[kv_dtype])
 
     def launch(self, kv_dtype, index_dtype, grid: Tuple[int, int, int], stream: int, args, entry="prefix") -> None:
-        params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
-        function = self.functions[(entry, kv_dtype, index_dtype)]
-        if entry != "prefix":
-            self._check(
-                self.driver.cuLaunchCooperativeKernel(function, grid[0], grid[1], grid[2],
-                                                      THREADS, 1, 1, SMEM_BYTES[kv_dtype], ctypes.c_void_p(stream),
-                                                      params),
-                "cuLaunchCooperativeKernel",
-            )
-            return
-        self._check(
-            self.driver.cuLaunchKernel(function, grid[0], grid[1], grid[2], THREADS, 1, 1,
-                                       SMEM_BYTES[kv_dtype],
-                                       ctypes.c_void_p(stream), params, None),
-            "cuLaunchKernel",
-        )
+        """Launch ``entry`` for these dtypes; the fused entry points cooperatively (their grid barrier)."""
+        self.module.launch(self.functions[(entry, kv_dtype, index_dtype)], grid, THREADS, SMEM_BYTES[kv_dtype],
+                           stream, args, cooperative=entry != "prefix")
 
 
 def _arch(index: int) -> str:

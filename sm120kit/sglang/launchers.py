@@ -23,11 +23,18 @@ class LauncherSpec:
     function: str  # the launcher SGLang's backends call
     modules: tuple[str, ...]  # candidate modules defining `function`, newest layout first
     helper_modules: tuple[tuple[str, ...], ...] = ()  # more source the kernels depend on (each: candidates)
+    helper_files: tuple[str, ...] = ()  # more source beside the launcher module that is no module (file names)
     policy_global: str | None = None  # the module global its block-size policy reads
 
 
 CAPABILITY_HELPERS = ("sglang.srt.utils.common", "sglang.srt.utils")
 """Where ``is_cuda()`` and the capability helpers live (0.5.3 on / 0.5.2)."""
+
+# The modules sm120-mla-attention adds beside sm120_mla (the first is the CUDA kernels' launcher), and its CUDA
+# source, which that launcher reads from beside itself.
+MLA_HELPERS = tuple((f"sglang.kernels.ops.attention.{name}", f"sglang.srt.layers.attention.triton_ops.{name}")
+                    for name in ("sm120_mla_mma", "sm120_mla_route", "sm120_mla_nvrtc"))
+MLA_HELPER_FILES = ("sm120_mla_mma.cu",)
 
 LAUNCHERS: dict[str, LauncherSpec] = {
     "extend": LauncherSpec(
@@ -85,15 +92,17 @@ LAUNCHERS: dict[str, LauncherSpec] = {
          "sglang.srt.layers.attention.linear.lightning_attn"),
     ),
     # Added by the series' sm120-mla-attention patch (absent from unpatched releases).
-    # Its CUDA prefix kernel (sm120_mla_mma, beside it) is a helper: its source is part of the audit's cache key.
+    # Its sibling files (the route, the CUDA kernels' launcher, NVRTC calls and source) are helpers: their
+    # source is part of the audit's cache key.
     "tree-verify": LauncherSpec(
         "tree-verify", "sm120_tree_verify_fwd",
         ("sglang.kernels.ops.attention.sm120_mla", "sglang.srt.layers.attention.triton_ops.sm120_mla"),
-        (("sglang.kernels.ops.attention.sm120_mla_mma", "sglang.srt.layers.attention.triton_ops.sm120_mla_mma"),),
+        MLA_HELPERS, helper_files=MLA_HELPER_FILES,
     ),
     "mla-decode": LauncherSpec(
         "mla-decode", "sm120_mla_decode_fwd",
         ("sglang.kernels.ops.attention.sm120_mla", "sglang.srt.layers.attention.triton_ops.sm120_mla"),
+        MLA_HELPERS, helper_files=MLA_HELPER_FILES,
     ),
 }
 
@@ -113,7 +122,7 @@ def module_file(root: Path, module: str) -> Path | None:
 class ResolvedLauncher:
     spec: LauncherSpec
     module: str | None  # None: this release has no such launcher
-    files: tuple[Path, ...]  # the launcher module first, then its helpers
+    files: tuple[Path, ...]  # the launcher module first, then its helper modules, then its helper files
     helpers: tuple[str, ...] = ()  # helper module names, in the order of files[1:]
 
     @property
@@ -143,6 +152,7 @@ def resolve(root: Path, kind: str) -> ResolvedLauncher:
                     files.append(helper_path)
                     helpers.append(helper)
                     break
+        files += [path.parent / name for name in spec.helper_files if (path.parent / name).is_file()]
         return ResolvedLauncher(spec, module, tuple(files), tuple(helpers))
     return ResolvedLauncher(spec, None, ())
 

@@ -1,26 +1,13 @@
 """Inputs and a float32 torch reference for the SM120 split-KV attention kernels (tree verify, MLA decode).
 
-Shared by the CPU tests (Triton interpreter), the GPU checks and scripts/bench_mla.py.
+Shared by the CPU tests (Triton interpreter), the GPU checks and scripts/bench_mla.py; not shipped into SGLang.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import torch
-
-MODULE_PATH = Path(__file__).resolve().parents[1] / "kernels" / "sm120_attention" / "sm120_mla.py"
-
-
-def load_module(path=None, name="sm120_mla_under_test"):
-    """The kernel module exactly as the patch adds it to SGLang, imported from the series (or another copy
-    of it, at ``path``, with its sibling files beside it)."""
-    spec = importlib.util.spec_from_file_location(name, path or MODULE_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def tree_mask(n: int, kind: str, gen: torch.Generator) -> torch.Tensor:
