@@ -590,7 +590,7 @@ def _apply_series(target: Target, series: Series, release: str | None, exact: bo
 
 def _finish_result(target, release, exact, series, plan: SeriesPlan, record, store, *, dry_run: bool,
                    strict: bool, warnings: list[str], repaired: tuple[str, ...] = ()) -> ApplyResult:
-    warnings = list(warnings)
+    warnings = list(warnings) + [f"{p.patch_id}: {w}" for p in plan.patches for w in p.warnings]
     if record is not None:
         gone = [pid for pid in record.patch_ids if series.get(pid) is None]
         if gone:

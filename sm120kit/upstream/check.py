@@ -318,7 +318,7 @@ def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative
     variant = plan.variant
     common = dict(patch_id=patch.id, title=patch.title, variant=variant.name if variant else None,
                   variant_releases=str(variant.releases) if variant else None)
-    warnings: list[str] = []
+    warnings: list[str] = list(plan.warnings)
     if alternative is not None and alternative.status == PatchStatus.APPLIES and alternative.variant is not None \
             and alternative.variant is not variant:
         warnings.append(f"variant {alternative.variant.name} ('{alternative.variant.releases}') applies to "
@@ -347,7 +347,7 @@ def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative
                           **common)
 
     # not-applicable
-    if _OUT_OF_RANGE in plan.reason or not find_moves:
+    if _OUT_OF_RANGE in plan.reason or plan.warnings or not find_moves:
         return PatchCheck(status=PatchStatus.NOT_APPLICABLE, detail=plan.reason, warnings=tuple(warnings), **common)
     moved = []
     for chosen, path in _absent_files(patch, patch.variant_for(target.version) if target.version else None,
