@@ -40,6 +40,7 @@ from conftest import REPO_ROOT, SERIES_RELEASES
 PATCH_ID = "sm120-backend-gating"
 PATCH_DIR = REPO_ROOT / "patches" / "sglang" / PATCH_ID
 GATE = "sglang/srt/sm12x_backend_gate.py"
+TRTLLM_MHA_BACKEND = "sglang/srt/layers/attention/trtllm_mha_backend.py"
 MODELS = ("llama-mha", "deepseek-v3-mla", "qwen3-next-gdn")
 FA3 = ("--attention-backend", "fa3")
 # Backends with no SM12x kernels in any release the series covers, and the trtllm_mha roles by release.
@@ -139,11 +140,16 @@ def _load_gate(path: Path, name: str):
 
 @pytest.mark.parametrize("version", SERIES_RELEASES)
 def test_gate_module_is_inert_off_12x_and_rejects_fa3_on_12x(version, release_dir, gating_series, tmp_path):
-    """The module as the patch writes it for this release, run under faked devices (no GPU here)."""
+    """The module as the patch writes it for this release, run under faked devices (no GPU here). It sits
+    beside the release's own trtllm_mha backend, from which it reads the roles that run on 12.x."""
     plan = plan_series(release_dir(version), gating_series, version=version)
     name = "sm12x_gate_" + version.replace(".", "_")
-    module_file = tmp_path / f"{name}.py"
+    module_file = tmp_path / GATE
+    module_file.parent.mkdir(parents=True)
     module_file.write_bytes(plan.patches[0].new_files[GATE])
+    backend = release_dir(version) / TRTLLM_MHA_BACKEND
+    (tmp_path / TRTLLM_MHA_BACKEND).parent.mkdir(parents=True)
+    shutil.copy2(backend, tmp_path / TRTLLM_MHA_BACKEND)
     gate = _load_gate(module_file, name)
     for cap in ("9.0", "10.0", "8.9", "hip-12"):
         with faked_cuda(PRESETS[cap]):
@@ -170,6 +176,8 @@ def test_gate_module_is_inert_off_12x_and_rejects_fa3_on_12x(version, release_di
             if not _trtllm_mha_ok(version, "prefill"):
                 with pytest.raises(ValueError, match="prefill"):
                     gate.check_requested(_Args(attention_backend="trtllm_mha"))
+            else:  # the tree's backend has the fmha_v2 prefill path for SM120
+                gate.check_requested(_Args(attention_backend="trtllm_mha"))
             if Version(version) < Version("0.5.20"):
                 with pytest.raises(ValueError, match="deep_gemm"):
                     gate.check_requested(_Args(moe_runner_backend="deep_gemm"))
