@@ -215,7 +215,7 @@ class CommitRelease:
         if self.nearest is None:
             return "no release tag precedes the commit"
         if self.fork is None:
-            return f"the newest release tag in the commit's history, {self.tag}"
+            return f"the newest release tag in the commit's history, {self.tag} (git describe)"
         return (f"the newest release that branched off the commit's history: {self.tag}, whose branch leaves it "
                 f"at {self.fork[:12]}")
 

@@ -178,4 +178,4 @@ def release_and_source(target: Target) -> tuple[str | None, bool, str]:
               if scm else "the tree states none")
     if found.nearest is None:
         return None, False, f"unknown: {states} and no release tag precedes HEAD"
-    return found.release, False, f"after {found.release}, from {found.describe()}; {states}"
+    return found.release, False, f"from {found.describe()}; {states}"
