@@ -4,10 +4,11 @@
 The git trees are built here from PyPI releases, in SGLang's own layout (docs/upstream.md):
 
 - main starts with the files of SGLang 0.5.6.post2, tagged ``v0.5.6.post2`` (the last release tagged on
-  main's own history); then main holds the files of 0.5.18 without ``sglang/_version.py`` (setuptools-scm
+  main's own history), from which a release branch is cut and tagged ``v0.5.11``; main then holds the files
+  of 0.5.12 and then those of 0.5.18, each without ``sglang/_version.py`` (setuptools-scm
   writes that file at install time and SGLang's .gitignore keeps it out of git; 0.5.18's ``version.py`` is
   main's, byte for byte) and a ``python/pyproject.toml`` whose version is dynamic, from git tags through
-  ``[tool.setuptools_scm]`` (its dependencies are those of the 0.5.18 wheel); the release is tagged
+  ``[tool.setuptools_scm]`` (its dependencies are those of the wheel of the same release); 0.5.18 is tagged
   ``v0.5.18`` on a branch cut from that commit, as SGLang cuts release branches;
 - main's next commit is upstream commit 5d12280ae7 (sglang PR #23112, "Add fmha_v2 attention backend for
   SM90/120", 2026-08-18, made on main after the 0.5.18 branch): its ``trtllm_mha_backend.py`` is byte for
@@ -132,11 +133,20 @@ def main_repo(tmp_path_factory, release_dir):
     _git("add", "-A", cwd=repo)
     _git("commit", "-qm", "SGLang 0.5.6.post2", cwd=repo)
     _git("tag", "-a", "-m", "Release v0.5.6.post2", "v0.5.6.post2", cwd=repo)
+    _git("checkout", "-q", "-b", "release/v0.5.11", cwd=repo)
+    _git("commit", "-q", "--allow-empty", "-m", "Release v0.5.11", cwd=repo)
+    _git("tag", "-a", "-m", "Release v0.5.11", "v0.5.11", cwd=repo)
+    _git("checkout", "-q", "main", cwd=repo)
+    _put_release(repo, "0.5.12", release_dir, version_file=False)
+    (repo / "python" / "pyproject.toml").write_text(_main_pyproject(release_dir("0.5.12")))
+    _git("add", "-A", cwd=repo)
+    _git("commit", "-qm", "main between the 0.5.11 and 0.5.18 branches", cwd=repo)
+    shas = {"0.5.12": _git("rev-parse", "HEAD", cwd=repo)}
     _put_release(repo, "0.5.18", release_dir, version_file=False)
     (repo / "python" / "pyproject.toml").write_text(_main_pyproject(release_dir("0.5.18")))
     _git("add", "-A", cwd=repo)
     _git("commit", "-qm", "main where release/v0.5.18 is cut", cwd=repo)
-    shas = {"branch-point": _git("rev-parse", "HEAD", cwd=repo)}
+    shas["branch-point"] = _git("rev-parse", "HEAD", cwd=repo)
     _git("checkout", "-q", "-b", "release/v0.5.18", cwd=repo)
     _git("commit", "-q", "--allow-empty", "-m", "Release v0.5.18", cwd=repo)
     _git("tag", "-a", "-m", "Release v0.5.18", "v0.5.18", cwd=repo)
@@ -242,9 +252,28 @@ def test_a_main_commit_follows_the_release_branched_off_its_history(main_repo):
     code, data = run_json("apply", str(repo), "--dry-run")
     assert code == 0 and (data["release"], data["exact_release"]) == ("0.5.18", False), data
     assert "v0.5.18" in data["release_source"]
-    # The branch point itself is before 0.5.18 (its tag contains it): main after 0.5.6.post2.
+    # The branch point itself is before 0.5.18 (its tag contains it): main after 0.5.11.
     code, data = run_json("check-upstream", "--ref", shas["branch-point"], "--repo", str(repo), "--no-fetch")
-    assert code == 0 and data["target"]["version"] == "0.5.6.post2", data
+    assert code == 0 and data["target"]["version"] == "0.5.11", data
+
+
+@pytest.mark.slow
+def test_a_main_commit_between_releases_reports_no_missing_files(main_repo):
+    """Main with 0.5.12's files follows 0.5.11 (git describe: v0.5.6.post2). The retired double-sparsity
+    patch ('<0.5.11') is not applicable by its range, and the inkling MoE patch, whose ranges start at
+    0.5.16, is not applicable because its code is not there yet: neither is a file that is gone."""
+    repo, shas = main_repo
+    assert _git("describe", "--tags", "--abbrev=0", shas["0.5.12"], cwd=repo) == "v0.5.6.post2"
+    code, data = run_json("check-upstream", "--ref", shas["0.5.12"], "--repo", str(repo), "--no-fetch",
+                          "--error-on-warn")
+    assert code == 0 and data["warnings"] == [], data
+    assert (data["target"]["version"], data["target"]["exact_release"]) == ("0.5.11", False)
+    patches = {p["id"]: p for p in data["patches"]}
+    for patch_id, words in (("sm120-double-sparsity-attention", "retired"),
+                            ("sm120-inkling-moe-stages", "not there yet")):
+        assert patches[patch_id]["status"] == "not-applicable" and patches[patch_id]["moved"] == [], patch_id
+        assert words in patches[patch_id]["detail"], patches[patch_id]["detail"]
+    assert patches[GATING]["status"] == "applies"
 
 
 @pytest.mark.slow

@@ -122,8 +122,17 @@ def hole(specs: list[SpecifierSet], version: str) -> tuple[int, int] | None:
 
 def past_all(specs: list[SpecifierSet], version: str) -> bool:
     """Whether ``version`` lies above the upper bound of every range in ``specs``."""
+    return _all_on(specs, version, "past")
+
+
+def before_all(specs: list[SpecifierSet], version: str) -> bool:
+    """Whether ``version`` lies below the lower bound of every range in ``specs``."""
+    return _all_on(specs, version, "before")
+
+
+def _all_on(specs: list[SpecifierSet], version: str, side: str) -> bool:
     wanted = _parse(version)
-    return wanted is not None and bool(specs) and all(range_side(spec, wanted) == "past" for spec in specs)
+    return wanted is not None and bool(specs) and all(range_side(spec, wanted) == side for spec in specs)
 
 
 def _bound(spec: SpecifierSet, operators: tuple[str, ...], pick, default: Version) -> Version:

@@ -146,6 +146,10 @@ class Patch:
         """Whether ``version`` is above the end of every variant's range (the patch was retired before it)."""
         return ranges.past_all([v.releases for v in self.variants], version)
 
+    def before_every_range(self, version: str) -> bool:
+        """Whether ``version`` is below the start of every variant's range (the patch is for later releases)."""
+        return ranges.before_all([v.releases for v in self.variants], version)
+
     def to_json(self) -> dict:
         return {"id": self.id, "title": self.title, "description": self.description, "problem": self.problem,
                 "upstream": self.upstream.to_json(), "variants": [v.to_json() for v in self.variants],

@@ -356,6 +356,11 @@ def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative
     # not-applicable
     if _OUT_OF_RANGE in plan.reason or plan.warnings or not find_moves:
         return PatchCheck(status=PatchStatus.NOT_APPLICABLE, detail=plan.reason, warnings=tuple(warnings), **common)
+    if not target.exact and target.version and patch.before_every_range(target.version):
+        # A commit after a release older than every range: the files the patch needs are not there yet.
+        detail = (f"{plan.reason}; the tree follows release {target.version}, before every variant's range: "
+                  "the code the patch changes is not there yet")
+        return PatchCheck(status=PatchStatus.NOT_APPLICABLE, detail=detail, warnings=tuple(warnings), **common)
     moved = []
     for chosen, path in _absent_files(patch, patch.variant_for(target.version) if target.version else None,
                                       target.root):
