@@ -316,19 +316,21 @@ def test_release_label_prefers_the_version_the_tree_states_and_names_its_source(
     release, exact, source = release_and_source(find_target(clone))
     assert (release, exact) == ("0.5.2", False)
     assert "v0.5.2" in source and "git describe" in source and "states none" in source
-    # The tree states its release in python/pyproject.toml (SGLang up to 0.5.9): that wins over the tag.
+    # The tree states its release in python/pyproject.toml (SGLang up to 0.5.9): that wins over the tag, and
+    # with no v0.5.9 tag in the clone for HEAD to be after, the tree is that release.
     (clone / "python" / "pyproject.toml").write_text('[project]\nname = "sglang"\nversion = "0.5.9"\n')
     repo.git.commit("-q", "-am", "0.5.9 in pyproject")
     target = find_target(clone)
     assert target.version == "0.5.9" and target.version_source == "python/pyproject.toml"
-    assert release_and_source(target) == ("0.5.9", False, "stated by python/pyproject.toml")
-    assert release_of(target) == ("0.5.9", False)
+    stated = "stated by python/pyproject.toml (the clone has no v0.5.9 tag that HEAD could be after)"
+    assert release_and_source(target) == ("0.5.9", True, stated)
+    assert release_of(target) == ("0.5.9", True)
     series = utils_series(tmp_path / "series", clone / "python")
     proc = run_cli("status", str(clone), "--series", str(series))
     assert proc.returncode == 0, proc.stderr
     assert "0.5.9 @ " in proc.stdout and "release stated by python/pyproject.toml" in proc.stdout, proc.stdout
     data = json.loads(run_cli("apply", str(clone), "--series", str(series), "--dry-run", "--json").stdout)
-    assert data["release"] == "0.5.9" and data["release_source"] == "stated by python/pyproject.toml"
+    assert data["release"] == "0.5.9" and data["release_source"] == stated
     assert data["target"]["version_source"] == "python/pyproject.toml"
     # A _version.py (written by an editable install) is read before pyproject.toml.
     (clone / "python" / "sglang" / "_version.py").write_text("__version__ = version = '0.5.10.dev3'\n")

@@ -40,6 +40,7 @@ from conftest import REPO_ROOT, SERIES_RELEASES
 PATCH_ID = "sm120-backend-gating"
 PATCH_DIR = REPO_ROOT / "patches" / "sglang" / PATCH_ID
 GATE = "sglang/srt/sm12x_backend_gate.py"
+TRTLLM_MHA_BACKEND = "sglang/srt/layers/attention/trtllm_mha_backend.py"
 MODELS = ("llama-mha", "deepseek-v3-mla", "qwen3-next-gdn")
 FA3 = ("--attention-backend", "fa3")
 # Backends with no SM12x kernels in any release the series covers, and the trtllm_mha roles by release.
@@ -88,13 +89,19 @@ def test_patch_applies_with_zero_fuzz_and_compiles(version, release_dir, gating_
 
 def test_every_cached_release_takes_the_patch(gating_series):
     """Beyond the matrix: every release already in the cache (the full 0.5.2..0.5.23 range where
-    ``sm120kit fetch-release 0.5.2..0.5.23`` was run) applies with zero fuzz. Nothing is downloaded."""
+    ``sm120kit fetch-release 0.5.2..0.5.23`` was run, and any pre-release fetched) applies with zero fuzz,
+    but a pre-release the variant ranges leave out by name ('!=0.5.3rc0'). Nothing is downloaded."""
     from sm120kit.util.cache import cache_dir
 
     releases = sorted((p.name for p in (cache_dir() / "releases").glob("0.5.*") if (p / "sglang").is_dir()),
                       key=Version)
     if len(releases) < 3:
         pytest.skip("fewer than three releases cached; the matrix test above covers the required ones")
+    (patch,) = gating_series.patches
+    named = {Version(s.version) for v in patch.variants for s in v.releases if s.operator == "!="}
+    left_out = [v for v in releases if patch.variant_for(v) is None]
+    assert all(Version(v) in named for v in left_out), left_out
+    releases = [v for v in releases if v not in left_out]
     statuses = {v: plan_series(cache_dir() / "releases" / v, gating_series, version=v).patches[0]
                 for v in releases}
     bad = {v: p.reason for v, p in statuses.items()
@@ -139,11 +146,16 @@ def _load_gate(path: Path, name: str):
 
 @pytest.mark.parametrize("version", SERIES_RELEASES)
 def test_gate_module_is_inert_off_12x_and_rejects_fa3_on_12x(version, release_dir, gating_series, tmp_path):
-    """The module as the patch writes it for this release, run under faked devices (no GPU here)."""
+    """The module as the patch writes it for this release, run under faked devices (no GPU here). It sits
+    beside the release's own trtllm_mha backend, from which it reads the roles that run on 12.x."""
     plan = plan_series(release_dir(version), gating_series, version=version)
     name = "sm12x_gate_" + version.replace(".", "_")
-    module_file = tmp_path / f"{name}.py"
+    module_file = tmp_path / GATE
+    module_file.parent.mkdir(parents=True)
     module_file.write_bytes(plan.patches[0].new_files[GATE])
+    backend = release_dir(version) / TRTLLM_MHA_BACKEND
+    (tmp_path / TRTLLM_MHA_BACKEND).parent.mkdir(parents=True)
+    shutil.copy2(backend, tmp_path / TRTLLM_MHA_BACKEND)
     gate = _load_gate(module_file, name)
     for cap in ("9.0", "10.0", "8.9", "hip-12"):
         with faked_cuda(PRESETS[cap]):
@@ -170,6 +182,8 @@ def test_gate_module_is_inert_off_12x_and_rejects_fa3_on_12x(version, release_di
             if not _trtllm_mha_ok(version, "prefill"):
                 with pytest.raises(ValueError, match="prefill"):
                     gate.check_requested(_Args(attention_backend="trtllm_mha"))
+            else:  # the tree's backend has the fmha_v2 prefill path for SM120
+                gate.check_requested(_Args(attention_backend="trtllm_mha"))
             if Version(version) < Version("0.5.20"):
                 with pytest.raises(ValueError, match="deep_gemm"):
                     gate.check_requested(_Args(moe_runner_backend="deep_gemm"))

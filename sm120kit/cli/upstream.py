@@ -78,8 +78,12 @@ def _describe(target: upstream.CheckTarget) -> str:
         return f"SGLang {target.label} (PyPI release, {target.root})"
     if target.kind == "ref":
         rel = f"release {target.version}" if target.exact else f"after release {target.version or '?'}"
-        return f"SGLang {target.label} ({rel}, clone {target.clone.root if target.clone else '?'})"
-    return f"{target.label} ({target.version or 'unknown release'}{'' if target.exact else ', between releases'})"
+        return (f"SGLang {target.label} ({rel}, clone {target.clone.root if target.clone else '?'}; "
+                f"{target.release_source})")
+    rel = target.version or "unknown release"
+    if target.version and not target.exact:
+        rel = f"after release {target.version}"
+    return f"{target.label} ({rel}; {target.release_source})"
 
 
 # -- check-upstream --------------------------------------------------------------------------------------

@@ -29,8 +29,8 @@ from sm120kit.patching.plan import FileChange, PatchPlan, SeriesPlan, plan_serie
 from sm120kit.patching.status import PatchStatus, TreeStatus, tree_status
 from sm120kit.patching.state import (FileRecord, Journal, JournalEntry, PatchRecord, StateRecord, StateStore, now,
                             sha256, temp_path)
-from sm120kit.sglang.gitrepo import release_of_commit
 from sm120kit.sglang.target import Target, find_target
+from sm120kit.sglang.target import release_and_source as tree_release
 
 __all__ = ["ApplyResult", "FileChange", "HunkResult", "PatchPlan", "RevertResult", "SeriesPlan",
            "StatusResult", "apply_series", "plan_series", "release_and_source", "release_of", "repair",
@@ -50,33 +50,20 @@ def release_of(target: Target) -> tuple[str | None, bool]:
     """The target's SGLang release and whether the tree is exactly that release.
 
     An installed package is its release. A git clone is exactly a release when HEAD carries the tag
-    ``v<release>``. Any other commit is "near" a release: the one its files state (``version.py``,
-    ``_version.py``, a static ``pyproject.toml`` version), or else the nearest release tag before it
-    (``git describe``); the variant for that release is tried first, then the others, newest first. With
-    neither, the release is unknown (``None``) and every variant is tried.
+    ``v<release>``, or when its files state a release the clone has no tag of. Any other commit is "near"
+    a release: the one its files state (``version.py``, ``_version.py``, a static ``pyproject.toml``
+    version), or else the release it follows by the tags (:func:`sm120kit.sglang.gitrepo.release_of_commit`);
+    the variant for that release is tried first, then the others, newest first (none for a patch retired
+    before it). With neither, the release is unknown (``None``) and every variant is tried.
     """
     version, exact, _ = release_and_source(target)
     return version, exact
 
 
 def release_and_source(target: Target) -> tuple[str | None, bool, str]:
-    """:func:`release_of` and where the release was read, in words (printed beside the label)."""
-    version = target.version
-    stated = f"stated by {target.version_source}" if target.version_source else "stated by the tree"
-    if target.commit is None or target.repo_root is None:
-        return version, version is not None, stated if version else "unknown: the tree states none"
-    found = release_of_commit(target.repo_root, "HEAD")
-    if not found.readable:  # tags unreadable: a commit between releases
-        return version, False, stated if version else "unknown: the tree states none, its tags are unreadable"
-    if version is not None:
-        return version, version in {r for _, r in found.tagged}, stated
-    if found.exact:
-        tag = found.tagged[0][0] if len(found.tagged) == 1 else f"v{found.release}"
-        return found.release, True, f"from the tag at HEAD ({tag})"
-    if found.nearest is None:
-        return None, False, "unknown: the tree states none and no release tag is in HEAD's history"
-    return found.release, False, (f"from the nearest release tag in HEAD's history, {found.tag} (git "
-                                  "describe): the tree states none")
+    """:func:`release_of` and where the release was read, in words (printed beside the label):
+    :func:`sm120kit.sglang.target.release_and_source`."""
+    return tree_release(target)
 
 
 # -- results ---------------------------------------------------------------------------------------------
@@ -618,7 +605,7 @@ def _apply_series(target: Target, series: Series, release: str | None, exact: bo
 
 def _finish_result(target, release, exact, series, plan: SeriesPlan, record, store, *, dry_run: bool,
                    strict: bool, warnings: list[str], repaired: tuple[str, ...] = ()) -> ApplyResult:
-    warnings = list(warnings)
+    warnings = list(warnings) + [f"{p.patch_id}: {w}" for p in plan.patches for w in p.warnings]
     if record is not None:
         gone = [pid for pid in record.patch_ids if series.get(pid) is None]
         if gone:

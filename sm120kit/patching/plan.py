@@ -48,6 +48,7 @@ class PatchPlan:
     hunks: tuple[HunkResult, ...] = ()
     new_files: dict[str, bytes | None] = field(default_factory=dict, compare=False, repr=False)
     title: str = ""
+    warnings: tuple[str, ...] = ()  # e.g. the release falls in a hole between two variants' ranges
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", PatchStatus(self.status))
@@ -56,7 +57,8 @@ class PatchPlan:
         return {"id": self.patch_id, "title": self.title, "status": str(self.status),
                 "variant": self.variant.name if self.variant else None,
                 "variant_releases": str(self.variant.releases) if self.variant else None,
-                "reason": self.reason, "hunks": [h.to_json() for h in self.hunks]}
+                "reason": self.reason, "hunks": [h.to_json() for h in self.hunks],
+                "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)
@@ -319,6 +321,8 @@ def _candidates(patch: Patch, version: str | None, exact: bool) -> list[Variant]
     preferred = patch.variant_for(version)
     if exact:
         return [preferred] if preferred else []
+    if preferred is None and patch.past_every_range(version):
+        return []  # a tree after a release past every range: the patch was retired before it
     return ([preferred] if preferred else []) + [v for v in newest if v is not preferred]
 
 
@@ -424,8 +428,16 @@ def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, 
     if marker_hit and (not recorded or not candidates):
         return plan(PatchStatus.PRESENT_UPSTREAM, None, f"upstream marker found: {marker_hit}"), None
     if not candidates:
+        gap = patch.gap_around(version) if exact and version else None
+        if gap is not None:
+            below, above = gap
+            text = (f"release {version} falls in a hole of the series: above {below.name} ('{below.releases}') "
+                    f"and below {above.name} ('{above.releases}'); no variant was tried")
+            return PatchPlan(patch_id=patch.id, status=PatchStatus.NOT_APPLICABLE, variant=None, reason=text,
+                             title=patch.title, warnings=(text + "; give the release a range",)), None
+        after = "" if exact else " (the tree follows it: the patch was retired before it)"
         return plan(PatchStatus.NOT_APPLICABLE, None, f"release {version} is outside every variant's range "
-                                            f"({_ranges(patch)})"), None
+                                            f"({_ranges(patch)}){after}"), None
 
     first_conflict: _Attempt | None = None
     absent_reasons: list[str] = []

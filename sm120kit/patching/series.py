@@ -16,6 +16,7 @@ import unidiff
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sm120kit.patching import ranges
 from sm120kit.util import resources
 from sm120kit.util import tomldoc
 from sm120kit.errors import SeriesError
@@ -88,8 +89,9 @@ class Variant:
         return self.diff.name
 
     def contains(self, version: str) -> bool:
+        """Whether the range holds ``version`` as written (:func:`sm120kit.patching.ranges.in_range`)."""
         try:
-            return self.releases.contains(Version(version), prereleases=True)
+            return ranges.in_range(self.releases, Version(version))
         except InvalidVersion:
             return False
 
@@ -167,11 +169,24 @@ class Patch:
         return tuple(sorted(self.variants, key=lambda v: Version(v.base), reverse=True))
 
     def variant_for(self, version: str) -> Variant | None:
-        """The variant whose release range contains ``version`` (newest base first), else ``None``."""
-        for variant in self.variants_newest_first():
-            if variant.contains(version):
-                return variant
-        return None
+        """The variant whose release range holds ``version`` (newest base first), else ``None``; a
+        pre-release of F falls to the range that starts at F (:mod:`sm120kit.patching.ranges`)."""
+        found = ranges.select([v.releases for v in self.variants_newest_first()], version)
+        return None if found is None else self.variants_newest_first()[found]
+
+    def gap_around(self, version: str) -> tuple[Variant, Variant] | None:
+        """(the nearest variant below, the nearest above) when ``version`` lies in a hole between two
+        variants' ranges, else ``None``."""
+        found = ranges.hole([v.releases for v in self.variants], version)
+        return None if found is None else (self.variants[found[0]], self.variants[found[1]])
+
+    def past_every_range(self, version: str) -> bool:
+        """Whether ``version`` is above the end of every variant's range (the patch was retired before it)."""
+        return ranges.past_all([v.releases for v in self.variants], version)
+
+    def before_every_range(self, version: str) -> bool:
+        """Whether ``version`` is below the start of every variant's range (the patch is for later releases)."""
+        return ranges.before_all([v.releases for v in self.variants], version)
 
     def to_json(self) -> dict:
         return {"id": self.id, "title": self.title, "description": self.description, "problem": self.problem,
@@ -360,7 +375,7 @@ def _variant(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> Variant:
         Version(raw["base"])
     except InvalidVersion:
         raise doc.fail(path + ("base",), f"base = {raw['base']!r} is not a release version.") from None
-    if not releases.contains(Version(raw["base"]), prereleases=True):
+    if not ranges.in_range(releases, Version(raw["base"])):
         raise doc.fail(path + ("base",), f"base {raw['base']} lies outside its own releases range "
                                          f"'{releases}'.")
     diff_path = folder / raw["diff"]

@@ -104,8 +104,7 @@ class SglangClone:
                                                   "commit SHA that the clone has.") from None
 
     def has_tag(self, tag: str) -> bool:
-        return runner.run(["git", "-C", self.root, "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
-                          check=False, what="git rev-parse").ok
+        return tag_exists(self.root, tag)
 
     def release_at(self, sha: str) -> tuple[str | None, bool]:
         """The release a commit is (a ``v<version>`` tag on it: exact) or follows (the nearest such tag);
@@ -186,11 +185,12 @@ def release_tag(tag: str) -> str | None:
 
 @dataclass(frozen=True)
 class CommitRelease:
-    """The release tags of one commit: those on it, else the nearest one in its history."""
+    """The release tags of one commit: those on it, else the release it follows."""
 
     tagged: tuple[tuple[str, str], ...] = ()  # (tag, release) of each release tag on the commit
-    nearest: tuple[str, str] | None = None  # (tag, release) of the nearest one before it, when none is on it
+    nearest: tuple[str, str] | None = None  # (tag, release) of the release it follows, when none is on it
     readable: bool = True  # False when git could not list the tags (no git, not a repository)
+    fork: str | None = None  # where the release's branch leaves the commit's history (None: an ancestor tag)
 
     @property
     def release(self) -> str | None:
@@ -208,10 +208,44 @@ class CommitRelease:
             return self.tagged[0][0]
         return self.nearest[0] if self.nearest else None
 
+    def describe(self) -> str:
+        """How the release was found, in words."""
+        if self.tagged:
+            return f"the tag at the commit ({self.tag})"
+        if self.nearest is None:
+            return "no release tag precedes the commit"
+        if self.fork is None:
+            return f"the newest release tag in the commit's history, {self.tag} (git describe)"
+        return (f"the newest release that branched off the commit's history: {self.tag}, whose branch leaves it "
+                f"at {self.fork[:12]}")
 
-def release_of_commit(root: str | Path, rev: str = "HEAD") -> CommitRelease:
-    """The one reader of a commit's release: the ``v<version>`` tags on ``rev`` in the repository at ``root``
-    (the commit is exactly that release), else the nearest such tag in its history (``git describe``)."""
+
+def _git_lines(root: str | Path, *args: str, what: str) -> list[str] | None:
+    found = runner.run(["git", "-C", root, *args], check=False, what=what)
+    return found.stdout.split() if found.ok else None
+
+
+def tag_exists(root: str | Path, tag: str) -> bool:
+    """Whether the repository at ``root`` has the tag ``tag``."""
+    try:
+        return runner.run(["git", "-C", root, "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
+                          check=False, what="git rev-parse").ok
+    except (MissingDependency, ToolFailed):
+        return False
+
+
+def release_of_commit(root: str | Path, rev: str = "HEAD", *, follow: bool = True) -> CommitRelease:
+    """The one reader of a commit's release, in the repository at ``root``: the ``v<version>`` tags on
+    ``rev`` (the commit is exactly that release), else (unless ``follow`` is off) the release it follows.
+
+    SGLang tags its releases on release branches cut from main (from 0.5.7 on), so main's own history
+    holds only old tags: ``git describe`` on a 2026 main commit names v0.5.6.post2. The release a commit
+    follows is therefore found among all release tags that do not contain it (those come after it): the one
+    whose history meets the commit's latest, either a tag in the commit's history or the point where a release
+    branch leaves it; on a tie the highest version. A main commit made after the 0.5.18 branch was cut
+    follows 0.5.18; a commit on the 0.5.10 branch after v0.5.10 follows 0.5.10, not the later releases
+    whose branches left main before it.
+    """
     try:
         listed = runner.run(["git", "-C", root, "tag", "--points-at", rev], check=False, what="git tag")
     except (MissingDependency, ToolFailed):
@@ -219,10 +253,46 @@ def release_of_commit(root: str | Path, rev: str = "HEAD") -> CommitRelease:
     if not listed.ok:
         return CommitRelease(readable=False)
     tagged = tuple((t, r) for t in listed.stdout.split() if (r := release_tag(t)))
-    if tagged:
+    if tagged or not follow:
         return CommitRelease(tagged=tagged)
-    found = runner.run(["git", "-C", root, "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*", rev],
-                       check=False, what="git describe")
-    tag = found.stdout.strip() if found.ok else ""
-    release = release_tag(tag) if tag else None
-    return CommitRelease(nearest=(tag, release) if release else None)
+    refs = runner.run(["git", "-C", root, "for-each-ref", "refs/tags/v*",
+                       "--format=%(refname:strip=2) %(objectname) %(*objectname)"], check=False,
+                      what="git for-each-ref")
+    history = _git_lines(root, "rev-list", rev, what="git rev-list")
+    containing = _git_lines(root, "tag", "--contains", rev, "v*", what="git tag --contains")
+    if not refs.ok or history is None or containing is None:
+        return CommitRelease()
+    position = {sha: index for index, sha in enumerate(history)}  # 0: the commit itself, newest first
+    commits: dict[str, str] = {}
+    for line in refs.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and release_tag(parts[0]) and parts[0] not in containing:
+            commits[parts[0]] = parts[-1]  # the peeled commit of an annotated tag, else the tag's commit
+    best: tuple[int, Version] | None = None
+    chosen: tuple[str, str | None] | None = None
+
+    def consider(tag: str, meet: int, fork: str | None) -> None:
+        nonlocal best, chosen
+        key = (-meet, Version(release_tag(tag)))
+        if best is None or key > best:
+            best, chosen = key, (tag, fork)
+
+    for tag, sha in commits.items():
+        if sha in position:
+            consider(tag, position[sha], None)
+    others = [tag for tag, sha in commits.items() if sha not in position]
+    if others:
+        walked = runner.run(["git", "-C", root, "rev-list", "--boundary", "--stdin"], check=False,
+                            what="git rev-list --boundary", input="\n".join(others + [f"^{rev}"]) + "\n")
+        forks = [line[1:] for line in walked.stdout.split() if line.startswith("-")] if walked.ok else []
+        forks = [sha for sha in forks if sha in position]
+        if forks:
+            fork = min(forks, key=position.__getitem__)
+            on_it = set(_git_lines(root, "tag", "--contains", fork, "v*", what="git tag --contains") or ())
+            for tag in others:
+                if tag in on_it:
+                    consider(tag, position[fork], fork)
+    if chosen is None:
+        return CommitRelease()
+    tag, fork = chosen
+    return CommitRelease(nearest=(tag, release_tag(tag)), fork=fork)

@@ -66,23 +66,41 @@ def read_version(package_dir: Path) -> str | None:
     return read_stated_version(package_dir)[0]
 
 
-def _pyproject_version(path: Path) -> str | None:
-    """A static ``[project] version`` (SGLang's ``python/pyproject.toml`` up to 0.5.9; later ones are
-    dynamic, from git tags)."""
+def _pyproject(path: Path) -> dict | None:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
 
+    if not path.is_file():
+        return None
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, tomllib.TOMLDecodeError):
+        return tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, tomllib.TOMLDecodeError, RecursionError):
+        return None
+
+
+def _pyproject_version(path: Path) -> str | None:
+    """A static ``[project] version`` (SGLang's ``python/pyproject.toml`` up to 0.5.9; later ones are
+    dynamic, from git tags)."""
+    data = _pyproject(path)
+    if data is None:
         return None
     project = data.get("project")
     if not isinstance(project, dict) or project.get("name") != "sglang":
         return None
     version = project.get("version")
     return version if isinstance(version, str) and version.strip() else None
+
+
+def version_from_git_tags(package_dir: Path) -> bool:
+    """Whether the ``pyproject.toml`` beside the package takes its version from git tags: ``dynamic =
+    ["version"]`` with a ``[tool.setuptools_scm]`` table (SGLang's ``python/pyproject.toml`` from 0.5.10 on)."""
+    data = _pyproject(package_dir.parent / "pyproject.toml")
+    project = data.get("project") if data else None
+    tool = data.get("tool") if data else None
+    return isinstance(project, dict) and "version" in (project.get("dynamic") or ()) and \
+        isinstance(tool, dict) and isinstance(tool.get("setuptools_scm"), dict)
 
 
 def read_stated_version(package_dir: Path) -> tuple[str | None, str | None]:

@@ -12,8 +12,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from sm120kit.errors import NotSglangTree
-from sm120kit.sglang.metadata import read_stated_version
+from sm120kit.sglang.gitrepo import release_of_commit, tag_exists
+from sm120kit.sglang.metadata import read_stated_version, version_from_git_tags
 
 
 @dataclass(frozen=True)
@@ -130,3 +133,49 @@ def find_target(path: str | Path | None = None) -> Target:
         source = (package.parent / source).resolve().relative_to(repo_root).as_posix()
     return Target(kind=kind, package_dir=package, version=version, version_source=source,
                   repo_root=repo_root, commit=commit, dirty_files=dirty)
+
+
+def _plain_release(version: str) -> bool:
+    """A published kind of version (final, post or pre-release): not a dev build, no local part."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return False
+    return parsed.dev is None and parsed.local is None
+
+
+def release_and_source(target: Target) -> tuple[str | None, bool, str]:
+    """The tree's SGLang release, whether the tree is exactly that release, and where that was read, in words.
+
+    An installed package (or any tree outside git) is the release it states. In a git clone:
+
+    - HEAD tagged ``v<release>``: exactly that release (the tag wins over no stated version; a stated
+      version the tags at HEAD do not name makes the tree "near" it);
+    - a stated version and no tag at HEAD: exactly that release when the clone has no ``v<release>`` tag
+      to be after (a release's files committed to a repository of their own); near it when it has one,
+      and for a dev build (``0.5.24.dev12+g...``, what setuptools-scm writes into ``_version.py``);
+    - no stated version (main from 0.5.10 on: ``version.py`` imports ``_version.py``, which setuptools-scm
+      writes at install time from git tags): near the release HEAD follows (:func:`release_of_commit`).
+    """
+    version = target.version
+    stated = f"stated by {target.version_source}" if target.version_source else "stated by the tree"
+    if target.commit is None or target.repo_root is None:
+        return version, version is not None, stated if version else "unknown: the tree states none"
+    found = release_of_commit(target.repo_root, "HEAD", follow=version is None)
+    if not found.readable:  # tags unreadable: a commit between releases
+        return version, False, stated if version else "unknown: the tree states none, its tags are unreadable"
+    if version is not None:
+        if found.tagged:
+            return version, version in {r for _, r in found.tagged}, stated
+        if _plain_release(version) and not tag_exists(target.repo_root, f"v{version}"):
+            return version, True, f"{stated} (the clone has no v{version} tag that HEAD could be after)"
+        return version, False, stated
+    if found.exact:
+        tag = found.tagged[0][0] if len(found.tagged) == 1 else f"v{found.release}"
+        return found.release, True, f"from the tag at HEAD ({tag})"
+    scm = version_from_git_tags(target.package_dir)
+    states = ("the tree states none: its version comes from git tags (setuptools-scm, python/pyproject.toml)"
+              if scm else "the tree states none")
+    if found.nearest is None:
+        return None, False, f"unknown: {states} and no release tag precedes HEAD"
+    return found.release, False, f"from {found.describe()}; {states}"

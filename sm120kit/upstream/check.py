@@ -34,7 +34,9 @@ from sm120kit.patching.status import HunkStatus, PatchStatus, TreeStatus
 from sm120kit.patching.series import Patch, Series, Variant
 from sm120kit.patching.plan import APPLIED_FOUND as APPLIED_WITHOUT_RECORD  # "already-applied", found by reverse-apply
 from sm120kit.patching.plan import PatchPlan, SeriesPlan, plan_series
-from sm120kit.sglang.target import find_target
+from sm120kit.sglang.metadata import read_stated_version
+from sm120kit.sglang.target import Target, find_target, release_and_source
+from sm120kit.upstream import gating
 from sm120kit.upstream.moved import MovedFile, find_moved
 
 EXIT_OK = 0
@@ -59,18 +61,20 @@ class CheckTarget:
     commit: str | None = None
     clone: SglangClone | None = field(default=None, compare=False, repr=False)
     prefix: str = ""  # folder of the clone that holds sglang/ ("python")
+    release_source: str = ""  # where ``version`` was read, in words
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "label": self.label, "root": str(self.root), "version": self.version,
-                "exact_release": self.exact, "ref": self.ref, "commit": self.commit,
-                "repo": str(self.clone.root) if self.clone else None}
+                "exact_release": self.exact, "release_source": self.release_source, "ref": self.ref,
+                "commit": self.commit, "repo": str(self.clone.root) if self.clone else None}
 
 
 @contextlib.contextmanager
 def open_release(version: str, *, on_step: Step | None = None) -> Iterator[CheckTarget]:
     """SGLang ``version`` from PyPI (downloaded into the cache once); read in place, never written."""
     root = releases.fetch_release(version, on_step=on_step)
-    yield CheckTarget(kind="release", label=version, root=root, version=version, exact=True)
+    yield CheckTarget(kind="release", label=version, root=root, version=version, exact=True,
+                      release_source="the PyPI release")
 
 
 @contextlib.contextmanager
@@ -79,23 +83,22 @@ def open_ref(clone: SglangClone, ref: str, *, on_debug: Step | None = None) -> I
     sha = clone.resolve(ref)
     with clone.worktree(sha) as tree:
         prefix = clone.package_prefix(tree)
-        version, exact = clone.release_at(sha)
-        if version is None:
-            version = find_target(tree / prefix if prefix else tree).version
+        package = (tree / prefix if prefix else tree) / "sglang"
+        stated, source = read_stated_version(package)
+        version, exact, how = release_and_source(Target(kind="git-clone", package_dir=package, version=stated,
+                                                        version_source=source, repo_root=tree, commit=sha))
         label = f"{ref} @ {sha[:12]}" if ref != sha else sha[:12]
         near = "" if exact else "after "
-        tell(on_debug, f"{label}: {near}release {version or 'unknown'}")
+        tell(on_debug, f"{label}: {near}release {version or 'unknown'} ({how})")
         yield CheckTarget(kind="ref", label=label, root=tree / prefix if prefix else tree, version=version,
-                          exact=exact, ref=ref, commit=sha, clone=clone, prefix=prefix)
+                          exact=exact, ref=ref, commit=sha, clone=clone, prefix=prefix, release_source=how)
 
 
 @contextlib.contextmanager
 def open_folder(path: Path) -> Iterator[CheckTarget]:
     """An SGLang tree on disk (a clone, its python/ folder, an installed package); read only."""
-    from sm120kit.patching.engine import release_of
-
     target = find_target(path)
-    version, exact = release_of(target)
+    version, exact, how = release_and_source(target)
     clone = None
     prefix = ""
     if target.repo_root is not None:
@@ -103,7 +106,7 @@ def open_folder(path: Path) -> Iterator[CheckTarget]:
         rel = target.root.resolve().relative_to(clone.root)
         prefix = "" if str(rel) == "." else rel.as_posix()
     yield CheckTarget(kind="folder", label=str(target.package_dir), root=target.root, version=version,
-                      exact=exact, commit=target.commit, clone=clone, prefix=prefix)
+                      exact=exact, commit=target.commit, clone=clone, prefix=prefix, release_source=how)
 
 
 # -- the files of a variant's base ------------------------------------------------------------------------
@@ -318,7 +321,11 @@ def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative
     variant = plan.variant
     common = dict(patch_id=patch.id, title=patch.title, variant=variant.name if variant else None,
                   variant_releases=str(variant.releases) if variant else None)
-    warnings: list[str] = []
+    warnings: list[str] = list(plan.warnings)
+    if plan.status in (PatchStatus.APPLIES, PatchStatus.ALREADY_APPLIED):
+        gate = gating.gate_text(plan.new_files, target.root, plan.status == PatchStatus.ALREADY_APPLIED)
+        if gate is not None:
+            warnings += gating.mismatches(gate, target.root)
     if alternative is not None and alternative.status == PatchStatus.APPLIES and alternative.variant is not None \
             and alternative.variant is not variant:
         warnings.append(f"variant {alternative.variant.name} ('{alternative.variant.releases}') applies to "
@@ -347,8 +354,13 @@ def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative
                           **common)
 
     # not-applicable
-    if _OUT_OF_RANGE in plan.reason or not find_moves:
+    if _OUT_OF_RANGE in plan.reason or plan.warnings or not find_moves:
         return PatchCheck(status=PatchStatus.NOT_APPLICABLE, detail=plan.reason, warnings=tuple(warnings), **common)
+    if not target.exact and target.version and patch.before_every_range(target.version):
+        # A commit after a release older than every range: the files the patch needs are not there yet.
+        detail = (f"{plan.reason}; the tree follows release {target.version}, before every variant's range: "
+                  "the code the patch changes is not there yet")
+        return PatchCheck(status=PatchStatus.NOT_APPLICABLE, detail=detail, warnings=tuple(warnings), **common)
     moved = []
     for chosen, path in _absent_files(patch, patch.variant_for(target.version) if target.version else None,
                                       target.root):

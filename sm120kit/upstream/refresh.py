@@ -402,7 +402,7 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
                              message=f"{patch.id} is present upstream in {target.label} ({now.reason}); no "
                                      "variant is needed there: close the last range instead.", **base)
     if not force and not replace and now.status == PatchStatus.APPLIES and now.variant is not None and \
-            not any(h.offset or h.fuzz for h in now.hunks) and now.variant.contains(release):
+            not any(h.offset or h.fuzz for h in now.hunks) and patch.variant_for(release) is now.variant:
         return RefreshResult(outcome=RefreshOutcome.UP_TO_DATE, new_diff=None, new_releases=None,
                              message=f"{patch.id} variant {now.variant.name} applies to {target.label} exactly; "
                                      "nothing to refresh (--force rebuilds it anyway).", **base)
