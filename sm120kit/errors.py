@@ -1,7 +1,7 @@
 """One error tree. Every class owns its exit code; the CLI maps an error to its code and message.
 
 A user error prints its message as one paragraph and no traceback (``-v`` shows it). Codes are part of
-the documented interface (README, "Exit codes"); never renumber one.
+the documented interface (docs/cli.md, "Exit codes"); never renumber one.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The command-line contract every command keeps: a ``--json`` option, one exit code and one kind per error
-class (the README's table lists exactly those), ``--help`` that runs, and on bad input one JSON document on
+class (the table of docs/cli.md lists exactly those), ``--help`` that runs, and on bad input one JSON document on
 stdout (the error document, or the result of a check that failed) with the class's exit code and no
 traceback. The bad-input runs go through ``python -m sm120kit`` in subprocesses, as a user or CI runs it."""
 
@@ -51,21 +51,21 @@ def _error_classes() -> list[type[errors.Sm120kitError]]:
     return out
 
 
-def _readme_exit_codes() -> dict[int, str]:
-    """The README's "Exit codes" table: code -> kind ("" for rows without one)."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def _documented_exit_codes() -> dict[int, str]:
+    """The "Exit codes" table of docs/cli.md: code -> kind ("" for rows without one)."""
+    text = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
     headings = re.findall(r"^## Exit codes\s*$", text, re.M)
-    assert len(headings) == 1, f"README.md has {len(headings)} '## Exit codes' sections, expected exactly one"
+    assert len(headings) == 1, f"docs/cli.md has {len(headings)} '## Exit codes' sections, expected exactly one"
     section = text.split("\n## Exit codes", 1)[1].split("\n## ", 1)[0]
     rows: dict[int, str] = {}
     for line in section.splitlines():
         m = re.match(r"^\|\s*(\d+)\s*\|\s*(?:`([^`]*)`)?\s*\|\s*(.*?)\s*\|\s*$", line)
         if m:
             code = int(m.group(1))
-            assert code not in rows, f"README.md lists exit code {code} twice"
-            assert m.group(3), f"README.md's exit code {code} has no meaning"
+            assert code not in rows, f"docs/cli.md lists exit code {code} twice"
+            assert m.group(3), f"docs/cli.md's exit code {code} has no meaning"
             rows[code] = m.group(2) or ""
-    assert rows, "README.md's 'Exit codes' section holds no table rows"
+    assert rows, "docs/cli.md's 'Exit codes' section holds no table rows"
     return rows
 
 
@@ -98,12 +98,12 @@ def test_error_classes_have_unique_codes_and_kinds():
     assert errors.UsageError.exit_code == 2  # the code click gives its own usage errors
 
 
-def test_readme_exit_code_table_matches_errors_py():
-    table = _readme_exit_codes()
+def test_documented_exit_code_table_matches_errors_py():
+    table = _documented_exit_codes()
     classes = {cls.exit_code: cls.kind for cls in _error_classes()}
     documented = {code: kind for code, kind in table.items() if kind}
     assert documented == classes, (
-        f"README lists {sorted(documented.items())}; sm120kit/errors.py has {sorted(classes.items())}")
+        f"docs/cli.md lists {sorted(documented.items())}; sm120kit/errors.py has {sorted(classes.items())}")
     assert {code for code, kind in table.items() if not kind} == {0, 130}  # success and interrupted
 
 

@@ -1,7 +1,7 @@
 """The status words are written once, as enums, and the documents and JSON keep the plain strings.
 
 - every member formats as its value (``str``, ``format``, f-strings, ``json.dumps``) on every Python;
-- the README's status table and docs/json-schema.md list exactly the members, no more, no fewer;
+- the status table of docs/patching.md and docs/json-schema.md list exactly the members, no more, no fewer;
 - ``to_json`` of plans, checks and refresh results holds plain ``str``, never an enum member;
 - no module of sm120kit spells a patch, hunk or tree status as a bare string outside the enums.
 """
@@ -56,9 +56,9 @@ def _bullet(text: str, start: str, index: int) -> str:
     return bullets[index].removeprefix(start).split("; `")[0]
 
 
-def test_readme_status_table_lists_what_apply_reports() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    table = readme.split("| status | meaning |", 1)[1].split("\n\n", 1)[0]
+def test_patching_doc_status_table_lists_what_apply_reports() -> None:
+    doc = (REPO / "docs" / "patching.md").read_text(encoding="utf-8")
+    table = doc.split("| status | meaning |", 1)[1].split("\n\n", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     first = {re.match(r"\| `([a-z-]+)` \|", row).group(1) for row in rows}
     reported = {TreeStatus.APPLIED.value} | {p.value for p in PatchStatus if p is not PatchStatus.APPLIES}
