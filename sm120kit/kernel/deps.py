@@ -191,7 +191,8 @@ def read_dependencies(source: KernelSource,
             dep = Dependency(
                 name=name, declared_in=path, line=text.count("\n", 0, match.start()) + 1,
                 git_repository=get("GIT_REPOSITORY"), git_tag=get("GIT_TAG"), url=get("URL"),
-                url_hash=get("URL_HASH"), parent=parent, subdir=subdir, submodules=submodules,
+                url_hash=get("URL_HASH") if fields.get("URL_HASH") or "URL_HASH" not in fields else "",
+                parent=parent, subdir=subdir, submodules=submodules,
             )
             dep = _with_unresolved(dep, missing)
             _check_declaration(dep)
