@@ -170,7 +170,7 @@ def test_a_damaged_archive_is_a_download_error_naming_it(tmp_path, kind):
     assert [p.name for p in (tmp_path / "deps").iterdir()] == []
 
 
-def zip_bomb(members: int, member_size: int = 64 << 20) -> bytes:
+def zip_bomb(members: int, member_size: int = 64 << 20, prefix: str = "bomb/") -> bytes:
     """A real zip whose ``members`` entries each inflate to ``member_size`` zero bytes (deflate, about 1:1000):
     written by hand so that the one compressed block is made once."""
     compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
@@ -179,7 +179,7 @@ def zip_bomb(members: int, member_size: int = 64 << 20) -> bytes:
     out = io.BytesIO()
     central = io.BytesIO()
     for i in range(members):
-        name = f"bomb/part{i:03d}.bin".encode()
+        name = f"{prefix}part{i:03d}.bin".encode()
         offset = out.tell()
         out.write(struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0, crc, len(block), member_size,
                               len(name), 0) + name + block)

@@ -181,6 +181,8 @@ def _unpack(wheel: Path, dest: Path) -> None:
             with building_folder(dest) as tmp:
                 digests: dict[str, str] = {}
                 archive.unpack(handle, tmp, select=_wanted, digests=digests)
+                if not (tmp / "sglang" / "__init__.py").is_file():
+                    raise archive.BadArchive("it holds no sglang/__init__.py, so it is no SGLang wheel")
                 _check_record(tmp, digests)
         except OSError as exc:
             raise _disk_error(dest, exc) from None
