@@ -445,13 +445,15 @@ def _remove_temp_files(store: StateStore, journal: Journal) -> None:
     store.clear_stray_temp_files()
 
 
-def repair(store: StateStore, on_debug: Step | None = None, *, hold_signals: bool = True) -> tuple[str, ...]:
+def repair(store: StateStore, on_debug: Step | None = None, *, hold_signals: bool = True,
+           only: set[str] | None = None) -> tuple[str, ...]:
     """Undo the half of an interrupted run: files it replaced go back to their content before that run,
     and the temporary files it may have left are removed.
 
     If the run had already saved its state record (only removing its journal was left), its writes are
     kept. Returns the paths put back. Caller holds the lock. Ctrl-C during the repair is held back until
-    it is done (then :class:`Interrupted`).
+    it is done (then :class:`Interrupted`). ``only``: the paths the run is known to have written (a roll-back
+    within the run itself); the journal's other entries were not touched and are left alone.
     """
     journal = store.load_journal()
     if journal is None:
@@ -461,8 +463,9 @@ def repair(store: StateStore, on_debug: Step | None = None, *, hold_signals: boo
         finished = journal.state_before != _hash_of(store.state_path)
         repaired: list[str] = []
         if not finished:
-            _check_targets(store.root, [(e.path, e.mode) for e in journal.entries], store.journal_path, store)
-            for entry in journal.entries:
+            entries = [e for e in journal.entries if only is None or e.path in only]
+            _check_targets(store.root, [(e.path, e.mode) for e in entries], store.journal_path, store)
+            for entry in entries:
                 current = _hash_of(store.root / entry.path)
                 if current == entry.from_hash:
                     continue
@@ -476,7 +479,7 @@ def repair(store: StateStore, on_debug: Step | None = None, *, hold_signals: boo
             prunable = frozenset(journal.dirs) if journal.dirs is not None else None
             # Files the run created go first: removing them frees the space that putting back the files it
             # replaced may need (a full disk is a common reason to be here).
-            order = sorted(journal.entries, key=lambda e: e.from_hash is not None)
+            order = sorted(entries, key=lambda e: e.from_hash is not None)
             for entry in order:
                 if _hash_of(store.root / entry.path) == entry.from_hash:
                     continue
@@ -510,16 +513,18 @@ def _journaled(store: StateStore, operation: str, entries: list[JournalEntry],
             fsync_dir(store.dir)
         except Sm120kitError as exc:
             raise type(exc)(f"{exc.message} Nothing in the tree was changed.", hint=exc.hint) from None
+        written: set[str] = set()  # a write that raised changed nothing (the rename is its last step)
         try:
             for i, (path, data, mode) in enumerate(writes, 1):
                 _restore(store.root, path, data, mode, journal.token, prunable)
+                written.add(path)
                 if progress is not None and len(writes) > 3:
                     progress(i, len(writes), path)
                 if signals.pending:
                     raise Interrupted(f"Interrupted ({signals.name}) after {i} of {len(writes)} file(s).")
             finish()
         except (Sm120kitError, OSError, Interrupted) as exc:
-            _roll_back(store, operation, exc, signals)
+            _roll_back(store, operation, exc, signals, written)
         try:
             store.clear_journal()
         except OSError:
@@ -532,10 +537,11 @@ def _journaled(store: StateStore, operation: str, entries: list[JournalEntry],
                           hint="Nothing is left to do.")
 
 
-def _roll_back(store: StateStore, operation: str, exc: BaseException, signals) -> None:
+def _roll_back(store: StateStore, operation: str, exc: BaseException, signals,
+               written: set[str] | None = None) -> None:
     message = exc.message if isinstance(exc, (Sm120kitError, Interrupted)) else f"{exc.strerror or exc}."
     try:
-        put_back = repair(store, hold_signals=False)
+        put_back = repair(store, hold_signals=False, only=written)
     except Sm120kitError as second:
         raise IOFailure(
             f"{message} Putting back what this '{operation}' had written failed too: {second.message} The "
