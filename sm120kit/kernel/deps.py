@@ -195,7 +195,7 @@ def read_dependencies(source: KernelSource,
                 parent=parent, subdir=subdir, submodules=submodules,
             )
             dep = _with_unresolved(dep, missing)
-            _check_declaration(dep)
+            _check_location(dep)
             found.append(dep)
     return tuple(found)
 
@@ -216,8 +216,9 @@ def _declaration_error(dep: Dependency, what: str) -> UsageError:
                            "came from, or fetch that dependency by hand and pass -DFETCHCONTENT_SOURCE_DIR_...")
 
 
-def _check_declaration(dep: Dependency) -> None:
-    """Refuse what would let the CMake files choose a folder outside ``--into`` or an option of git."""
+def _check_location(dep: Dependency) -> None:
+    """Refuse a name or ``SOURCE_DIR`` that would let the CMake files choose a folder outside ``--into``
+    (checked for every declaration read: the build hands these folders to CMake too)."""
     if not _NAME_RE.match(dep.name):
         raise _declaration_error(dep, "has a name that is not a plain folder name (letters, digits, '_', '.', "
                                       "'+', '-'; no '/' and not '..')")
@@ -226,6 +227,12 @@ def _check_declaration(dep: Dependency) -> None:
     if dep.subdir is not None and not all(_SUBDIR_PART_RE.match(part) for part in dep.subdir.split("/")):
         raise _declaration_error(dep, f"has a SOURCE_DIR whose path {dep.subdir!r} is not a plain relative path "
                                       "(no '..', '.', empty or absolute part)")
+
+
+def _check_declaration(dep: Dependency) -> None:
+    """Before fetching ``dep``: its folder (:func:`_check_location`), a ``GIT_TAG`` or ``GIT_REPOSITORY``
+    that git could take as an option, and a ``URL_HASH`` sm120kit cannot check."""
+    _check_location(dep)
     if dep.unresolved:
         return  # the values hold ${VARS}: fetching stops on those first
     if dep.git_tag is not None and not (_REF_RE.match(dep.git_tag) and ".." not in dep.git_tag):
@@ -447,6 +454,8 @@ def fetch_dependencies(source: KernelSource, into: Path, *, progress: Progress |
     log = on_step or (lambda text: None)
     results = []
     ordered = _order(deps)
+    for dep in ordered:  # every declaration is checked before anything is fetched
+        _check_declaration(dep)
     for i, dep in enumerate(ordered, 1):
         if dep.unresolved:
             raise UsageError(
