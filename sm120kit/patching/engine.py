@@ -893,8 +893,9 @@ def _series_status(target: Target, series: Series, store: StateStore) -> StatusR
     except StateDamagedError as exc:
         problems.append(exc.render())
     if not problems and store.leftover():
-        problems.append(f"{store.dir} is left from a run that was stopped while removing it (it holds no record "
-                        "and no journal); 'sm120kit revert' removes it")
+        problems.append(f"{store.dir} is left from a run that was stopped while it removed the folder (after a "
+                        "complete revert) or before it changed anything: it holds no record and no journal; "
+                        "'sm120kit revert' removes it")
     files: list[FileState] = []
     if record is not None:
         for fr in record.files:

@@ -358,8 +358,9 @@ class StateStore:
         try:
             self.ensure()
             lock.acquire()
-        except IOFailure as exc:
-            # A refused start (a full disk, say) leaves no folder it made; one another run holds stays.
+        except BaseException as exc:
+            # A refused or interrupted start (a full disk, Ctrl-C) leaves no folder it made; one another run
+            # holds stays.
             if made and not getattr(exc, "lock_held", False):
                 self._remove_made_folder()
             raise
@@ -410,7 +411,8 @@ class StateStore:
 
     def leftover(self) -> bool:
         """Whether the folder is there with nothing in it to act on: no record, no journal, no kept edits
-        (a run stopped while removing it). A refused or finished run leaves no such folder."""
+        (a run killed while removing it, or before it held the lock). A refused or finished run leaves no such
+        folder."""
         if self.dir.is_symlink() or not self.dir.is_dir():
             return False
         return not any(os.path.lexists(p) for p in (self.state_path, self.journal_path, self.kept_dir))

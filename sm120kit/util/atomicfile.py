@@ -15,6 +15,8 @@ Test hooks (fault injection), read from the environment:
   is written and before it replaces the target;
 - ``SM120KIT_FAULT_IN_PROBE=N``: at its N-th writability probe, while the probe file exists;
 - ``SM120KIT_FAULT_IN_CLEANUP=N``: at the N-th entry a finished revert removes from the state folder;
+- ``SM120KIT_FAULT_IN_LOCK=N``: as the N-th tree lock is about to be taken (its folder made, the lock not yet
+  held);
 - ``SM120KIT_FAULT_SIGNAL``: the signal sent, ``KILL`` (default), ``INT``, ``TERM`` or ``STOP`` (the process
   stops until a test has changed the tree under it and sends ``SIGCONT``).
 
@@ -44,7 +46,8 @@ from typing import Iterator
 from sm120kit.errors import IOFailure
 
 _FAULT_ENVS = {"replace": "SM120KIT_FAULT_AFTER_WRITES", "tmp": "SM120KIT_FAULT_IN_WRITE",
-               "probe": "SM120KIT_FAULT_IN_PROBE", "cleanup": "SM120KIT_FAULT_IN_CLEANUP"}
+               "probe": "SM120KIT_FAULT_IN_PROBE", "cleanup": "SM120KIT_FAULT_IN_CLEANUP",
+               "lock": "SM120KIT_FAULT_IN_LOCK"}
 _counts = {kind: 0 for kind in _FAULT_ENVS}
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from sm120kit.errors import IOFailure, UsageError
+from sm120kit.util.atomicfile import fault_point
 
 DEFAULT_WAIT = 5.0
 WAIT_ENV = "SM120KIT_LOCK_WAIT"
@@ -157,6 +158,7 @@ class TreeLock:
         raise AssertionError("unreachable")
 
     def acquire(self) -> None:
+        fault_point("lock")
         deadline = time.monotonic() + self.wait
         while True:
             fd = self._open()
