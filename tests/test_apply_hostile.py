@@ -23,8 +23,7 @@ import pytest
 
 from sm120kit.patching.state import STATE_DIR
 
-from apply_support import DEMO_SERIES, REPO_ROOT, make_diff, run_cli, small_tree, tree_hashes, utils_series, \
-    write_series
+from apply_support import REPO_ROOT, make_diff, run_cli, small_tree, tree_hashes, utils_series, write_series
 from hostile_support import give_away, run_cli_confined
 
 UTILS = "sglang/srt/utils.py"

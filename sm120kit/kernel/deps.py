@@ -21,7 +21,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import os
 import re
 import shutil
 import urllib.error
