@@ -1,6 +1,6 @@
 """Run inside a private mount namespace with a small tmpfs at ARGV[1] (see test_diskfull_hostile.py).
 
-The disk-full cases of the hostile round, each on the tmpfs with the real CLI:
+The disk-full cases of the hostile trials, each on the tmpfs with the real CLI:
 
 - ``rollback``: an apply that modifies a file, creates a big one, then runs out of space on a third; the
   roll-back must delete the created file first (freeing its space) and then put the modified one back;

@@ -1,4 +1,4 @@
-"""The patch manager against a hostile tree (the hostile round of the reliability trials, docs/reliability.md):
+"""The patch manager against a hostile tree (the hostile trials of docs/reliability.md):
 state files nested too deeply for the parser, a lone surrogate in a recorded path, a lock holder record
 that is not a record, a hard-linked lock file, deeply nested TOML, FIFOs where files are read, a file the
 user cannot read, signals inside the writability probe and the final clean-up, a lock wait of ``nan``, a
