@@ -1,6 +1,7 @@
 """Trials of the patch manager against interruptions, for docs/reliability.md.
 
-Usage: python scripts/reliability_trials.py [--seed N] [--kills N] [--signals N] [--timed N] [--release X]
+Usage: python scripts/reliability_trials.py [--seed N] [--kills N] [--signals N] [--timed N] [--probe N]
+                                           [--cleanup N] [--hostile] [--release X]
 
 Each trial runs the real CLI (``python -m sm120kit``) on a tree and checks every byte and mode after it:
 
@@ -12,6 +13,15 @@ Each trial runs the real CLI (``python -m sm120kit``) on a tree and checks every
   must exit 130 and leave the tree exactly as before.
 - timed: SIGINT at a random wall-clock moment of a whole apply; the tree must be wholly original or
   wholly patched, with no temporary file.
+- probe: SIGINT, SIGTERM or SIGKILL while apply's writability probe file exists (SM120KIT_FAULT_IN_PROBE);
+  INT/TERM must exit 130 with the tree as before and no probe file; after KILL the next apply must remove
+  the probe file it left, and revert give the original bytes.
+- cleanup: SIGINT, SIGTERM or SIGKILL at a random step of a revert's final removal of the state folder
+  (SM120KIT_FAULT_IN_CLEANUP); INT/TERM must finish the removal (exit 130, tree byte-identical); after KILL
+  the folder left must keep its .gitignore, status must name it (exit 6) and the next revert remove it.
+- hostile (``--hostile``): the hostile-input cases of docs/reliability.md, which are tests: runs them with
+  pytest (tests/test_apply_hostile.py, test_release_cache_hostile.py, test_fetch_deps_untrusted.py,
+  test_diskfull_hostile.py) and prints pytest's summary.
 
 The tree is a copy of the cached SGLang release (``--release``, default 0.5.2), and the series the test
 series in tests/data/demo-series plus one that changes nine small files, so there is a write phase to
@@ -94,6 +104,9 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=100)
     parser.add_argument("--signals", type=int, default=40)
     parser.add_argument("--timed", type=int, default=20)
+    parser.add_argument("--probe", type=int, default=20)
+    parser.add_argument("--cleanup", type=int, default=20)
+    parser.add_argument("--hostile", action="store_true", help="also run the hostile-input tests")
     parser.add_argument("--release", default="0.5.2")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
@@ -173,8 +186,70 @@ def main() -> None:
             shutil.rmtree(package.parent)
         print(f"timed: {args.timed} applies sent SIGINT at a random moment: "
               + ", ".join(f"{v} {k}" for k, v in outcome.items()) + f"; {time.monotonic() - start:.0f} s")
+
+        package, series = fresh_tree(work, release_dir, args.timed + 1)
+        pristine = hashes(package.parent)
+        probe_trials(rng, package, series, pristine, args.probe)
+        cleanup_trials(rng, package, series, pristine, args.cleanup)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.hostile:
+        tests = ["tests/test_apply_hostile.py", "tests/test_release_cache_hostile.py",
+                 "tests/test_fetch_deps_untrusted.py", "tests/test_diskfull_hostile.py"]
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=REPO,
+                              capture_output=True, text=True)
+        print("hostile: " + (proc.stdout.strip().splitlines() or ["pytest printed nothing"])[-1])
+
+
+def probes(root: Path) -> list[Path]:
+    return sorted(root.rglob(".sm120kit-probe-*"))
+
+
+def probe_trials(rng: random.Random, package: Path, series: Path, pristine: dict, count: int) -> None:
+    start = time.monotonic()
+    seen = {"held back (130, unchanged, no probe file)": 0, "killed, probe file removed by the next apply": 0,
+            "wrong": 0}
+    for _ in range(count):
+        sig = rng.choice(["INT", "TERM", "KILL"])
+        proc = cli("apply", str(package), "--series", str(series),
+                   env={"SM120KIT_FAULT_IN_PROBE": "1", "SM120KIT_FAULT_SIGNAL": sig})
+        if sig != "KILL":
+            ok = proc.returncode == 130 and hashes(package.parent) == pristine and not probes(package)
+            seen["held back (130, unchanged, no probe file)" if ok else "wrong"] += 1
+            continue
+        left = probes(package)
+        again = cli("apply", str(package), "--series", str(series))
+        back = cli("revert", str(package))
+        ok = (proc.returncode == -9 and len(left) == 1 and again.returncode == 0 and not probes(package)
+              and back.returncode == 0 and hashes(package.parent) == pristine)
+        seen["killed, probe file removed by the next apply" if ok else "wrong"] += 1
+    print(f"probe: {count} applies signalled inside the writability probe: "
+          + ", ".join(f"{v} {k}" for k, v in seen.items()) + f"; {time.monotonic() - start:.0f} s")
+
+
+def cleanup_trials(rng: random.Random, package: Path, series: Path, pristine: dict, count: int) -> None:
+    start = time.monotonic()
+    seen = {"finished first (130, byte-identical)": 0, "killed, folder ignored, named and removed": 0,
+            "wrong": 0}
+    for _ in range(count):
+        assert cli("apply", str(package), "--series", str(series)).returncode == 0
+        steps = len(list((package / ".sm120kit").rglob("*")))  # entries the removal goes through
+        sig = rng.choice(["INT", "TERM", "KILL"])
+        proc = cli("revert", str(package), env={"SM120KIT_FAULT_IN_CLEANUP": str(rng.randint(1, steps)),
+                                                "SM120KIT_FAULT_SIGNAL": sig})
+        if sig != "KILL":
+            ok = proc.returncode == 130 and hashes(package.parent) == pristine
+            seen["finished first (130, byte-identical)" if ok else "wrong"] += 1
+            continue
+        left = package / ".sm120kit"
+        ignored = (left / ".gitignore").is_file()
+        status = cli("status", str(package), "--series", str(series))
+        back = cli("revert", str(package))
+        ok = (proc.returncode == -9 and ignored and status.returncode == 6 and back.returncode == 0
+              and hashes(package.parent) == pristine)
+        seen["killed, folder ignored, named and removed" if ok else "wrong"] += 1
+    print(f"cleanup: {count} reverts signalled in the final clean-up: "
+          + ", ".join(f"{v} {k}" for k, v in seen.items()) + f"; {time.monotonic() - start:.0f} s")
 
 
 if __name__ == "__main__":

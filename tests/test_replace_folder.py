@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sm120kit.errors import IOFailure
 from sm120kit.util import atomicfile
 from sm120kit.util.atomicfile import building_folder, replace_folder, sweep_temp_dirs
 
@@ -160,7 +161,7 @@ def test_release_unpack_keeps_the_old_release_when_the_rename_fails(tmp_path, mo
         zf.writestr("sglang/__init__.py", "")
     dest = _old(tmp_path / "releases" / "9.9.9")
     _fail_final_rename(monkeypatch, dest)
-    with pytest.raises(OSError, match="injected"):
+    with pytest.raises(IOFailure, match="injected"):  # the disk's error, named (exit 7)
         releases._unpack(wheel, dest)
     assert sorted(os.listdir(dest)) == ["keep.txt"] and _siblings(dest) == ["9.9.9"]
     releases._unpack(wheel, dest)

@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.code)
     except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
         cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, EOFError):  # click turns EOFError into Abort too: a bug, not Ctrl-C
+            _internal_error(cause, verbose, json_mode)
         if isinstance(cause, Interrupted):  # stopped while writing a tree: say what state it is in
             echo_error(cause.render(), prefix="interrupted: ")
         else:
@@ -104,10 +106,15 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # a bug in sm120kit, not a user error
-        if verbose:
-            traceback.print_exc()
-        if json_mode:
-            print_json(Sm120kitError(f"internal error: {type(exc).__name__}: {exc}").to_json())
-        click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
-        click.echo("This is a bug in sm120kit; run again with -v and report the traceback.", err=True)
-        sys.exit(1)
+        _internal_error(exc, verbose, json_mode)
+
+
+def _internal_error(exc: BaseException, verbose: bool, json_mode: bool) -> None:
+    if verbose:
+        traceback.print_exception(exc)
+    message = f"internal error: {type(exc).__name__}: {exc}"[:4000]
+    if json_mode:
+        print_json(Sm120kitError(message).to_json())
+    click.echo(message, err=True)
+    click.echo("This is a bug in sm120kit; run again with -v and report the traceback.", err=True)
+    sys.exit(1)

@@ -19,7 +19,7 @@ def fetch_release(app: AppContext, versions: tuple[str, ...], json_mode: bool) -
     console = app.console(json_mode)
     wanted: list[str] = []
     for text in versions:
-        if ".." in text:
+        if releases.check_range(text) is not None:  # a malformed range is named before PyPI is asked
             wanted += releases.parse_release_range(text, releases.available_releases())
         else:
             wanted.append(releases.check_version(text))

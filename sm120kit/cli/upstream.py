@@ -191,6 +191,7 @@ def _versions(ranges: tuple[str, ...], console: Console) -> list[str]:
     available: list[str] | None = None
     out: list[str] = []
     for text in ranges:
+        releases.check_range(text)  # a malformed range is named before PyPI is asked for the release list
         if ".." in text and available is None:
             try:
                 available = releases.available_releases()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
+import socket
 import stat
 import tempfile
 import time
@@ -19,7 +21,9 @@ from pathlib import Path
 
 from sm120kit import __version__
 from sm120kit.patching import treepath
-from sm120kit.util.atomicfile import deferred_signals, fsync_dir, remove, write_atomic
+from sm120kit.util import regularfile
+from sm120kit.util.atomicfile import deferred_signals, fault_point, fsync_dir, remove, write_atomic
+from sm120kit.util.lock import describe_holder, reading
 from sm120kit.util.report import Progress, Step, tell
 from sm120kit.errors import (ConflictError, DirtyTreeError, Interrupted, IOFailure, Sm120kitError,
                              StateDamagedError, WarningsAsErrors)
@@ -212,23 +216,42 @@ class StatusResult:
 # -- helpers ---------------------------------------------------------------------------------------------
 
 def _read(path: Path) -> bytes | None:
+    """The bytes of the regular file at ``path`` (never through a final link, never waiting on a FIFO),
+    ``None`` when absent. :class:`IOFailure` naming it when it cannot be read or is something else."""
     try:
-        return path.read_bytes()
+        return regularfile.read_bytes(path, follow=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
-        raise IOFailure(f"Cannot read {path}: {exc.strerror or exc}.") from None
+        raise IOFailure(f"Cannot read {path}: {exc.strerror or exc}. Nothing was changed.",
+                        hint="sm120kit must be able to read every file it patched or restores (run it as the "
+                             "tree's owner), and reads regular files only.") from None
 
 
 _NOT_A_FILE = "not-a-regular-file"  # never equal to a SHA-256 digest
 
 
 def _hash_of(path: Path) -> str | None:
-    """SHA-256 of a regular file, ``None`` when absent; a link or folder is never read through."""
-    if path.is_symlink() or path.is_dir():
+    """SHA-256 of a regular file, ``None`` when absent; a link, folder, FIFO or device is never read."""
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise IOFailure(f"Cannot examine {path}: {exc.strerror or exc}.") from None
+    if not stat.S_ISREG(info.st_mode):
         return _NOT_A_FILE
-    data = _read(path)
-    return None if data is None else sha256(data)
+    try:
+        data = regularfile.read_bytes(path, follow=False)
+    except regularfile.NotRegularFile:
+        return _NOT_A_FILE  # swapped since the lstat
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise IOFailure(f"Cannot read {path}: {exc.strerror or exc}. Nothing was changed.",
+                        hint="sm120kit must be able to read every file it patched or restores (run it as the "
+                             "tree's owner).") from None
+    return sha256(data)
 
 
 def _unsafe_target(root: Path, path: str, mode: int | None) -> str | None:
@@ -268,42 +291,108 @@ def _hash(data: bytes | None) -> str | None:
     return None if data is None else sha256(data)
 
 
+_PROBE_PREFIX = ".sm120kit-probe-"
+
+
 def _check_writable(root: Path, paths: list[str]) -> None:
     """Refuse before the first write when a folder that must change is not writable (names it).
 
     Each folder is probed by creating and removing a temporary file: permission bits alone do not tell
-    (root ignores them; read-only mounts and immutable folders refuse root too)."""
+    (root ignores them; read-only mounts and immutable folders refuse root too). SIGINT and SIGTERM wait
+    until the probe file is gone (then :class:`Interrupted`, nothing changed); a probe file a killed run
+    left (``.sm120kit-probe-HOST@PID@...``, that process gone) is removed by the next probe there."""
     probed: set[Path] = set()
-    for rel in paths:
-        folder = (root / rel).parent
-        while not folder.exists():
-            folder = folder.parent
-        if folder in probed:
+    host = socket.gethostname()
+    with deferred_signals() as signals:
+        for rel in paths:
+            folder = (root / rel).parent
+            while not folder.exists():
+                folder = folder.parent
+            if folder in probed:
+                continue
+            probed.add(folder)
+            _sweep_probes(folder, host)
+            try:
+                fd, probe = tempfile.mkstemp(prefix=f"{_PROBE_PREFIX}{host}@{os.getpid()}@", dir=folder)
+                os.close(fd)
+                try:
+                    fault_point("probe")
+                finally:
+                    os.unlink(probe)
+            except OSError as exc:
+                raise IOFailure(f"The tree is not writable: cannot write in {folder} (needed for {rel}): "
+                                f"{exc.strerror or exc}. Nothing was changed.",
+                                hint="Free some disk space and run the command again." if exc.errno in
+                                (errno.ENOSPC, errno.EDQUOT) else
+                                "Run as the owner of the tree, or use a copy you own.") from None
+    if signals.pending:
+        raise Interrupted(f"Interrupted ({signals.name}) before anything in the tree was written; nothing was "
+                          "changed.", hint="Run the command again.")
+
+
+def _sweep_probes(folder: Path, host: str) -> None:
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(f"{_PROBE_PREFIX}{host}@")]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_PROBE_PREFIX) + len(host) + 1:].partition("@")[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
             continue
-        probed.add(folder)
-        try:
-            fd, probe = tempfile.mkstemp(prefix=".sm120kit-probe-", dir=folder)
-            os.close(fd)
-            os.unlink(probe)
-        except OSError as exc:
-            raise IOFailure(f"The tree is not writable: cannot write in {folder} (needed for {rel}): "
-                            f"{exc.strerror or exc}. Nothing was changed.",
-                            hint="Run as the owner of the tree, or use a copy you own.") from None
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(folder / name).st_mode):
+                os.unlink(folder / name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%S")
 
 
-def _restore(root: Path, path: str, data: bytes | None, mode: int | None, token: str = "") -> None:
-    full = root / path
+def _restore(root: Path, path: str, data: bytes | None, mode: int | None, token: str = "",
+             prunable: frozenset[str] | None = None) -> None:
+    """Write ``data`` to ``root/path`` (or remove it when ``None``, then the folders that leaves empty: only
+    those in ``prunable`` when given). The folder is opened one part at a time at write time, never through
+    a link: a folder swapped for a link after the plan is a :class:`ConflictError` and nothing is written."""
+    folder, _, name = path.rpartition("/")
+    try:
+        fd, _made = treepath.open_folder(root, folder, create=data is not None)
+    except treepath.LinkInTheWay as exc:
+        raise ConflictError(f"{root / exc.filename} is a symbolic link or not a folder now (it was a folder when "
+                            f"the plan was made); sm120kit does not write {path} through it.",
+                            hint="Something changed the tree while sm120kit wrote it: look at that folder, put "
+                                 "it back, and run the command again.") from None
+    except FileNotFoundError:
+        if data is None:
+            return  # its folder is gone: nothing to remove
+        raise
+    except OSError as exc:
+        raise IOFailure(f"Cannot open the folder of {root / path}: {exc.strerror or exc}.") from None
+    try:
+        if data is None:
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise IOFailure(f"Cannot remove {root / path}: {exc.strerror or exc}.") from None
+            fault_point("replace")
+        else:
+            tmp = root / temp_path(path, token) if token else None
+            write_atomic(root / path, data, mode, fault_point=True, tmp=tmp, dir_fd=fd)
+    finally:
+        os.close(fd)
     if data is None:
-        remove(full, fault_point=True)
-        _prune_empty_dirs(full.parent, root / "sglang")
-    else:
-        full.parent.mkdir(parents=True, exist_ok=True)
-        tmp = root / temp_path(path, token) if token else None
-        write_atomic(full, data, mode, fault_point=True, tmp=tmp)
+        _prune_empty_dirs((root / path).parent, root / "sglang", root, prunable)
 
 
 def _remove_bytecode(root: Path, removed: list[str]) -> None:
@@ -334,9 +423,13 @@ def _remove_bytecode(root: Path, removed: list[str]) -> None:
             pass
 
 
-def _prune_empty_dirs(folder: Path, stop: Path) -> None:
-    """Remove the folders a removed file leaves empty, up to (not including) ``stop``."""
+def _prune_empty_dirs(folder: Path, stop: Path, root: Path | None = None,
+                      prunable: frozenset[str] | None = None) -> None:
+    """Remove the folders a removed file leaves empty, up to (not including) ``stop``; with ``prunable``
+    only those it lists (paths relative to ``root``): a folder that was there before apply stays."""
     while folder != stop and stop in folder.parents:
+        if prunable is not None and root is not None and folder.relative_to(root).as_posix() not in prunable:
+            return
         try:
             folder.rmdir()
         except OSError:
@@ -367,13 +460,15 @@ def _remove_temp_files(store: StateStore, journal: Journal) -> None:
     store.clear_stray_temp_files()
 
 
-def repair(store: StateStore, on_debug: Step | None = None, *, hold_signals: bool = True) -> tuple[str, ...]:
+def repair(store: StateStore, on_debug: Step | None = None, *, hold_signals: bool = True,
+           only: set[str] | None = None) -> tuple[str, ...]:
     """Undo the half of an interrupted run: files it replaced go back to their content before that run,
     and the temporary files it may have left are removed.
 
     If the run had already saved its state record (only removing its journal was left), its writes are
     kept. Returns the paths put back. Caller holds the lock. Ctrl-C during the repair is held back until
-    it is done (then :class:`Interrupted`).
+    it is done (then :class:`Interrupted`). ``only``: the paths the run is known to have written (a roll-back
+    within the run itself); the journal's other entries were not touched and are left alone.
     """
     journal = store.load_journal()
     if journal is None:
@@ -383,8 +478,9 @@ def repair(store: StateStore, on_debug: Step | None = None, *, hold_signals: boo
         finished = journal.state_before != _hash_of(store.state_path)
         repaired: list[str] = []
         if not finished:
-            _check_targets(store.root, [(e.path, e.mode) for e in journal.entries], store.journal_path, store)
-            for entry in journal.entries:
+            entries = [e for e in journal.entries if only is None or e.path in only]
+            _check_targets(store.root, [(e.path, e.mode) for e in entries], store.journal_path, store)
+            for entry in entries:
                 current = _hash_of(store.root / entry.path)
                 if current == entry.from_hash:
                     continue
@@ -395,11 +491,15 @@ def repair(store: StateStore, on_debug: Step | None = None, *, hold_signals: boo
                         "since.",
                         hint="Check that file by hand (restore it from the original package or git), then "
                              f"delete {store.journal_path} and run the command again.")
-            for entry in journal.entries:
+            prunable = frozenset(journal.dirs) if journal.dirs is not None else None
+            # Files the run created go first: removing them frees the space that putting back the files it
+            # replaced may need (a full disk is a common reason to be here).
+            order = sorted(entries, key=lambda e: e.from_hash is not None)
+            for entry in order:
                 if _hash_of(store.root / entry.path) == entry.from_hash:
                     continue
                 data = None if entry.from_hash is None else store.blob(entry.from_hash)
-                _restore(store.root, entry.path, data, entry.mode, journal.token)
+                _restore(store.root, entry.path, data, entry.mode, journal.token, prunable)
                 repaired.append(entry.path)
             tell(on_debug, f"repaired {len(repaired)} files of an interrupted {journal.operation}")
         _remove_temp_files(store, journal)
@@ -412,40 +512,51 @@ def repair(store: StateStore, on_debug: Step | None = None, *, hold_signals: boo
 
 
 def _journaled(store: StateStore, operation: str, entries: list[JournalEntry],
-               writes: list[tuple[str, bytes | None, int | None]], finish, progress: Progress | None = None) -> None:
+               writes: list[tuple[str, bytes | None, int | None]], finish, progress: Progress | None = None, *,
+               dirs: tuple[str, ...] | None = None, prunable: frozenset[str] | None = None,
+               after=None) -> None:
     """Write ``writes`` (path, content or ``None`` to remove, mode) under a journal flushed to disk first,
     then call ``finish`` (which records the result). On any error, Ctrl-C or SIGTERM before ``finish`` is
     done, the files this run wrote are put back from the journal and the error says so; when even that
-    fails the journal stays, and the error says which command finishes the job."""
+    fails the journal stays, and the error says which command finishes the job. ``dirs``: the folders the
+    writes create (a roll-back removes those); ``prunable``: the folders a removal may remove when it
+    leaves them empty (``None``: any); ``after``: a clean-up run once the journal is gone, with signals
+    still held (its errors are ignored: what it leaves, the next run removes)."""
     with deferred_signals() as signals:
         try:
-            journal = store.write_journal(operation, entries)
+            journal = store.write_journal(operation, entries, dirs)
             fsync_dir(store.dir)
         except Sm120kitError as exc:
             raise type(exc)(f"{exc.message} Nothing in the tree was changed.", hint=exc.hint) from None
+        written: set[str] = set()  # a write that raised changed nothing (the rename is its last step)
         try:
             for i, (path, data, mode) in enumerate(writes, 1):
-                _restore(store.root, path, data, mode, journal.token)
+                _restore(store.root, path, data, mode, journal.token, prunable)
+                written.add(path)
                 if progress is not None and len(writes) > 3:
                     progress(i, len(writes), path)
                 if signals.pending:
                     raise Interrupted(f"Interrupted ({signals.name}) after {i} of {len(writes)} file(s).")
             finish()
         except (Sm120kitError, OSError, Interrupted) as exc:
-            _roll_back(store, operation, exc, signals)
+            _roll_back(store, operation, exc, signals, written)
         try:
             store.clear_journal()
         except OSError:
             pass  # the record is saved: a later repair sees the run finished and only drops the journal
+        if after is not None:
+            with contextlib.suppress(OSError, Sm120kitError):
+                after()
     if signals.pending:
         raise Interrupted(f"Interrupted ({signals.name}) as '{operation}' finished; it was completed first.",
                           hint="Nothing is left to do.")
 
 
-def _roll_back(store: StateStore, operation: str, exc: BaseException, signals) -> None:
+def _roll_back(store: StateStore, operation: str, exc: BaseException, signals,
+               written: set[str] | None = None) -> None:
     message = exc.message if isinstance(exc, (Sm120kitError, Interrupted)) else f"{exc.strerror or exc}."
     try:
-        put_back = repair(store, hold_signals=False)
+        put_back = repair(store, hold_signals=False, only=written)
     except Sm120kitError as second:
         raise IOFailure(
             f"{message} Putting back what this '{operation}' had written failed too: {second.message} The "
@@ -518,7 +629,8 @@ def _new_record(old: StateRecord | None, plan: SeriesPlan, target: Target, serie
     ordered = tuple(sorted(patches.values(), key=lambda r: order.get(r.id, len(order))))
     return StateRecord(series=str(series.path), release=release, commit=target.commit,
                        created=old.created if old else stamp, updated=stamp, patches=ordered,
-                       files=tuple(sorted(files.values(), key=lambda f: f.path)), sm120kit_version=__version__)
+                       files=tuple(sorted(files.values(), key=lambda f: f.path)), sm120kit_version=__version__,
+                       dirs=old.dirs if old else ())
 
 
 def _write_changes(store: StateStore, changes: tuple[FileChange, ...], new_record: StateRecord,
@@ -531,9 +643,24 @@ def _write_changes(store: StateStore, changes: tuple[FileChange, ...], new_recor
         raise type(exc)(f"{exc.message} Nothing in the tree was changed.", hint=exc.hint) from None
     entries = [JournalEntry(path=c.path, from_hash=_hash(c.before), to_hash=_hash(c.after), mode=c.mode)
                for c in changes]
+    made = _folders_to_create(store.root, [c.path for c in changes if c.before is None and c.after is not None])
+    if new_record.dirs is not None:
+        new_record = dataclasses.replace(new_record, dirs=tuple(sorted(set(new_record.dirs) | set(made))))
     _journaled(store, "apply", entries, [(c.path, c.after, c.mode) for c in changes],
-               lambda: store.save(new_record), progress)
+               lambda: store.save(new_record), progress, dirs=made)
     store.prune_blobs({f.before for f in new_record.files if f.before})
+
+
+def _folders_to_create(root: Path, paths: list[str]) -> tuple[str, ...]:
+    """The folders below ``sglang/`` that writing the new files ``paths`` creates (absent now), sorted."""
+    made: set[str] = set()
+    for path in paths:
+        parts = path.split("/")[:-1]
+        for i in range(2, len(parts) + 1):
+            folder = "/".join(parts[:i])
+            if folder in made or not os.path.lexists(root / folder):
+                made.add(folder)
+    return tuple(sorted(made))
 
 
 def apply_series(target: Target, series: Series, *, dry_run: bool = False, fuzz: int = 0,
@@ -679,8 +806,9 @@ def revert_series(target: Target, *, force: bool = False, dry_run: bool = False,
                      if f.action == "restored"}
         writes = [(f.path, originals[f.path], record.file(f.path).mode) if f.action == "restored"
                   else (f.path, None, None) for f in result.files if f.action in ("restored", "removed")]
-        _journaled(store, "revert", entries, writes, store.clear_state, progress)
-        store.remove()
+        prunable = frozenset(record.dirs) if record.dirs is not None else None
+        _journaled(store, "revert", entries, writes, store.clear_state, progress, prunable=prunable,
+                   after=store.remove)
         _remove_bytecode(root, [f.path for f in result.files if f.action == "removed"])
         files = tuple(RevertedFile(path=f.path, action=f.action, kept_copy=kept.get(f.path)) for f in result.files)
         return RevertResult(target=target, dry_run=False, patches=result.patches, files=files,
@@ -748,9 +876,24 @@ def _revert_plan(target: Target, store: StateStore, record: StateRecord | None, 
 
 def series_status(target: Target, series: Series) -> StatusResult:
     """What the series looks like on ``target`` now; reads only. Problems (an interrupted run, a damaged
-    record, files edited after apply) are listed and make ``exit_code`` 6."""
+    record, files edited after apply) are listed and make ``exit_code`` 6.
+
+    A run that holds the tree lock is waited for (``SM120KIT_LOCK_WAIT``); if it still holds it, that is an
+    :class:`IOFailure` saying a run is in progress, not an interrupted run. While status reads, it holds
+    the lock shared, so no run starts writing under it."""
+    store = StateStore(target.root)
+    with reading(store.lock_path) as holder:
+        if holder is not None:
+            raise IOFailure(f"An sm120kit run is in progress on {target.package_dir} "
+                            f"({describe_holder(holder)}); its files are being written, so their state is not "
+                            "reported now.",
+                            hint="Run 'sm120kit status' again when that run has finished (it holds the lock "
+                                 f"{store.lock_path} until then; SM120KIT_LOCK_WAIT sets how long status waits).")
+        return _series_status(target, series, store)
+
+
+def _series_status(target: Target, series: Series, store: StateStore) -> StatusResult:
     root = target.root
-    store = StateStore(root)
     release, exact, source = release_and_source(target)
     problems: list[str] = []
     journal = None
@@ -765,6 +908,10 @@ def series_status(target: Target, series: Series) -> StatusResult:
         record = store.load()
     except StateDamagedError as exc:
         problems.append(exc.render())
+    if not problems and store.leftover():
+        problems.append(f"{store.dir} is left from a run that was stopped while it removed the folder (after a "
+                        "complete revert) or before it changed anything: it holds no record and no journal; "
+                        "'sm120kit revert' removes it")
     files: list[FileState] = []
     if record is not None:
         for fr in record.files:

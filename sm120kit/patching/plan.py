@@ -20,11 +20,14 @@ Patches are planned in series order on the result of the ones before them.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Collection
 
+from sm120kit.errors import IOFailure
 from sm120kit.patching import treepath
+from sm120kit.util import regularfile
 from sm120kit.patching.hunks import HunkResult, decode, encode, place_hunks, split_lines
 from sm120kit.patching.series import Marker, Patch, Series, Variant
 from sm120kit.patching.state import read_recorded
@@ -134,10 +137,17 @@ class _Tree:
             self.refused[path] = why  # never read through a link, never planned as a write
         else:
             try:
-                data = full.read_bytes()
-                self.modes[path] = full.stat().st_mode & treepath.PLAIN_MODE_BITS
+                fd = regularfile.open_regular(full, follow=False)  # never waits on a FIFO swapped in
+                with os.fdopen(fd, "rb") as handle:
+                    data = handle.read()
+                    self.modes[path] = os.fstat(handle.fileno()).st_mode & treepath.PLAIN_MODE_BITS
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 data = None
+            except OSError as exc:
+                raise IOFailure(f"Cannot read {full}: {exc.strerror or exc}. Nothing was changed.",
+                                hint="sm120kit reads every file the series patches to plan the change: run it as "
+                                     "a user who can read the tree (its owner), or fix that file's "
+                                     "permissions.") from None
         self._original[path] = data
         self._text[path] = None if data is None else decode(data)
 

@@ -240,6 +240,11 @@ def load_series(path: Path | None = None) -> Series:
     """Read the series in ``path`` (default: the bundled ``patches/sglang``); :class:`SeriesError` if bad."""
     folder = Path(path) if path is not None else default_series_dir()
     folder = folder.expanduser().resolve()
+    if folder.exists() and not folder.is_dir():
+        parent = f" (the folder that holds it: --series {folder.parent})" if folder.name == SERIES_FILE else ""
+        raise SeriesError(f"The patch series {folder} is a file, not a folder: --series takes the folder that "
+                          f"holds {SERIES_FILE} and the patches{parent}.",
+                          hint="Pass --series DIR with a folder holding series.toml (docs/series-format.md).")
     if not folder.is_dir():
         raise SeriesError(f"The patch series folder {folder} does not exist.",
                           hint="Pass --series DIR with a folder holding series.toml (docs/series-format.md).")

@@ -20,13 +20,23 @@ the folder itself, or anything in it, being a symbolic link stops every command
 - ``kept/<time>/sglang/...``: copies of files edited after apply that a forced revert replaced.
 - ``.gitignore`` (``*``): keeps the folder out of ``git status`` in a clone.
 
-A revert removes the folder, so a reverted tree is byte-identical to the original, file list included.
+A revert removes the folder, so a reverted tree is byte-identical to the original, file list included;
+``.gitignore`` goes last, so a folder left by a run killed while removing it stays out of ``git status``
+(``status`` names it, the next ``apply`` or ``revert`` removes it).
+
+The record and the journal also list the folders sm120kit created for new files (``dirs``), so that revert
+and a roll-back remove those and no folder that was there before (an empty one included); a record
+without that list (older versions) removes every folder its removed files leave empty, as before.
+
+Everything is read as a regular file only (a FIFO is refused, not waited on); JSON nested too deeply
+for the parser, or a path that cannot be a file name (a lone surrogate), is damage like any other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -41,7 +51,8 @@ from typing import Iterator
 
 from sm120kit import __version__
 from sm120kit.patching import treepath
-from sm120kit.util.atomicfile import write_atomic
+from sm120kit.util import regularfile
+from sm120kit.util.atomicfile import fault_point, write_atomic
 from sm120kit.errors import IOFailure, StateDamagedError
 from sm120kit.util.lock import TreeLock
 
@@ -89,6 +100,18 @@ def _mode_field(data: dict, where: str) -> int | None:
     if why:
         raise Untrusted(f"{where}.mode = {raw!r}: {why}")
     return value
+
+
+def _dirs_field(data: dict, where: str) -> tuple[str, ...] | None:
+    """The ``dirs`` list (folders sm120kit created), ``None`` when absent (a record of an older version)."""
+    if data.get("dirs") is None:
+        return None
+    dirs = _list_field(data, "dirs", where)
+    for i, value in enumerate(dirs):
+        why = treepath.problem(value)
+        if why:
+            raise Untrusted(f"{where}.dirs[{i}] = {value!r} {why}")
+    return tuple(dirs)
 
 
 def _list_field(data: dict, key: str, where: str) -> list:
@@ -158,6 +181,7 @@ class StateRecord:
     files: tuple[FileRecord, ...]
     sm120kit_version: str = __version__
     format: int = FORMAT
+    dirs: tuple[str, ...] | None = ()  # folders sm120kit created for new files; None: not recorded (older)
 
     @property
     def patch_ids(self) -> tuple[str, ...]:
@@ -173,7 +197,8 @@ class StateRecord:
         return {"format": self.format, "sm120kit_version": self.sm120kit_version, "series": self.series,
                 "release": self.release, "commit": self.commit, "created": self.created,
                 "updated": self.updated, "patches": [p.to_json() for p in self.patches],
-                "files": [f.to_json() for f in self.files]}
+                "files": [f.to_json() for f in self.files],
+                **({"dirs": list(self.dirs)} if self.dirs is not None else {})}
 
     @classmethod
     def from_json(cls, data: object) -> "StateRecord":
@@ -194,7 +219,8 @@ class StateRecord:
         return cls(series=data.get("series", ""), release=data.get("release"), commit=data.get("commit"),
                    created=data.get("created", ""), updated=data.get("updated", ""),
                    patches=tuple(patches), files=files,
-                   sm120kit_version=data.get("sm120kit_version", ""), format=data.get("format", FORMAT))
+                   sm120kit_version=data.get("sm120kit_version", ""), format=data.get("format", FORMAT),
+                   dirs=_dirs_field(data, "the record"))
 
 
 @dataclass(frozen=True)
@@ -234,6 +260,7 @@ class Journal:
     entries: tuple[JournalEntry, ...] = field(default=())
     state_before: str | None = None  # sha256 of state.json when the run began (None: there was none)
     token: str = ""  # names the run's temporary files (see temp_path); "" in journals of older versions
+    dirs: tuple[str, ...] | None = None  # folders a roll-back may remove (an apply's new ones); None: any
 
     def temp_paths(self) -> tuple[str, ...]:
         return tuple(temp_path(e.path, self.token) for e in self.entries) if self.token else ()
@@ -241,7 +268,8 @@ class Journal:
     def to_json(self) -> dict:
         return {"operation": self.operation, "started": self.started, "pid": self.pid, "host": self.host,
                 "state_before": self.state_before, "token": self.token,
-                "entries": [e.to_json() for e in self.entries]}
+                "entries": [e.to_json() for e in self.entries],
+                **({"dirs": list(self.dirs)} if self.dirs is not None else {})}
 
     @classmethod
     def from_json(cls, data: object) -> "Journal":
@@ -257,7 +285,8 @@ class Journal:
             raise Untrusted(f"token = {token!r} is not a hex run token")
         return cls(operation=data["operation"], started=str(data.get("started", "")), pid=data.get("pid", 0),
                    host=str(data.get("host", "")), entries=entries,
-                   state_before=_hash_field(data, "state_before", "the journal"), token=token)
+                   state_before=_hash_field(data, "state_before", "the journal"), token=token,
+                   dirs=_dirs_field(data, "the journal"))
 
 
 class StateStore:
@@ -290,13 +319,17 @@ class StateStore:
             elif folder and not stat.S_ISDIR(info.st_mode):
                 why = f"{path} is not a folder"
             elif not folder and not stat.S_ISREG(info.st_mode):
-                why = f"{path} is not a regular file"
+                why = f"{path} is {regularfile.kind_of(info.st_mode)}, not a regular file"
+            elif not folder and info.st_nlink != 1:
+                why = (f"{path} has {info.st_nlink} names (a hard link: a file elsewhere shares its content, and "
+                       "sm120kit would write into it)")
             else:
                 continue
             raise StateDamagedError(
                 f"sm120kit's state folder is not trusted: {why}. Nothing was changed.",
-                hint=f"sm120kit never follows links in {self.dir}. Look at what it points to, remove it, and "
-                     "run the command again (restore the tree from its original if its record is gone).")
+                hint=f"sm120kit never follows links in {self.dir}. Look at what it points to (or what shares it), "
+                     "remove it, and run the command again (restore the tree from its original if its record is "
+                     "gone).")
 
     def ensure(self) -> None:
         self.check_folder()
@@ -306,8 +339,11 @@ class StateStore:
             if not ignore.exists():
                 ignore.write_text("*\n", encoding="utf-8")
         except OSError as exc:
-            raise IOFailure(f"Cannot create sm120kit's state folder {self.dir}: {exc.strerror or exc}.",
-                            hint="The tree must be writable by you (is it a read-only or system install?); "
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            raise IOFailure(f"Cannot create sm120kit's state folder {self.dir}: {exc.strerror or exc}. Nothing "
+                            "was changed.",
+                            hint="Free some disk space and run the command again." if full else
+                                 "The tree must be writable by you (is it a read-only or system install?); "
                                  "use a virtual environment you own, or run sm120kit as the tree's owner.") \
                 from None
 
@@ -317,13 +353,37 @@ class StateStore:
         run that held it before may have removed the whole folder (a finished revert). On the way out a
         folder with nothing to keep (no record, no journal, no kept edits) is removed, so a refused or
         no-op run leaves no trace."""
-        self.ensure()
-        with TreeLock(self.lock_path, command=command, prepare=self.ensure):
+        lock = TreeLock(self.lock_path, command=command, prepare=self.ensure)
+        made = not os.path.lexists(self.dir)
+        try:
+            self.ensure()
+            lock.acquire()
+        except BaseException as exc:
+            # A refused or interrupted start (a full disk, Ctrl-C) leaves no folder it made; one another run
+            # holds stays.
+            if made and not getattr(exc, "lock_held", False):
+                self._remove_made_folder()
+            raise
+        try:
+            self.ensure()
+            yield
+        finally:
             try:
-                self.ensure()
-                yield
-            finally:
                 self.discard_if_unused()
+            finally:
+                lock.release()
+
+    def _remove_made_folder(self) -> None:
+        """Remove the folder this run made before it held the lock: only sm120kit's own empty layout."""
+        try:
+            if self.dir.is_symlink() or not self.dir.is_dir():
+                return
+            names = set(os.listdir(self.dir))
+            if names <= {".gitignore", "blobs", "lock"} and not (self.blobs_dir.is_dir() and
+                                                                  os.listdir(self.blobs_dir)):
+                shutil.rmtree(self.dir, ignore_errors=True)
+        except OSError:
+            pass
 
     def discard_if_unused(self) -> None:
         try:
@@ -335,14 +395,27 @@ class StateStore:
             pass
 
     def remove(self) -> None:
-        """Remove the folder (after a complete revert); copies of kept edits, if any, stay."""
+        """Remove the folder (after a complete revert); copies of kept edits, if any, stay. ``.gitignore``
+        is removed last, so a run stopped half way leaves a folder git still ignores (and ``status``
+        names). Errors are ignored: what is left is removed by the next run."""
         self.check_folder()
-        if self.kept_dir.exists():
-            for path in self.dir.iterdir():
-                if path.name not in ("kept", ".gitignore"):
-                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        else:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        keep = self.kept_dir.exists()
+        for path in sorted(self.dir.iterdir()):
+            if path.name == ".gitignore" or (keep and path.name == "kept"):
+                continue
+            _remove_tree(path)
+        if not keep:
+            with contextlib.suppress(OSError):
+                (self.dir / ".gitignore").unlink(missing_ok=True)
+                self.dir.rmdir()
+
+    def leftover(self) -> bool:
+        """Whether the folder is there with nothing in it to act on: no record, no journal, no kept edits
+        (a run killed while removing it, or before it held the lock). A refused or finished run leaves no such
+        folder."""
+        if self.dir.is_symlink() or not self.dir.is_dir():
+            return False
+        return not any(os.path.lexists(p) for p in (self.state_path, self.journal_path, self.kept_dir))
 
     # -- state record ------------------------------------------------------------------------------------
     def load(self) -> StateRecord | None:
@@ -350,7 +423,7 @@ class StateStore:
         if not self.state_path.exists():
             return None
         try:
-            data = json.loads(self.state_path.read_text(encoding="utf-8"))
+            data = json.loads(regularfile.read_text(self.state_path, follow=False))
             record = StateRecord.from_json(data)
         except Untrusted as exc:
             raise StateDamagedError(
@@ -358,6 +431,12 @@ class StateStore:
                 hint="sm120kit only restores files inside the tree with plain permission bits. Restore the "
                      "tree from its original (reinstall the package or 'git checkout' the files), then delete "
                      f"{self.dir}.") from None
+        except RecursionError:
+            raise StateDamagedError(
+                f"The state record {self.state_path} cannot be read: its JSON is nested too deeply (sm120kit "
+                "never writes it so).",
+                hint="Restore the tree from its original (reinstall the package or 'git checkout' the files), "
+                     f"then delete {self.dir}.") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StateDamagedError(
                 f"The state record {self.state_path} cannot be read ({type(exc).__name__}: {exc}).",
@@ -419,11 +498,15 @@ class StateStore:
                 path.unlink(missing_ok=True)
 
     # -- journal -----------------------------------------------------------------------------------------
-    def write_journal(self, operation: str, entries: list[JournalEntry]) -> Journal:
-        """Record what a run is about to write (flushed to disk before the first file is replaced)."""
-        state_before = sha256(self.state_path.read_bytes()) if self.state_path.exists() else None
+    def write_journal(self, operation: str, entries: list[JournalEntry],
+                      dirs: tuple[str, ...] | None = None) -> Journal:
+        """Record what a run is about to write (flushed to disk before the first file is replaced); ``dirs``:
+        the folders it creates, which a roll-back removes (``None``: any its removals leave empty)."""
+        state_before = (sha256(regularfile.read_bytes(self.state_path, follow=False))
+                        if self.state_path.exists() else None)
         journal = Journal(operation=operation, started=now(), pid=os.getpid(), host=socket.gethostname(),
-                          entries=tuple(entries), state_before=state_before, token=secrets.token_hex(6))
+                          entries=tuple(entries), state_before=state_before, token=secrets.token_hex(6),
+                          dirs=dirs)
         write_atomic(self.journal_path, (json.dumps(journal.to_json(), indent=2) + "\n").encode(), 0o644,
                      fsync=True)
         return journal
@@ -433,13 +516,18 @@ class StateStore:
         if not self.journal_path.exists():
             return None
         try:
-            return Journal.from_json(json.loads(self.journal_path.read_text(encoding="utf-8")))
+            return Journal.from_json(json.loads(regularfile.read_text(self.journal_path, follow=False)))
         except Untrusted as exc:
             raise StateDamagedError(
                 f"The write journal {self.journal_path} is not trusted: {exc}. Nothing was changed.",
                 hint="sm120kit only restores files inside the tree with plain permission bits. Restore the "
                      f"tree from its original, then delete {self.dir}.") from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except RecursionError:
+            raise StateDamagedError(f"The write journal {self.journal_path} cannot be read: its JSON is nested "
+                                    "too deeply (sm120kit never writes it so).",
+                                    hint="Restore the tree from its original, then delete "
+                                         f"{self.dir}.") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StateDamagedError(f"The write journal {self.journal_path} cannot be read ({exc}).",
                                     hint="Restore the tree from its original, then delete "
                                          f"{self.dir}.") from None
@@ -468,3 +556,25 @@ def read_recorded(root: Path) -> frozenset[str]:
     """Ids of the patches the tree's state record lists (empty when there is none or it is unreadable)."""
     record = StateStore(root).load_quietly()
     return frozenset(record.patch_ids) if record else frozenset()
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove ``path`` (a file, or a folder and what it holds) one entry at a time, never following a link;
+    each removal is a fault point (``SM120KIT_FAULT_IN_CLEANUP``). Errors are ignored."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        try:
+            children = sorted(os.listdir(path))
+        except OSError:
+            children = []
+        for name in children:
+            _remove_tree(path / name)
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    fault_point("cleanup")

@@ -8,10 +8,15 @@ must resolve inside the package (a symbolic link out of the tree is never follow
 must not be a symbolic link (a link is never patched, nor replaced by a regular file).
 
 Modes read back from disk are plain permission bits: no setuid, setgid or sticky bit.
+
+At write time :func:`open_folder` opens the folder a file is written in one part at a time, never
+following a link below ``sglang/``: a folder swapped for a link after the plan was made is found then,
+and nothing is written through it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -29,6 +34,10 @@ def problem(path: object) -> str | None:
     bad = next((c for c in path if ord(c) < 0x20 or ord(c) == 0x7F), None)
     if bad is not None:
         return f"holds the control character {bad!r}"
+    try:
+        os.fsencode(path)
+    except UnicodeError:
+        return "holds a character that cannot be a file name here (a lone surrogate or invalid text)"
     if path.startswith("/"):
         return "is absolute"
     parts = path.split("/")
@@ -74,3 +83,41 @@ def mode_problem(mode: object) -> str | None:
     if mode < 0 or mode & ~PLAIN_MODE_BITS:
         return f"{oct(mode)} is not plain permission bits (no setuid, setgid or sticky bit; at most 0o777)"
     return None
+
+
+class LinkInTheWay(OSError):
+    """A folder on the way to a file is a symbolic link (or not a folder) at write time."""
+
+
+def open_folder(root: Path, folder: str, *, create: bool = False) -> tuple[int, list[str]]:
+    """An open descriptor of ``root/folder`` (``folder`` is ``sglang`` or below it, as :func:`problem`
+    accepts), reached one part at a time with ``O_NOFOLLOW`` below ``sglang/``: :class:`LinkInTheWay` when
+    a part is a link or not a folder. ``create`` makes missing folders; the second value lists the ones
+    it made (relative paths). ``FileNotFoundError`` when one is missing and ``create`` is false."""
+    parts = folder.split("/")
+    made: list[str] = []
+    fd = os.open(Path(root) / parts[0], os.O_RDONLY | os.O_DIRECTORY)  # sglang/ itself, as planned
+    try:
+        for i, part in enumerate(parts[1:], 2):
+            try:
+                new = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                    made.append("/".join(parts[:i]))
+                except FileExistsError:
+                    pass
+                new = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise LinkInTheWay(exc.errno, "is a symbolic link or not a folder", "/".join(parts[:i])) \
+                        from None
+                raise
+            os.close(fd)
+            fd = new
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, made

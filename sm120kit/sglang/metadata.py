@@ -8,6 +8,9 @@ Two questions, two kinds of reader:
   (``version.py`` / ``_version.py``, a static ``pyproject.toml`` version, a ``dist-info`` beside it),
   built on :func:`version_in_file` (a literal ``__version__``) and :func:`read_dist_metadata`
   (a ``*.dist-info/METADATA`` file), which other packages' trees (sgl-kernel) use too.
+
+The files of a tree are read as regular files only (a FIFO named ``version.py`` is passed over, not
+waited on) and at most :data:`_MAX_BYTES` of each.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ import sys
 from email.message import Message
 from email.parser import HeaderParser
 from pathlib import Path
+
+from sm120kit.util import regularfile
+
+_MAX_BYTES = 1 << 20  # a version.py, pyproject.toml or METADATA is a few KiB
 
 # `__version__ = "0.5.2"` (version.py up to 0.5.9) or `__version__ = version = '0.5.23'` (the _version.py
 # that setuptools-scm / vcs-versioning writes from 0.5.10 on).
@@ -37,7 +44,7 @@ def installed_version(*names: str) -> str | None:
 def version_in_file(path: Path) -> str | None:
     """The literal ``__version__`` of a ``version.py`` / ``_version.py``; None when absent or not literal."""
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        text = regularfile.read_text(path, errors="replace", limit=_MAX_BYTES)
     except OSError:
         return None
     match = _VERSION_RE.search(text)
@@ -55,7 +62,7 @@ def read_dist_metadata(path: Path) -> Message:
     """The headers of one ``METADATA`` file (``Name``, ``Version``, ``Requires-Dist`` ...); empty when
     unreadable."""
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        text = regularfile.read_text(path, errors="replace", limit=_MAX_BYTES)
     except OSError:
         text = ""
     return HeaderParser().parsestr(text)
@@ -75,7 +82,7 @@ def _pyproject(path: Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
+        return tomllib.loads(regularfile.read_text(path, errors="replace", limit=_MAX_BYTES))
     except (OSError, tomllib.TOMLDecodeError, RecursionError):
         return None
 

@@ -13,7 +13,12 @@ Test hooks (fault injection), read from the environment:
   removal) of a file in a patched tree;
 - ``SM120KIT_FAULT_IN_WRITE=N``: it signals itself at its N-th journaled write, after the temporary file
   is written and before it replaces the target;
-- ``SM120KIT_FAULT_SIGNAL``: the signal sent, ``KILL`` (default), ``INT`` or ``TERM``.
+- ``SM120KIT_FAULT_IN_PROBE=N``: at its N-th writability probe, while the probe file exists;
+- ``SM120KIT_FAULT_IN_CLEANUP=N``: at the N-th entry a finished revert removes from the state folder;
+- ``SM120KIT_FAULT_IN_LOCK=N``: as the N-th tree lock is about to be taken (its folder made, the lock not yet
+  held);
+- ``SM120KIT_FAULT_SIGNAL``: the signal sent, ``KILL`` (default), ``INT``, ``TERM`` or ``STOP`` (the process
+  stops until a test has changed the tree under it and sends ``SIGCONT``).
 
 They let tests prove that an interrupted run leaves every file whole, leaves no temporary file behind
 after the next run, and that Ctrl-C rolls back.
@@ -40,8 +45,15 @@ from typing import Iterator
 
 from sm120kit.errors import IOFailure
 
-_FAULT_ENVS = {"replace": "SM120KIT_FAULT_AFTER_WRITES", "tmp": "SM120KIT_FAULT_IN_WRITE"}
-_counts = {"replace": 0, "tmp": 0}
+_FAULT_ENVS = {"replace": "SM120KIT_FAULT_AFTER_WRITES", "tmp": "SM120KIT_FAULT_IN_WRITE",
+               "probe": "SM120KIT_FAULT_IN_PROBE", "cleanup": "SM120KIT_FAULT_IN_CLEANUP",
+               "lock": "SM120KIT_FAULT_IN_LOCK"}
+_counts = {kind: 0 for kind in _FAULT_ENVS}
+
+
+def fault_point(kind: str) -> None:
+    """A named fault-injection point (see the module text); nothing unless its variable is set."""
+    _fault_point(kind)
 
 
 def _fault_point(kind: str = "replace") -> None:
@@ -66,22 +78,27 @@ def is_disk_full(exc: BaseException) -> bool:
 
 
 def write_atomic(path: Path, data: bytes, mode: int | None, *, fsync: bool = False,
-                 fault_point: bool = False, tmp: Path | None = None) -> None:
+                 fault_point: bool = False, tmp: Path | None = None, dir_fd: int | None = None) -> None:
     """Write ``data`` to ``path`` through a temporary file and ``os.replace``; keep ``mode`` (permission
     bits) when given. ``tmp``: the temporary file's path (journaled by the caller; replaced if a killed
-    run left it), else a fresh random name. Raises :class:`IOFailure` naming the path."""
+    run left it), else a fresh random name. ``dir_fd``: an open descriptor of the folder ``path`` lies in;
+    then only the last parts of ``path`` and ``tmp`` are used, relative to it, so a folder swapped for a
+    link after the caller opened it is not written through. Raises :class:`IOFailure` naming the path."""
     path = Path(path)
+    target = path.name if dir_fd is not None else path
     try:
-        if tmp is None:
+        if tmp is None and dir_fd is None:
             fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         else:
-            tmp_name = str(tmp)
+            tmp_name = Path(tmp).name if tmp is not None else f".{path.name}.{os.urandom(6).hex()}.tmp"
+            if dir_fd is None:
+                tmp_name = str(tmp)
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             try:
-                fd = os.open(tmp_name, flags, 0o600)
+                fd = os.open(tmp_name, flags, 0o600, dir_fd=dir_fd)
             except FileExistsError:
-                os.unlink(tmp_name)
-                fd = os.open(tmp_name, flags, 0o600)
+                os.unlink(tmp_name, dir_fd=dir_fd)
+                fd = os.open(tmp_name, flags, 0o600, dir_fd=dir_fd)
     except OSError as exc:
         raise _io_error(path, exc, "write") from None
     try:
@@ -90,14 +107,14 @@ def write_atomic(path: Path, data: bytes, mode: int | None, *, fsync: bool = Fal
             handle.flush()
             if fsync:
                 os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp_name, mode)
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
         if fault_point:
             _fault_point("tmp")
-        os.replace(tmp_name, path)
+        os.replace(tmp_name, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException as exc:
         try:
-            os.unlink(tmp_name)
+            os.unlink(tmp_name, dir_fd=dir_fd)
         except OSError:
             pass
         if isinstance(exc, OSError):
@@ -275,9 +292,12 @@ def building_folder(dest: Path) -> Iterator[Path]:
     ends normally it replaces ``dest`` (:func:`replace_folder`), when it raises it is removed and ``dest``
     is left as it was. Leftovers of a killed earlier run for ``dest`` are cleaned up first."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    sweep_temp_dirs(dest.parent, dest.name)
-    tmp = make_temp_dir(dest.parent, dest.name)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        sweep_temp_dirs(dest.parent, dest.name)
+        tmp = make_temp_dir(dest.parent, dest.name)
+    except OSError as exc:
+        raise _io_error(dest.parent, exc, "create a folder in") from None
     try:
         yield tmp
         replace_folder(tmp, dest)

@@ -3,6 +3,11 @@
 An exclusive ``flock`` on ``sglang/.sm120kit/lock``; the kernel drops it when its holder exits, even when
 killed, so a lock is never left stale. The holder writes its pid, host, start time and command into the
 file; a second run waits briefly (``SM120KIT_LOCK_WAIT`` seconds, default 5) and then names the holder.
+
+The lock file is untrusted like everything in the tree: it is opened without following a link, must be a
+regular file with one name (a hard link to a file elsewhere would be truncated by the next run), and its
+holder record is read as at most a few KiB of JSON whose fields are shown only when they are plain values.
+:func:`reading` lets a reader (``status``) see a run in progress without creating anything.
 """
 
 from __future__ import annotations
@@ -11,22 +16,37 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import socket
+import stat
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-from sm120kit.errors import IOFailure
+from sm120kit.errors import IOFailure, UsageError
+from sm120kit.util.atomicfile import fault_point
 
 DEFAULT_WAIT = 5.0
+WAIT_ENV = "SM120KIT_LOCK_WAIT"
+_HOLDER_BYTES = 4096  # a holder record sm120kit writes is ~150 bytes
 
 
 def _wait_seconds() -> float:
-    try:
-        return float(os.environ.get("SM120KIT_LOCK_WAIT", DEFAULT_WAIT))
-    except ValueError:
+    """``SM120KIT_LOCK_WAIT`` (seconds, a finite number >= 0), else the default; :class:`UsageError` naming
+    the variable for anything else (``nan`` would wait for ever, a word would be silently ignored)."""
+    text = os.environ.get(WAIT_ENV)
+    if text is None or not text.strip():
         return DEFAULT_WAIT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{WAIT_ENV}={text!r} is not a number of seconds to wait for the tree lock.",
+                         hint=f"Set it to a number >= 0 (e.g. {WAIT_ENV}=30), or unset it for the default of "
+                              f"{DEFAULT_WAIT:.0f} s.")
+    return value
 
 
 def _hint(exc: OSError) -> str:
@@ -36,10 +56,77 @@ def _hint(exc: OSError) -> str:
 
 
 def read_holder(path: Path) -> dict | None:
+    """The holder record in the lock file: a dict of its plain (string, number) fields, or ``None`` when
+    the file is absent, empty, not a regular file or not such a record."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8") or "null")
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = json.loads(os.pread(fd, _HOLDER_BYTES, 0).decode("utf-8") or "null")
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict):
+        return None
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, (str, int, float))
+            and not isinstance(v, bool)}
+
+
+def _check_lock_file(path: Path, fd: int) -> None:
+    """Refuse a lock file that is not a regular file with one name: writing the holder into it would
+    change a file outside the tree that shares its inode."""
+    info = os.fstat(fd)
+    why = None
+    if not stat.S_ISREG(info.st_mode):
+        why = "is not a regular file"
+    elif info.st_nlink != 1:
+        why = f"has {info.st_nlink} names (a hard link: another file shares its content)"
+    if why:
+        os.close(fd)
+        raise IOFailure(f"The lock file {path} {why}; sm120kit writes its holder into that file, so it does not "
+                        "use it. Nothing was changed.",
+                        hint=f"Remove {path} (sm120kit creates a new one) and run the command again.")
+
+
+@contextlib.contextmanager
+def reading(path: Path, *, wait: float | None = None) -> Iterator[dict | None]:
+    """For a reader (``status``): hold the lock at ``path`` shared for the block, so that no run starts
+    writing meanwhile, and yield ``None``; when another run holds it for ``wait`` seconds (default
+    ``SM120KIT_LOCK_WAIT``), yield that run's holder record (``{}`` if unreadable) instead. Creates and
+    writes nothing; with no lock file there is nothing to hold and ``None`` is yielded."""
+    deadline = time.monotonic() + (_wait_seconds() if wait is None else wait)
+    fd = None
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            fd = None
+            break
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError("not a regular file")
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            os.close(fd)
+            fd = None
+            if time.monotonic() >= deadline:
+                yield read_holder(path) or {}
+                return
+            time.sleep(0.05)
+        except OSError:
+            os.close(fd)
+            fd = None
+            break
+    try:
+        yield None
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 class TreeLock:
@@ -57,7 +144,9 @@ class TreeLock:
     def _open(self) -> int:
         for attempt in range(20):
             try:
-                return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+                _check_lock_file(self.path, fd)
+                return fd
             except FileNotFoundError:
                 if attempt == 19:
                     raise IOFailure(f"Cannot create the lock file {self.path}: its folder keeps disappearing.",
@@ -69,6 +158,7 @@ class TreeLock:
         raise AssertionError("unreachable")
 
     def acquire(self) -> None:
+        fault_point("lock")
         deadline = time.monotonic() + self.wait
         while True:
             fd = self._open()
@@ -108,13 +198,13 @@ class TreeLock:
             return
 
     def _held_error(self) -> IOFailure:
-        holder = read_holder(self.path) or {}
-        who = (f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, running "
-               f"'{holder.get('command') or '?'}' since {holder.get('since', '?')}")
-        return IOFailure(
-            f"The tree is locked by another sm120kit run ({who}); waited {self.wait:.0f} s.",
+        error = IOFailure(
+            f"The tree is locked by another sm120kit run ({describe_holder(read_holder(self.path))}); waited "
+            f"{self.wait:.0f} s.",
             hint=f"Wait for that run to finish and try again. The lock is {self.path}; it is released "
                  "automatically when that process ends.")
+        error.lock_held = True  # type: ignore[attr-defined]  # not a disk problem: the caller keeps its folder
+        return error
 
     def release(self) -> None:
         if self._fd is not None:
@@ -132,3 +222,13 @@ class TreeLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def describe_holder(holder: dict | None) -> str:
+    """``pid 123 on host h, running 'apply' since ...`` from a holder record (``?`` for what it lacks)."""
+    holder = holder or {}
+
+    def field(key: str) -> str:
+        return str(holder.get(key) or "?")[:200]
+
+    return f"pid {field('pid')} on host {field('host')}, running '{field('command')}' since {field('since')}"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping, Sequence, Union
 
 from sm120kit.errors import Sm120kitError
+from sm120kit.util import regularfile
 from sm120kit.util.suggest import did_you_mean
 
 if sys.version_info >= (3, 11):
@@ -263,12 +264,16 @@ def read(file: Path, error: type[Sm120kitError], wording: Wording | None = None)
     """Parse ``file``; a missing, unreadable or malformed file raises ``error`` naming file, line and column."""
     wording = wording or Wording()
     try:
-        text = file.read_text(encoding="utf-8")
+        text = regularfile.read_text(file, encoding="utf-8")  # a FIFO is refused, not waited on
     except (OSError, UnicodeDecodeError) as exc:
         template = wording.missing if isinstance(exc, FileNotFoundError) else wording.unreadable
         raise error(template.format(file=file, exc=exc, reason=getattr(exc, "strerror", None) or exc)) from exc
     try:
         data = tomllib.loads(text)
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise error(f"{file}: not valid TOML for sm120kit: its arrays or tables are nested too deeply for "
+                    "Python's parser.", hint="Such nesting is not part of any sm120kit format; check where the "
+                                             "file came from.") from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         at = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)
