@@ -291,7 +291,7 @@ MOE_FIXED_CONFIGS = {
     # SGLang's unquantized default for every release 0.5.2-0.5.23.
     None: {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8},
     # A conservative FP8 tile: 3 stages compile to 49152 B of shared memory for sm_120 (Triton 3.9), well
-    # within SM120's 101376 B.
+    # within SM120's opt-in shared memory per block (sm120kit.hardware.arch).
     "fp8_w8a8": {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
                  "num_warps": 4, "num_stages": 3},
 }
