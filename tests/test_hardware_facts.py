@@ -29,6 +29,7 @@ PATTERNS = {
         r"|//\s*10\s*(?:==|!=)\s*12\b"  # sm // 10 == 12
         r"|(?:==|!=)\s*\(\s*12\s*,"  # capability == (12, 0)
         r"|\bin\s*\(\s*\(\s*12\s*,"  # capability in ((12, 0), ...)
+        r"|\bin\s*\(\s*(?:\d+\s*,\s*)*12\s*(?:,\s*\d+\s*)*\)"  # capability[0] in (10, 12)
     ),
 }
 
@@ -57,12 +58,14 @@ def test_the_scan_finds_each_kind_of_offence(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("if torch.cuda.get_device_capability()[0] == 12:\n    limit = 101376\n"
                    "sm12x = major == 12\nok = cap == (12, 0)\nsm = number // 10 == 12\n"
-                   "fine = 1013760 + 12\n", encoding="utf-8")
+                   "fp4 = cap[0] not in (10, 12)\nfine = 1013760 + 12\n", encoding="utf-8")
     found = offences([bad], base=tmp_path)
-    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5"], found
+    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5", "6"], found
 
 
 def test_the_hardware_module_answers_what_the_callers_ask():
     assert arch.is_sm12x((12, 0)) and arch.is_sm12x((12, 1)) and not arch.is_sm12x((10, 0))
-    assert arch.SM12X_LABELS == ("12.0", "12.1")
+    assert arch.SM12X_LABELS == ("12.0", "12.1") and arch.SM12X_CAPABILITIES == ((12, 0), (12, 1))
+    assert arch.has_block_scaled_fp4((12, 1)) and arch.has_block_scaled_fp4((10, 0))
+    assert not arch.has_block_scaled_fp4((9, 0))
     assert arch.family((12, 0)).shared_memory_per_block == arch.SM120_SHARED_MEMORY_PER_BLOCK == 101376

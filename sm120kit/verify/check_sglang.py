@@ -18,7 +18,9 @@ import math
 
 from sm120kit.verify.check import (
     ABS,
+    ABSENT,
     ATTN_TOL_BF16,
+    GPU_LACKS_FEATURE,
     REL_FRO,
     CaseResult,
     Check,
@@ -190,6 +192,8 @@ def _sm120_mla():
     try:
         return import_sglang_module(*SM120_MLA_MODULES)
     except Skip as exc:
+        if exc.cause != ABSENT:
+            raise  # the module may well be there: SGLang is missing, or its import needs a missing package
         raise Skip(f"this SGLang has no sm120_mla module beside its Triton attention kernels (the series' "
                    f"sm120-mla-attention patch adds it): {exc}") from None
 
@@ -458,7 +462,7 @@ def torch_native(ctx: CheckContext) -> list[CaseResult]:
 
 def _skip_without(ctx: CheckContext, minimum: tuple[int, int], feature: str) -> None:
     if ctx.capability < minimum:
-        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) lacks {feature}")
+        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) lacks {feature}", cause=GPU_LACKS_FEATURE)
 
 
 CHECKS = (
