@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-SM12X = ("12.0", "12.1")
+from sm120kit.hardware.arch import SM12X_LABELS
+
+SM12X = SM12X_LABELS
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Sequence
 
 from sm120kit.util.report import Progress, Step, tell
 from sm120kit import runner
-from sm120kit.hardware.arch import parse_capability
+from sm120kit.hardware.arch import is_sm12x, parse_capability
 from sm120kit.errors import UsageError
 from sm120kit.sglang.target import Target, find_target
 from sm120kit.audit import backend_support
@@ -142,7 +142,7 @@ class BackendAuditResult:
     @property
     def flagged(self) -> tuple[Resolution, ...]:
         """Resolutions on 12.x whose choice has no SM120 code."""
-        return tuple(r for r in self.resolutions if r.flagged and parse_capability(r.capability)[0] == 12)
+        return tuple(r for r in self.resolutions if r.flagged and is_sm12x(parse_capability(r.capability)))
 
     @property
     def not_run(self) -> tuple[Resolution, ...]:
@@ -151,12 +151,12 @@ class BackendAuditResult:
     @property
     def rejected_on_12x(self) -> tuple[Resolution, ...]:
         return tuple(r for r in self.resolutions
-                     if r.status == "rejected" and parse_capability(r.capability)[0] == 12)
+                     if r.status == "rejected" and is_sm12x(parse_capability(r.capability)))
 
     @property
     def slow_on_12x(self) -> tuple[Resolution, ...]:
         """Resolutions on 12.x with a setting that runs there but slowly (severity "slow")."""
-        return tuple(r for r in self.resolutions if r.slow_only and parse_capability(r.capability)[0] == 12)
+        return tuple(r for r in self.resolutions if r.slow_only and is_sm12x(parse_capability(r.capability)))
 
     @property
     def ok(self) -> bool:

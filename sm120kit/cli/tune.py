@@ -66,8 +66,8 @@ def tune_moe_command(app: AppContext, path: Path | None, script: Path | None, ex
     sm120-moe-configs patch puts its rule-derived ones.
 
     PATH is the SGLang to write into (git clone or installed package; default: the sglang this Python
-    imports). The search space is SGLang's, less every config whose pipelined tiles need more than
-    101376 bytes of shared memory. The file gets a sidecar FILE.provenance saying its values are measured.
+    imports). The search space is SGLang's, less every config whose pipelined tiles need more shared
+    memory than an SM120 block may use. The file gets a sidecar FILE.provenance saying its values are measured.
     """
     console = app.console(json_mode)
     target = find_target(path)

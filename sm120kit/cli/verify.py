@@ -43,8 +43,9 @@ def verify(app: AppContext, backends: tuple[str, ...], arch_text: str | None, sg
            audits: bool | None, list_checks: bool, json_mode: bool) -> int:
     """Report the environment, then run every backend SGLang can use on this GPU against a torch reference.
 
-    Exits 13 when a check fails, the report finds a mismatch that breaks the judged GPU, or an audit flags
-    a problem; 0 otherwise. Without a GPU no kernel runs: the report and the static audits do the work.
+    Exits 13 when a check fails, the report finds a mismatch that breaks the judged GPU, an audit flags
+    a problem, or nothing was verified (every check skipped and no static audit ran); 0 otherwise. Without a
+    GPU no kernel runs: the report and the static audits do the work.
     """
     console = app.console(json_mode)
     if list_checks:
@@ -198,6 +199,9 @@ def render(result: VerifyResult, console: Console) -> None:
         console.info(note)
     n = result.counts()
     console.info("")
-    verdict = "OK" if result.ok else "PROBLEMS FOUND"
+    verdict = {"ok": "OK", "problems": "PROBLEMS FOUND", "nothing-verified": "NOTHING VERIFIED"}[result.verdict]
     console.info(f"Result: {verdict}: {n['ok']} ok, {n['fail']} failed, {n['skipped']} skipped; "
                  f"{len(r.errors)} error finding(s) in the report; {result.seconds:.1f} s.")
+    reason = result.nothing_verified_reason()
+    if reason:
+        console.info(reason)

@@ -72,7 +72,22 @@ def has_nvlink(capability: tuple[int, int]) -> bool | None:
 
 
 def is_sm12x(capability: tuple[int, int]) -> bool:
+    """The SM120 family (12.0 RTX PRO 6000 Blackwell / RTX 5090, 12.1 DGX Spark): the one capability test every
+    module uses."""
     return capability[0] == 12
+
+
+def has_block_scaled_fp4(capability: tuple[int, int]) -> bool:
+    """Block-scaled FP4 (NVFP4/MXFP4) MMA: datacenter Blackwell (10.x) and the SM120 family (12.x) have it,
+    Hopper and older do not (PTX ISA, ``mma``/``tcgen05.mma`` with ``.block_scale``; the ``lacks`` column)."""
+    return capability[0] in (10, 12)
+
+
+SM12X_CAPABILITIES: tuple[tuple[int, int], ...] = tuple(c for c in FAMILIES if is_sm12x(c))
+"""``((12, 0), (12, 1))``: the capabilities of the family sm120kit targets."""
+
+SM12X_LABELS: tuple[str, ...] = tuple(FAMILIES[c].label for c in SM12X_CAPABILITIES)
+"""``("12.0", "12.1")``: the capabilities of the family, as the audits and rule tables spell them."""
 
 
 # -- minimum CUDA per architecture -------------------------------------------------------------------------

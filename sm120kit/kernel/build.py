@@ -87,7 +87,7 @@ def parse_build_arch(text: str) -> BuildArch:
         raise UsageError(f"--arch {exc.message} sm120kit builds 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or "
                          "12.1a (DGX Spark); 12.0f/12.1f and plain 12.0/12.1 are accepted too.") from None
     arch = BuildArch(parsed.capability, parsed.variant)
-    if arch.major != 12 or arch.minor not in (0, 1):
+    if arch.capability not in hw_arch.SM12X_CAPABILITIES:
         raise UsageError(f"--arch {text} is not an SM12x target; sm120kit builds kernels for 12.0 and 12.1 "
                          "(RTX PRO 6000 Blackwell / RTX 5090, DGX Spark).")
     return arch

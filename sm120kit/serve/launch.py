@@ -16,6 +16,7 @@ from typing import Sequence
 
 from sm120kit import runner
 from sm120kit.errors import UsageError
+from sm120kit.hardware.arch import is_sm12x
 from sm120kit.serve.env import check_env
 from sm120kit.serve.flags import check_flags, merge_flags, parse_extra, recipe_flags
 from sm120kit.serve.gpus import ListedGpu, check_gpus, detect_gpus
@@ -87,7 +88,7 @@ def plan_launch(recipe: Recipe, *, model: str | None = None, extra: Sequence[str
     warnings += check_flags(rflags, spec, recipe)
     extra_uses = parse_extra(extra, spec, warnings)
     warnings += check_flags(extra_uses, spec, None)
-    if recipe.gpus.capability[0] == 12:
+    if is_sm12x(recipe.gpus.capability):
         for use in extra_uses:
             banned = NO_SM120_CODE.get(use.flag.lstrip("-"), frozenset())
             if any(v in banned for v in use.values):

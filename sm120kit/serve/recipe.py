@@ -266,7 +266,7 @@ def load_recipe(path: str | Path) -> Recipe:
     if tp is not None and isinstance(tp.value, int) and tp.value > gpus["count"]:
         raise RecipeError(f"{tomldoc.location(path, tp.line)}: tensor parallel size {tp.value} is more than "
                           f"the {gpus['count']} GPU(s) in [gpus].")
-    if capability[0] == 12:
+    if arch.is_sm12x(capability):
         for setting in flags:
             banned = NO_SM120_CODE.get(setting.name, frozenset())
             if isinstance(setting.value, str) and setting.value in banned:

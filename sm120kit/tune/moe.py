@@ -4,7 +4,7 @@ The ``sm120-moe-configs`` patch ships config files whose values are derived by a
 (``scripts/gen_moe_configs.py``), under the real device names. This module plans and runs SGLang's tuning
 script (``benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py``, which lives in the SGLang
 repository, not in the wheel) on the GPU present, with a search space restricted to the configs whose
-pipelined Triton tiles fit the 101376 bytes an SM120 block may use, and writes its output where the series
+pipelined Triton tiles fit the shared memory an SM120 block may use (``hardware.arch``), and writes its output where the series
 puts its config files: ``configs/triton_3_3_1/`` beside ``fused_moe_triton_config.py``, under the file
 name SGLang's ``get_config_file_name()`` builds. A sidecar ``<file>.provenance`` (not ``*.json``: SGLang and
 the audit read every ``*.json`` there as a config table, whose keys must all be batch sizes) says the
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from sm120kit import __version__, runner
-from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK
+from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK, is_sm12x
 from sm120kit.util.atomicfile import write_atomic
 from sm120kit.errors import CheckFailed, IOFailure, MissingDependency, UsageError
 from sm120kit.patching.series import Series, load_series
@@ -340,7 +340,7 @@ def plan_tuning(target: Target, *, script: Path | None, shape: MoeShape, model: 
     problem = None
     if gpu is None:
         problem = why or "no CUDA GPU found"
-    elif gpu.capability[0] != 12:
+    elif not is_sm12x(gpu.capability):
         problem = (f"the GPU present is {gpu.label}, not an SM120-family GPU (compute capability 12.x); configs "
                    "measured on it would be wrong for a 12.x card")
     device = gpu.name if gpu is not None and problem is None else "<GPU name>"

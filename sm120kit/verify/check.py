@@ -15,14 +15,30 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 OK, FAIL, SKIPPED = "ok", "fail", "skipped"
 
+# Why a check (or a case) was skipped: the cause names the kind, the reason says the rest.
+NO_GPU = "no-gpu"  # no GPU can run kernels here
+NOT_INSTALLED = "not-installed"  # the library under test is not installed
+MISSING_PACKAGE = "missing-package"  # the library is there, but a Python package its import needs is not
+ABSENT = "absent"  # the installed release has no such module or op (a release without the patch, an old library)
+GPU_LACKS_FEATURE = "gpu-lacks-feature"  # the GPU has no unit the check needs (FP8, FP4 MMA)
+SKIP_CAUSES = (NO_GPU, NOT_INSTALLED, MISSING_PACKAGE, ABSENT, GPU_LACKS_FEATURE)
+
 
 class Skip(Exception):
-    """Raised inside a check: it cannot run here, for the reason given."""
+    """Raised inside a check: it cannot run here, for the reason given. ``cause`` is one of
+    :data:`SKIP_CAUSES`; ``package`` names the missing Python package when the cause is MISSING_PACKAGE."""
+
+    def __init__(self, reason: str, *, cause: str = ABSENT, package: str | None = None) -> None:
+        super().__init__(reason)
+        self.cause = cause
+        self.package = package
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,8 @@ class CaseResult:
     error: str | None = None  # the exception, when the case raised
     note: str = ""
     skipped: str | None = None  # why this case could not run (a package it needs is not installed)
+    skip_cause: str | None = None  # one of SKIP_CAUSES when skipped
+    package: str | None = None  # the missing Python package (skip_cause MISSING_PACKAGE)
 
     def describe(self) -> str:
         if self.skipped:
@@ -58,6 +76,8 @@ class CheckResult:
     seconds: float
     cases: tuple[CaseResult, ...] = ()
     hint: str = ""
+    skip_cause: str | None = None  # one of SKIP_CAUSES when skipped
+    packages: tuple[str, ...] = ()  # the missing Python packages (skip_cause MISSING_PACKAGE)
 
     @property
     def worst(self) -> CaseResult | None:
@@ -78,9 +98,12 @@ class CheckResult:
             "max_error": None if worst is None or worst.max_error is None else worst.max_error,
             "tolerance": None if worst is None else worst.tolerance,
             "hint": self.hint or None,
+            "skip_cause": self.skip_cause,
+            "missing_packages": list(self.packages),
             "cases": [
                 {"label": c.label, "ok": c.ok, "max_error": c.max_error, "tolerance": c.tolerance,
-                 "metric": c.metric, "error": c.error, "note": c.note or None, "skipped": c.skipped}
+                 "metric": c.metric, "error": c.error, "note": c.note or None, "skipped": c.skipped,
+                 "skip_cause": c.skip_cause, "missing_package": c.package}
                 for c in self.cases
             ],
         }
@@ -169,7 +192,8 @@ def run_case(label: str, func: Callable[[], CaseResult | list[CaseResult]]) -> l
     except ModuleNotFoundError as exc:
         top = (exc.name or "").split(".")[0]
         if top and top != "sglang":
-            return [CaseResult(label, False, skipped=f"needs the Python package '{top}', which is not installed")]
+            return [CaseResult(label, False, skipped=f"needs the Python package '{top}', which is not installed",
+                               skip_cause=MISSING_PACKAGE, package=top)]
         return [CaseResult(label, False, error=describe_exception(exc))]
     except Exception as exc:  # the backend failed: that is the finding
         return [CaseResult(label, False, error=describe_exception(exc))]
@@ -191,30 +215,72 @@ def hint_for(cases: Iterable[CaseResult], capability: tuple[int, int]) -> str:
 # -- importing the things under test ----------------------------------------------------------------------------
 
 
+def module_file(name: str) -> Path | None:
+    """Where the module ``name`` (``sglang.kernels.ops.attention.sm120_mla``) lies in the installed package,
+    found on disk without importing anything: its ``.py`` file or package folder; None when the package
+    or the module is not there."""
+    top, _, rest = name.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        return Path(spec.origin) if spec.origin else None
+    parts = rest.split(".")
+    for location in spec.submodule_search_locations or ():
+        base = Path(location).joinpath(*parts)
+        for candidate in (base.with_suffix(".py"), base / "__init__.py", base):
+            if candidate.is_file() or (candidate == base and base.is_dir()):
+                return candidate
+    return None
+
+
+def _forget_orphans(top: str) -> None:
+    """After a failed import of ``top`` (or of one of its modules), drop the submodules Python left in
+    ``sys.modules`` without their parent: they would make the next import of the package fail with a
+    different error (KeyError in the namespace-path machinery) instead of the same ImportError."""
+    if top in sys.modules:
+        return
+    for key in [k for k in sys.modules if k.startswith(top + ".")]:
+        sys.modules.pop(key, None)
+
+
 def import_sglang_module(*names: str):
     """Import the first of ``names`` that this SGLang release has (modules move between releases).
 
-    :class:`Skip` when SGLang is not installed, when no candidate exists in this release, or when the
-    module needs a third-party package that is not installed (named in the reason). Any other import
-    error propagates: SGLang is installed and broken, which the check reports as a failure.
+    Which candidate exists is decided on disk, before importing. :class:`Skip` when SGLang is not installed
+    (cause NOT_INSTALLED), when no candidate is in this release (ABSENT), or when the module is there but its
+    import needs a third-party Python package that is not installed (MISSING_PACKAGE, with the package
+    named: the module is not called absent). Any other import error propagates: SGLang is installed and
+    broken, which the check reports as a failure.
     """
     if importlib.util.find_spec("sglang") is None:
-        raise Skip("SGLang is not installed")
+        raise Skip("SGLang is not installed", cause=NOT_INSTALLED)
     for name in names:
+        path = module_file(name)
+        if path is None:
+            continue  # this release keeps it elsewhere, or lacks it
         try:
             return importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            missing = exc.name or ""
-            if missing.startswith("sglang") and (name == missing or name.startswith(missing + ".")):
-                continue  # this release keeps it elsewhere
-            raise Skip(f"{name} needs the Python package '{missing.split('.')[0]}', which is not installed") from exc
-    raise Skip(f"this SGLang release has none of: {', '.join(names)}")
+            _forget_orphans("sglang")
+            top = (exc.name or "").split(".")[0]
+            if not top or top == "sglang":
+                raise  # an SGLang module missing from an SGLang tree: a broken install, not a skip
+            raise Skip(f"{name} is in this SGLang ({path}), but importing it needs the Python package "
+                       f"'{top}', which is not installed", cause=MISSING_PACKAGE, package=top) from exc
+        except BaseException:
+            _forget_orphans("sglang")
+            raise
+    raise Skip(f"this SGLang release has none of: {', '.join(names)}", cause=ABSENT)
 
 
 def import_installed(module: str, what: str):
     """Import ``module`` if it is installed (:class:`Skip` if not); a broken install raises (a failure)."""
     if importlib.util.find_spec(module) is None:
-        raise Skip(f"{what} is not installed")
+        raise Skip(f"{what} is not installed", cause=NOT_INSTALLED)
     return importlib.import_module(module)
 
 

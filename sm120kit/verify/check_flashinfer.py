@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import math
 
+from sm120kit.hardware.arch import has_block_scaled_fp4
 from sm120kit.verify.check import (
+    ABSENT,
     ATTN_TOL_BF16,
+    GPU_LACKS_FEATURE,
     REL_FRO,
     CaseResult,
     Check,
@@ -113,7 +116,8 @@ def mla(ctx: CheckContext) -> list[CaseResult]:
     fi = _flashinfer()
     wrapper_cls = getattr(fi, "BatchMLAPagedAttentionWrapper", None)
     if wrapper_cls is None:
-        raise Skip(f"this FlashInfer ({getattr(fi, '__version__', '?')}) has no BatchMLAPagedAttentionWrapper")
+        raise Skip(f"this FlashInfer ({getattr(fi, '__version__', '?')}) has no BatchMLAPagedAttentionWrapper",
+                   cause=ABSENT)
     torch, dev = ctx.torch, ctx.device
     heads, ckv_dim, kpe_dim = 16, 512, 64
     label = f"bf16 decode, {heads} heads, latent {ckv_dim} + rope {kpe_dim}"
@@ -151,14 +155,14 @@ FP4_GEMM_TOL = 0.3
 
 
 def fp4_gemm(ctx: CheckContext) -> list[CaseResult]:
-    if ctx.capability[0] not in (10, 12):
+    if not has_block_scaled_fp4(ctx.capability):
         raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no block-scaled FP4 MMA "
-                   "(10.x and 12.x have it)")
+                   "(10.x and 12.x have it)", cause=GPU_LACKS_FEATURE)
     fi = _flashinfer()
     quant = getattr(fi, "fp4_quantize", None)
     mm = getattr(fi, "mm_fp4", None)
     if quant is None or mm is None:
-        raise Skip(f"this FlashInfer ({getattr(fi, '__version__', '?')}) has no fp4_quantize/mm_fp4")
+        raise Skip(f"this FlashInfer ({getattr(fi, '__version__', '?')}) has no fp4_quantize/mm_fp4", cause=ABSENT)
     torch, dev = ctx.torch, ctx.device
     m, n, k = 128, 256, 512
     results: list[CaseResult] = []

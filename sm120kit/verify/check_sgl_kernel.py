@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 
+from sm120kit.hardware.arch import has_block_scaled_fp4
 from sm120kit.verify.check import (
+    GPU_LACKS_FEATURE,
     REL_FRO,
     REL_MAX,
     CaseResult,
@@ -174,7 +176,8 @@ def _quant_case(label: str, x, q, scales, group: int) -> CaseResult:
 
 def fp8_quant(ctx: CheckContext) -> list[CaseResult]:
     if ctx.capability < (8, 9):
-        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no FP8 (needs 8.9 or newer)")
+        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no FP8 (needs 8.9 or newer)",
+                   cause=GPU_LACKS_FEATURE)
     sk = _sgl_kernel()
     torch, dev = ctx.torch, ctx.device
     fp8 = torch.float8_e4m3fn
@@ -220,7 +223,8 @@ the bf16 output rounding differ."""
 
 def fp8_gemm(ctx: CheckContext) -> list[CaseResult]:
     if ctx.capability < (8, 9):
-        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no FP8 tensor cores (needs 8.9+)")
+        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no FP8 tensor cores (needs 8.9+)",
+                   cause=GPU_LACKS_FEATURE)
     sk = _sgl_kernel()
     _, fn = _op(sk, "fp8_scaled_mm")
     torch, dev = ctx.torch, ctx.device
@@ -250,9 +254,9 @@ one; an all-zero or garbage output (FlashInfer issue #2577) is at 1.0 or above."
 
 
 def fp4_gemm(ctx: CheckContext) -> list[CaseResult]:
-    if ctx.capability[0] not in (10, 12):
+    if not has_block_scaled_fp4(ctx.capability):
         raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no block-scaled FP4 MMA "
-                   "(10.x and 12.x have it)")
+                   "(10.x and 12.x have it)", cause=GPU_LACKS_FEATURE)
     sk = _sgl_kernel()
     _, quant = _op(sk, "scaled_fp4_quant")
     _, mm = _op(sk, "cutlass_scaled_fp4_mm")

@@ -18,7 +18,9 @@ import math
 
 from sm120kit.verify.check import (
     ABS,
+    ABSENT,
     ATTN_TOL_BF16,
+    GPU_LACKS_FEATURE,
     REL_FRO,
     CaseResult,
     Check,
@@ -190,6 +192,8 @@ def _sm120_mla():
     try:
         return import_sglang_module(*SM120_MLA_MODULES)
     except Skip as exc:
+        if exc.cause != ABSENT:
+            raise  # the module may well be there: SGLang is missing, or its import needs a missing package
         raise Skip(f"this SGLang has no sm120_mla module beside its Triton attention kernels (the series' "
                    f"sm120-mla-attention patch adds it): {exc}") from None
 
@@ -291,7 +295,7 @@ MOE_FIXED_CONFIGS = {
     # SGLang's unquantized default for every release 0.5.2-0.5.23.
     None: {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8},
     # A conservative FP8 tile: 3 stages compile to 49152 B of shared memory for sm_120 (Triton 3.9), well
-    # within SM120's 101376 B.
+    # within SM120's opt-in shared memory per block (sm120kit.hardware.arch).
     "fp8_w8a8": {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
                  "num_warps": 4, "num_stages": 3},
 }
@@ -458,7 +462,7 @@ def torch_native(ctx: CheckContext) -> list[CaseResult]:
 
 def _skip_without(ctx: CheckContext, minimum: tuple[int, int], feature: str) -> None:
     if ctx.capability < minimum:
-        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) lacks {feature}")
+        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) lacks {feature}", cause=GPU_LACKS_FEATURE)
 
 
 CHECKS = (

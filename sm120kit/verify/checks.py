@@ -13,6 +13,8 @@ from sm120kit.errors import UsageError
 from sm120kit.verify import check_flashinfer, check_sgl_kernel, check_sglang
 from sm120kit.verify.check import (
     FAIL,
+    MISSING_PACKAGE,
+    NO_GPU,
     OK,
     SKIPPED,
     CaseResult,
@@ -25,7 +27,7 @@ from sm120kit.verify.check import (
     hint_for,
 )
 
-__all__ = ["OK", "FAIL", "SKIPPED", "Check", "CheckContext", "CheckResult", "all_checks", "select_checks",
+__all__ = ["OK", "FAIL", "SKIPPED", "NO_GPU", "MISSING_PACKAGE", "Check", "CheckContext", "CheckResult", "all_checks", "select_checks",
            "run_checks", "gpu_context", "skipped_all"]
 
 
@@ -59,7 +61,8 @@ def select_checks(names: Sequence[str] | None, checks: Sequence[Check] | None = 
 
 
 def skipped_all(checks: Sequence[Check], reason: str) -> list[CheckResult]:
-    return [CheckResult(c.name, c.backend, c.title, SKIPPED, f"{reason}: no kernel ran", 0.0) for c in checks]
+    return [CheckResult(c.name, c.backend, c.title, SKIPPED, f"{reason}: no kernel ran", 0.0, skip_cause=NO_GPU)
+            for c in checks]
 
 
 def run_check(check: Check, ctx: CheckContext) -> CheckResult:
@@ -70,7 +73,8 @@ def run_check(check: Check, ctx: CheckContext) -> CheckResult:
         cases = check.run(ctx)
         torch.cuda.synchronize()
     except Skip as exc:
-        return CheckResult(check.name, check.backend, check.title, SKIPPED, str(exc), time.perf_counter() - start)
+        return CheckResult(check.name, check.backend, check.title, SKIPPED, str(exc), time.perf_counter() - start,
+                           skip_cause=exc.cause, packages=(exc.package,) if exc.package else ())
     except Exception as exc:  # import or set-up failure: the backend does not work here
         cases = [CaseResult("set-up", False, error=describe_exception(exc))]
     finally:
@@ -92,8 +96,11 @@ def summarize(check: Check, cases: Sequence[CaseResult], seconds: float, capabil
     if not cases:
         return CheckResult(check.name, check.backend, check.title, FAIL, "the check produced no comparison", seconds)
     if not ran:
+        causes = list(dict.fromkeys(c.skip_cause for c in skipped if c.skip_cause))
         return CheckResult(check.name, check.backend, check.title, SKIPPED,
-                           "; ".join(c.describe() for c in skipped), seconds, cases)
+                           "; ".join(c.describe() for c in skipped), seconds, cases,
+                           skip_cause=causes[0] if len(causes) == 1 else None,
+                           packages=tuple(dict.fromkeys(c.package for c in skipped if c.package)))
     if failed:
         detail = "; ".join(c.describe() for c in failed + skipped)
         return CheckResult(check.name, check.backend, check.title, FAIL, detail, seconds, cases,

@@ -683,7 +683,7 @@ def assess(*, judged: tuple[int, int], gpu: TorchGpu | None, driver: DriverInfo,
     fam = _family_or_default(judged)
     target = fam.sass_arch if fam else f"sm_{judged[0]}{judged[1]}"
     need = min_tool_release(judged, machine)
-    sm12x = judged[0] == 12
+    sm12x = arch.is_sm12x(judged)
 
     if gpu is not None and gpu.platform == "hip":
         flags.append(Flag(WARNING, "gpu", f"{gpu.name} is an AMD GPU seen through ROCm/HIP (capability "

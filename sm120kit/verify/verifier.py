@@ -58,10 +58,68 @@ class VerifyResult:
         return [c for c in self.checks if c.status == checks_mod.FAIL]
 
     @property
+    def ran_checks(self) -> list[checks_mod.CheckResult]:
+        """The checks that ran a comparison (ok or fail); a skipped check verified nothing."""
+        return [c for c in self.checks if c.status != checks_mod.SKIPPED]
+
+    @property
+    def ran_audits(self) -> list[AuditOutcome]:
+        return [a for a in self.audits if a.status != "not-run"]
+
+    @property
+    def verified(self) -> bool:
+        """Something was verified: a check ran, or a static audit ran. The environment report alone is not
+        a verification (it reads versions and files; it runs no kernel and compiles nothing)."""
+        return bool(self.ran_checks or self.ran_audits)
+
+    @property
+    def problems(self) -> bool:
+        return bool(self.failed_checks or self.report.errors or any(a.status == "flagged" for a in self.audits))
+
+    @property
     def ok(self) -> bool:
-        """No check failed, no finding is an error, no audit flagged anything."""
-        return not self.failed_checks and not self.report.errors and \
-            not any(a.status == "flagged" for a in self.audits)
+        """No check failed, no finding is an error, no audit flagged anything, and something ran: a run in
+        which every check was skipped and no static audit ran is not a pass."""
+        return not self.problems and self.verified
+
+    @property
+    def verdict(self) -> str:
+        """``ok``, ``problems`` (a failure, an error finding or a flagged audit) or ``nothing-verified``."""
+        if self.problems:
+            return "problems"
+        return "ok" if self.verified else "nothing-verified"
+
+    def skip_causes(self) -> dict[str, int]:
+        """How many checks were skipped for each cause (no-gpu, missing-package, ...; "other" when mixed)."""
+        out: dict[str, int] = {}
+        for c in self.checks:
+            if c.status == checks_mod.SKIPPED:
+                key = c.skip_cause or "other"
+                out[key] = out.get(key, 0) + 1
+        return out
+
+    def missing_packages(self) -> list[str]:
+        """The Python packages whose absence skipped a check, in the order first met."""
+        return list(dict.fromkeys(p for c in self.checks if c.status == checks_mod.SKIPPED for p in c.packages))
+
+    def nothing_verified_reason(self) -> str | None:
+        """One sentence on why nothing ran, naming the causes; None when something ran."""
+        if self.verified:
+            return None
+        parts = []
+        for cause, count in self.skip_causes().items():
+            if cause == checks_mod.MISSING_PACKAGE:
+                parts.append(f"{count} because a Python package that SGLang's (or the library's) modules import "
+                             f"is not installed: {', '.join(self.missing_packages())}")
+            elif cause == checks_mod.NO_GPU:
+                parts.append(f"{count} because no kernel can run here: {self.no_kernel_reason or 'no GPU'}")
+            else:
+                parts.append(f"{count} as {cause}")
+        checks_text = (f"every one of the {len(self.checks)} check(s) was skipped ({'; '.join(parts)})"
+                       if self.checks else "no check was selected")
+        audits_text = ("no static audit ran (" + "; ".join(f"{a.name}: {a.summary}" for a in self.audits) + ")"
+                       if self.audits else "the static audits were not run")
+        return f"Nothing was verified: {checks_text}, and {audits_text}."
 
     def counts(self) -> dict[str, int]:
         out = {checks_mod.OK: 0, checks_mod.FAIL: 0, checks_mod.SKIPPED: 0}
@@ -72,10 +130,15 @@ class VerifyResult:
     def to_json(self) -> dict:
         return {
             "ok": self.ok,
+            "verdict": self.verdict,
+            "verified": self.verified,
+            "nothing_verified_reason": self.nothing_verified_reason(),
             "kernels_ran": self.kernels_ran,
             "no_kernel_reason": self.no_kernel_reason or None,
             "summary": {**self.counts(), "errors_in_report": len(self.report.errors),
-                        "audits_flagged": sum(a.status == "flagged" for a in self.audits)},
+                        "audits_flagged": sum(a.status == "flagged" for a in self.audits),
+                        "audits_ran": len(self.ran_audits), "skip_causes": self.skip_causes(),
+                        "missing_packages": self.missing_packages()},
             "report": self.report.to_json(),
             "checks": [c.to_json() for c in self.checks],
             "audits": [a.to_json() for a in self.audits],
@@ -203,7 +266,8 @@ def run_verify(plan: VerifyPlan, *, progress: Progress | None = None,
 
 
 def exit_code(result: VerifyResult) -> int:
-    """0 when everything passed; the CheckFailed code (13) otherwise."""
+    """0 when something was verified and everything passed; the CheckFailed code (13) otherwise, including a
+    run that verified nothing (``verdict`` "nothing-verified")."""
     from sm120kit.errors import CheckFailed
 
     return 0 if result.ok else CheckFailed.exit_code
