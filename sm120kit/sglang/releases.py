@@ -17,6 +17,7 @@ from sm120kit import runner
 from sm120kit.util.atomicfile import building_folder
 from sm120kit.errors import DownloadError, ToolFailed, UsageError
 from sm120kit.util.cache import cache_dir
+from sm120kit.util.lock import TreeLock
 
 DEFAULT_RELEASE = "0.5.23"
 """The release the README's main command uses when none is given."""
@@ -66,6 +67,19 @@ def fetch_release(version: str, *, cache: Path | None = None, on_step: Step | No
     dest = release_dir(version, cache)
     if (dest / "sglang" / "__init__.py").is_file():
         return dest
+    # Runs fetching the same release at once (parallel test workers, two shells) take turns; the later one
+    # finds it unpacked. Never replaced once there, so a reader never sees it swapped.
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with TreeLock(dest.parent / f".{version}.lock", command=f"fetch-release {version}", wait=_FETCH_WAIT):
+        if not (dest / "sglang" / "__init__.py").is_file():
+            _download_and_unpack(version, dest, cache, on_step)
+    return dest
+
+
+_FETCH_WAIT = 3600.0  # seconds another run's download of the same release may take
+
+
+def _download_and_unpack(version: str, dest: Path, cache: Path | None, on_step: Step | None) -> None:
     wheels = (cache or cache_dir()) / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     wheel = _find_wheel(wheels, version)
@@ -88,7 +102,6 @@ def fetch_release(version: str, *, cache: Path | None = None, on_step: Step | No
         if wheel is None:
             raise DownloadError(f"pip reported success but no sglang {version} wheel is in {wheels}.")
     _unpack(wheel, dest)
-    return dest
 
 
 def _find_wheel(folder: Path, version: str) -> Path | None:
