@@ -96,7 +96,6 @@ def main() -> None:
     parser.add_argument("--timed", type=int, default=20)
     parser.add_argument("--release", default="0.5.2")
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))
     from sm120kit.sglang import releases
 
     release_dir = releases.fetch_release(args.release)
