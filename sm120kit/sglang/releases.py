@@ -17,7 +17,6 @@ from sm120kit import runner
 from sm120kit.util.atomicfile import building_folder
 from sm120kit.errors import DownloadError, ToolFailed, UsageError
 from sm120kit.util.cache import cache_dir
-from sm120kit.util.lock import TreeLock
 
 DEFAULT_RELEASE = "0.5.23"
 """The release the README's main command uses when none is given."""
@@ -61,25 +60,40 @@ def release_dir(version: str, cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "releases" / normalize(version)
 
 
+_FETCH_WAIT = 3600.0  # seconds another run's download of the same release may take
+
+
 def fetch_release(version: str, *, cache: Path | None = None, on_step: Step | None = None) -> Path:
+    """Download and unpack SGLang ``version`` (cached); return the folder holding ``sglang/``.
+
+    Runs fetching the same release at once (parallel test workers, two shells) take turns on a lock in the
+    cache (``releases/.VERSION.lock``); the later one finds it unpacked, so a release folder, once there, is
+    never swapped under a reader."""
+    from sm120kit.errors import Sm120kitError
+    from sm120kit.util.lock import TreeLock
+
+    name = normalize(version)
+    dest = release_dir(name, cache)
+    if (dest / "sglang" / "__init__.py").is_file():
+        return dest
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        lock = TreeLock(dest.parent / f".{name}.lock", command=f"fetch-release {name}", wait=_FETCH_WAIT)
+        lock.acquire()
+    except (OSError, Sm120kitError):  # no lock to be had there: the fetch itself names what is wrong
+        return _fetch_release(name, cache=cache, on_step=on_step)
+    try:
+        return _fetch_release(name, cache=cache, on_step=on_step)
+    finally:
+        lock.release()
+
+
+def _fetch_release(version: str, *, cache: Path | None = None, on_step: Step | None = None) -> Path:
     """Download and unpack SGLang ``version`` (cached); return the folder holding ``sglang/``."""
     version = normalize(version)
     dest = release_dir(version, cache)
     if (dest / "sglang" / "__init__.py").is_file():
         return dest
-    # Runs fetching the same release at once (parallel test workers, two shells) take turns; the later one
-    # finds it unpacked. Never replaced once there, so a reader never sees it swapped.
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with TreeLock(dest.parent / f".{version}.lock", command=f"fetch-release {version}", wait=_FETCH_WAIT):
-        if not (dest / "sglang" / "__init__.py").is_file():
-            _download_and_unpack(version, dest, cache, on_step)
-    return dest
-
-
-_FETCH_WAIT = 3600.0  # seconds another run's download of the same release may take
-
-
-def _download_and_unpack(version: str, dest: Path, cache: Path | None, on_step: Step | None) -> None:
     wheels = (cache or cache_dir()) / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     wheel = _find_wheel(wheels, version)
@@ -102,6 +116,7 @@ def _download_and_unpack(version: str, dest: Path, cache: Path | None, on_step: 
         if wheel is None:
             raise DownloadError(f"pip reported success but no sglang {version} wheel is in {wheels}.")
     _unpack(wheel, dest)
+    return dest
 
 
 def _find_wheel(folder: Path, version: str) -> Path | None:
