@@ -33,11 +33,9 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from sm120kit.kernel import deps as deps_mod  # noqa: E402
-from sm120kit import runner  # noqa: E402
-from sm120kit.hardware import fatbin  # noqa: E402
+from sm120kit.kernel import deps as deps_mod
+from sm120kit import runner
+from sm120kit.hardware import fatbin
 from sm120kit.kernel.source import find_kernel_source  # noqa: E402
 from sm120kit.kernel.nvcc_launcher import filter_args  # noqa: E402
 from sm120kit.util.cache import cache_dir  # noqa: E402

@@ -81,11 +81,7 @@ def cases(which: str = "all") -> list[tuple[str, int, int]]:
 
 def patched_cap_function():
     """``_sm120_decode_kv_splits_cap`` as the patch installs it (the generator's source, executed)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import gen_decode_splits_patch as gen
-    finally:
-        sys.path.pop(0)
+    import gen_decode_splits_patch as gen  # beside this file
     namespace = {"torch": torch, "Optional": Optional}
     exec(compile(gen.HELPERS, "sm120-decode-kv-splits", "exec"), namespace)
     return namespace["_sm120_decode_kv_splits_cap"]
@@ -292,11 +288,7 @@ def patch_fp8_pages_module():
     module in a temporary file (Triton reads a kernel's source from its file)."""
     import tempfile
 
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import gen_fp8_pages_patch as gen
-    finally:
-        sys.path.pop(0)
+    import gen_fp8_pages_patch as gen  # beside this file
     path = Path(tempfile.mkdtemp(prefix="fp8-pages-")) / "sm120_fp8_pages_bench.py"
     path.write_text("from __future__ import annotations\nimport torch\n" + gen.HELPERS, encoding="utf-8")
     spec = importlib.util.spec_from_file_location("sm120_fp8_pages_bench", path)

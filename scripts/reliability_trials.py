@@ -109,7 +109,6 @@ def main() -> None:
     parser.add_argument("--hostile", action="store_true", help="also run the hostile-input tests")
     parser.add_argument("--release", default="0.5.2")
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))
     from sm120kit.sglang import releases
 
     release_dir = releases.fetch_release(args.release)

@@ -6,6 +6,7 @@ keeps between steps) and copied into each test's ``tmp_path``; nothing here is a
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -88,3 +89,30 @@ def git_clone_tree(tmp_path, _git_templates):
         return dest
 
     return make
+
+
+@pytest.fixture(scope="session")
+def shared_triton_dir(tmp_path_factory) -> Path:
+    """One Triton kernel cache for the whole run, shared by the pytest-xdist workers (under xdist each worker's
+    base folder is ``.../pytest-N/popen-gwK``; their parent belongs to this run alone). Triton writes each
+    entry to a temporary file and renames it, so workers can share it. A kernel is still compiled for real
+    once per run; later tests that compile the same source for the same target read its binary and metadata
+    (the shared memory the audit checks) from here instead of compiling again."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "triton-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def audit_cache(shared_triton_dir):
+    """``audit_cache(folder)`` -> an empty :class:`AuditCache` (no results yet) in ``folder`` whose Triton
+    kernel cache is the run's shared one (:func:`shared_triton_dir`)."""
+    from sm120kit.audit.cache import AuditCache
+
+    class _SharedTriton(AuditCache):
+        @property
+        def triton_dir(self) -> Path:
+            return shared_triton_dir
+
+    return lambda folder: _SharedTriton(Path(folder))

@@ -14,9 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from apply_support import make_diff, small_tree, tree_hashes, write_series  # noqa: E402
+from apply_support import make_diff, small_tree, tree_hashes, write_series  # beside this file (run as a script)
 
 BIG = 400 * 1024
 

@@ -32,9 +32,7 @@ import sys
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from sglang_light import LightTree  # noqa: E402
+from sglang_light import LightTree  # beside this file (run as a script)
 
 PRESET_KEYS = ("12.0", "12.1", "10.0", "9.0", "8.9", "hip-12")
 LAUNCH_PRESETS = ("12.0", "12.1", "10.0", "9.0")

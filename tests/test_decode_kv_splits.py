@@ -8,7 +8,6 @@ context length, 9.0, 10.0 and an AMD GPU that reports major 12 keep the configur
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -20,8 +19,7 @@ from conftest import REPO_ROOT, SERIES_RELEASES
 from series_support import patched_file_reader
 from sm120kit.audit.resolve_probe import split_cap_functions
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import gen_decode_splits_patch as gen  # noqa: E402
+import gen_decode_splits_patch as gen  # scripts/ (pytest's pythonpath)
 
 PATCH_ID = "sm120-decode-kv-splits"
 BACKEND = "sglang/srt/layers/attention/triton_backend.py"

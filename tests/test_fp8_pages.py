@@ -26,8 +26,7 @@ from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 from conftest import REPO_ROOT, SERIES_RELEASES
 from series_support import patched_file_reader
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import gen_fp8_pages_patch as gen  # noqa: E402
+import gen_fp8_pages_patch as gen  # scripts/ (pytest's pythonpath)
 
 PATCH_ID = "sm120-flashinfer-mla-fp8-pages"
 BACKEND = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
@@ -123,7 +122,6 @@ def test_gate_is_12x_only(patched_backends, version):
 
 KERNEL_CHECK = r'''
 import ast, sys, torch
-sys.path.insert(0, sys.argv[2])
 from test_fp8_pages import _helpers, _case
 ns = _helpers(open(sys.argv[1]).read())
 pool, read, lens, indices = _case(7)
@@ -143,7 +141,9 @@ print("ok")
 def test_kernel_matches_the_reference_in_the_interpreter(patched_backends, tmp_path):
     path = tmp_path / "backend.py"
     path.write_text(patched_backends("0.5.23"))
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK, str(path), str(REPO_ROOT / "tests")],
+    # tests/ and scripts/ first on the path, as pytest's pythonpath has them (this file imports from both)
+    paths = [str(REPO_ROOT / "tests"), str(REPO_ROOT / "scripts"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK, str(path)],
                           capture_output=True, text=True, env=env, timeout=600, cwd=REPO_ROOT / "tests")
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]

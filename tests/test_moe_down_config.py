@@ -20,7 +20,6 @@ pytest.importorskip("triton")
 from sm120kit.cli import main as cli_main  # noqa: E402
 from sm120kit.audit import shapes  # noqa: E402
 from sm120kit.audit import smem as smem_audit  # noqa: E402
-from sm120kit.audit.cache import AuditCache  # noqa: E402
 from sm120kit.hardware.fake_device import PRESETS  # noqa: E402
 from sm120kit.sglang.launchers import resolve  # noqa: E402
 
@@ -51,7 +50,7 @@ def _plant(root: Path) -> None:
 
 
 @pytest.mark.parametrize("version", ["0.5.4.post2", "0.5.10", "0.5.23"])
-def test_oversized_down_config_is_fitted(installed_tree, tmp_path, capsys, version):
+def test_oversized_down_config_is_fitted(installed_tree, tmp_path, capsys, version, audit_cache):
     pristine, patched = installed_tree(version), None
     patched_site = tmp_path / "patched"
     import shutil
@@ -65,7 +64,7 @@ def test_oversized_down_config_is_fitted(installed_tree, tmp_path, capsys, versi
         _plant(tree.parent)
     (tmp_path / "m.toml").write_text(MATRIX)
     matrix = shapes.load_matrix([tmp_path / "m.toml"], include_default=False)
-    cache = AuditCache(tmp_path / "cache")
+    cache = audit_cache(tmp_path / "cache")
     results = {label: smem_audit.audit_tree(tree.parent, archs=("12.0",), matrix=matrix, cache=cache, jobs=1)
                for label, tree in (("published", pristine), ("patched", patched))}
     for result in results.values():

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -38,8 +39,7 @@ from sm120kit.patching.plan import plan_series
 from sm120kit.patching.series import load_series
 from sm120kit.sglang.target import find_target
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import gen_pcie_allreduce_patch as gen  # noqa: E402
+import gen_pcie_allreduce_patch as gen  # scripts/ (pytest's pythonpath)
 
 PATCH_ID = "sm120-pcie-allreduce"
 PATCH_DIR = REPO_ROOT / "patches" / "sglang" / PATCH_ID
@@ -104,6 +104,13 @@ def test_apply_and_revert_are_byte_exact(version, installed_tree, alone):
         assert tree_hashes(top) == pristine, "revert is not byte-identical"
 
 
+def _free_port() -> int:
+    """A port no one listens on now (parallel test workers and other runs on this host must not share one)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _probe(tree: Path, release: Path, tmp_path: Path, port: int) -> dict:
     overlay = dependency_overlay(release)
     paths = [str(tree)] + ([str(overlay.path)] if overlay.path else []) + [str(REPO_ROOT)]
@@ -121,7 +128,7 @@ def test_patched_tree_under_a_faked_12x_pair(version, release_dir, tmp_path):
     site = tmp_path / "site"
     shutil.copytree(release_dir(version), site)
     assert apply_series(find_target(site / "sglang"), load_series()).exit_code == 0
-    seen = _probe(site, release_dir(version), tmp_path, 29500 + RANGE.index(version) * 7)
+    seen = _probe(site, release_dir(version), tmp_path, _free_port())
 
     # the patched __init__ on the CPU: a real group, the switch on, no GPU: off, and the sum is gloo's
     assert seen["cpu_init"]["pcie_ipc_comm"] == "None" and seen["cpu_init"]["sum"] == 3.0

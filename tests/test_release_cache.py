@@ -92,3 +92,21 @@ def test_killed_fresh_copy_leaves_no_temporary_copy(tmp_path, release_dir):
     proc = run_cli("apply", "--release", "0.5.23", "--series", str(DEMO_SERIES), env={"SM120KIT_CACHE_DIR": str(cache)})
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(work)) == ["0.5.23"]
+
+
+@pytest.mark.slow  # three interpreters unpack a release
+def test_two_runs_fetching_one_release_at_once_take_turns(tmp_path, release_dir):
+    """Parallel test workers (scripts/test.sh runs pytest-xdist) and two shells fetch into one cache: the
+    second waits for the first's lock, finds the release unpacked and leaves it in place (never swapped
+    under a reader); no temporary folder is left."""
+    cache = _cache(tmp_path, release_dir, "0.5.2", wheel=True)
+    code = ("import sys; from pathlib import Path; from sm120kit.sglang import releases; "
+            "d = releases.fetch_release('0.5.2', cache=Path(sys.argv[1])); "
+            "print((d / 'sglang' / '__init__.py').stat().st_ino)")
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(cache)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err[-2000:] for _, err in outs]
+    assert len({out.strip() for out, _ in outs}) == 1  # one unpacked copy, seen by all three
+    assert sorted(p.name for p in (cache / "releases").iterdir()) == [".0.5.2.lock", "0.5.2"]

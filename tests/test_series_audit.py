@@ -159,9 +159,8 @@ PROOF = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", sorted(PROOF))
-def test_audit_shows_the_patched_kernels_fixed(installed_tree, tmp_path, capsys, version):
+def test_audit_shows_the_patched_kernels_fixed(installed_tree, tmp_path, capsys, version, audit_cache):
     from sm120kit.cli import main as cli_main
-    from sm120kit.audit.cache import AuditCache
     from sm120kit.audit.smem import audit_tree
 
     entries, kinds, expected_over = PROOF[version]
@@ -170,7 +169,7 @@ def test_audit_shows_the_patched_kernels_fixed(installed_tree, tmp_path, capsys,
         cli_main(["apply", str(tree)])
     assert exc.value.code == 0, capsys.readouterr().err
     matrix = shapes.select(shapes.load_matrix(), entries)
-    cache = AuditCache(tmp_path / "cache")
+    cache = audit_cache(tmp_path / "cache")
     before = audit_tree(releases.fetch_release(version), archs=("12.0",), matrix=matrix, launchers=kinds,
                         cache=cache, jobs=2, version=version)
     after = audit_tree(tree.parent, archs=("12.0",), matrix=matrix, launchers=kinds, cache=cache, jobs=2,

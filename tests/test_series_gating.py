@@ -2,8 +2,9 @@
 
 What is proved, per release of the series matrix:
 
-* the patch applies with zero fuzz through sm120kit's own planner and applier (alone, and after the
-  patches that come before it in the bundled series), and every file it leaves compiles;
+* the patch applies with zero fuzz through sm120kit's own planner and applier, and every file it leaves
+  compiles (its status after the patches before it in the bundled series is checked, for every release
+  0.5.2-0.5.23, by tests/test_patched_identity.py against the recorded statuses);
 * SGLang's own argument resolution on the patched tree (sm120kit.audit.backends: a faked device
   and config.json-only model folders) picks a backend with SM12x kernels for an MHA, an MLA and a hybrid
   GDN model on 12.0 and 12.1, and rejects an explicit ``--attention-backend fa3`` on 12.0 with the one
@@ -107,16 +108,6 @@ def test_every_cached_release_takes_the_patch(gating_series):
     bad = {v: p.reason for v, p in statuses.items()
            if p.status != "applies" or any(h.fuzz for h in p.hunks)}
     assert not bad
-
-
-@pytest.mark.parametrize("version", SERIES_RELEASES)
-def test_patch_stays_applicable_after_the_series_before_it(version, release_dir):
-    """The bundled series, in order: this patch applies on the result of the patches listed before it."""
-    series = load_series()
-    assert PATCH_ID in [p.id for p in series.patches]
-    plan = plan_series(release_dir(version), series, version=version)
-    mine = {p.patch_id: p for p in plan.patches}[PATCH_ID]
-    assert mine.status in ("applies", "present-upstream"), mine.reason
 
 
 # -- the gate module, called directly ---------------------------------------------------------------------

@@ -341,15 +341,14 @@ def test_pipelined_shared_memory_estimate_matches_triton(series_runs, version):
 
 # -- the audit engine agrees ------------------------------------------------------------------------------------
 
-def test_audit_engine_finds_nothing_over_the_limit_in_a_patched_tree(series_runs):
-    from sm120kit.audit.cache import AuditCache
+def test_audit_engine_finds_nothing_over_the_limit_in_a_patched_tree(series_runs, audit_cache):
     from sm120kit.audit.shapes import load_matrix, select
     from sm120kit.audit.smem import audit_tree
 
     run = series_runs("0.5.23")
     matrix = select(load_matrix(), ["vision-hd256", "qwen3-30b-a3b"])
     result = audit_tree(run.patched, archs=("12.0",), matrix=matrix, launchers=["prefill", "moe"],
-                        cache=AuditCache(run.patched.parent / "audit-cache"), jobs=2, version=run.version)
+                        cache=audit_cache(run.patched.parent / "audit-cache"), jobs=2, version=run.version)
     statuses = {(c.case.launcher, c.status) for c in result.cases}
     assert ("prefill", "ok") in statuses and ("moe", "ok") in statuses
     for case in result.cases:

@@ -71,7 +71,35 @@ def release_dir(version: str, cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "releases" / normalize(version)
 
 
+_FETCH_WAIT = 3600.0  # seconds another run's download of the same release may take
+
+
 def fetch_release(version: str, *, cache: Path | None = None, on_step: Step | None = None) -> Path:
+    """Download and unpack SGLang ``version`` (cached); return the folder holding ``sglang/``.
+
+    Runs fetching the same release at once (parallel test workers, two shells) take turns on a lock in the
+    cache (``releases/.VERSION.lock``); the later one finds it unpacked, so a release folder, once there, is
+    never swapped under a reader."""
+    from sm120kit.errors import Sm120kitError
+    from sm120kit.util.lock import TreeLock
+
+    name = normalize(version)
+    dest = release_dir(name, cache)
+    if (dest / "sglang" / "__init__.py").is_file():
+        return dest
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        lock = TreeLock(dest.parent / f".{name}.lock", command=f"fetch-release {name}", wait=_FETCH_WAIT)
+        lock.acquire()
+    except (OSError, Sm120kitError):  # no lock to be had there: the fetch itself names what is wrong
+        return _fetch_release(name, cache=cache, on_step=on_step)
+    try:
+        return _fetch_release(name, cache=cache, on_step=on_step)
+    finally:
+        lock.release()
+
+
+def _fetch_release(version: str, *, cache: Path | None = None, on_step: Step | None = None) -> Path:
     """Download and unpack SGLang ``version`` (cached); return the folder holding ``sglang/``."""
     version = normalize(version)
     dest = release_dir(version, cache)
