@@ -22,11 +22,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
 
-import variant_diffs  # noqa: E402
-from sm120kit.sglang import releases  # noqa: E402
+import variant_diffs  # beside this script (scripts/ is on the path when it runs, and in the tests)
+from sm120kit.sglang import releases
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-pcie-allreduce"
 PARALLEL_STATE = "sglang/srt/distributed/parallel_state.py"

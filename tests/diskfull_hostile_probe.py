@@ -19,10 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from apply_support import DEMO_SERIES, make_diff, small_tree, tree_hashes, write_series  # noqa: E402
-from diskfull_probe import fill, fill_up  # noqa: E402
+from apply_support import DEMO_SERIES, make_diff, small_tree, tree_hashes, write_series
+from diskfull_probe import fill, fill_up
 
 K = 1024
 
