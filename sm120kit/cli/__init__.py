@@ -106,10 +106,11 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # a bug in sm120kit, not a user error
-        _internal_error(exc, verbose, json_mode)
+        sys.exit(_internal_error(exc, verbose, json_mode))
 
 
-def _internal_error(exc: BaseException, verbose: bool, json_mode: bool) -> None:
+def _internal_error(exc: BaseException, verbose: bool, json_mode: bool) -> int:
+    """Say that sm120kit has a bug (the traceback with -v); the exit code main() ends with."""
     if verbose:
         traceback.print_exception(exc)
     message = f"internal error: {type(exc).__name__}: {exc}"[:4000]
@@ -117,4 +118,4 @@ def _internal_error(exc: BaseException, verbose: bool, json_mode: bool) -> None:
         print_json(Sm120kitError(message).to_json())
     click.echo(message, err=True)
     click.echo("This is a bug in sm120kit; run again with -v and report the traceback.", err=True)
-    sys.exit(1)
+    return 1
