@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, EOFError):  # click turns EOFError into Abort too: a bug, not Ctrl-C
-            _internal_error(cause, verbose, json_mode)
+            sys.exit(_internal_error(cause, verbose, json_mode))
         if isinstance(cause, Interrupted):  # stopped while writing a tree: say what state it is in
             echo_error(cause.render(), prefix="interrupted: ")
         else:
