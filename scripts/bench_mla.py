@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of the SM120 split-KV MLA kernels against SGLang's own, same inputs, one run.
 
-    PYTHONPATH=<sglang release> python scripts/bench_mla.py [--cases all|verify|decode|quick]
+    PYTHONPATH=<sglang release> python scripts/bench_mla.py [--cases all|verify|decode|fp8|quick]
                                                              [--sweep] [--json FILE]
 
 Needs a CUDA GPU, an SGLang release on the path (its pure-Python files are enough) and the kernels' package
@@ -66,6 +66,80 @@ def _mm_kernel(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.cons
         b = tl.load(B + (k0 + rk)[:, None] * N + rn[None, :])
         acc += tl.dot(a, b)
     tl.store(C + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
+
+
+# The instruction peaks: each warp runs four independent chains of one mma.sync shape on register operands
+# only (no memory in the loop), so the time is the tensor cores' alone. KIND 0: bf16 m16n8k16, 1: f16
+# m16n8k16, 2: e4m3 m16n8k32; every form accumulates in fp32.
+MMA_PEAK_SOURCE = r"""
+typedef unsigned int u32;
+template <int KIND> __device__ __forceinline__ void step(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    if (KIND == 0)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else if (KIND == 1)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <int KIND> __device__ void loop(float* out, int iters) {
+    const u32 x = threadIdx.x * 2654435761u;
+    float d[4][4] = {};
+    for (int i = 0; i < iters; ++i) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) step<KIND>(d[c], x, x ^ 1u, x ^ 2u, x ^ 3u, x ^ 5u, x ^ 7u);
+    }
+    float t = 0.f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) t += d[c][0] + d[c][1] + d[c][2] + d[c][3];
+    if (t == 12345.f) out[blockIdx.x] = t;  // keeps the loop; never true for these operands in practice
+}
+extern "C" __global__ void mma_peak_bf16(float* out, int iters) { loop<0>(out, iters); }
+extern "C" __global__ void mma_peak_f16(float* out, int iters) { loop<1>(out, iters); }
+extern "C" __global__ void mma_peak_e4m3(float* out, int iters) { loop<2>(out, iters); }
+"""
+MMA_PEAK_SHAPES = {"bf16": 16 * 8 * 16, "f16": 16 * 8 * 16, "e4m3": 16 * 8 * 32}  # multiply-adds an mma
+
+
+def mma_peaks(iters=4096):
+    """TFLOP/s of each mma.sync form the kernels use (bf16 and f16 m16n8k16, e4m3 m16n8k32), register-only
+    loops compiled by NVRTC for this GPU, best of block shapes (4 programs an SM, 4/8/16 warps) and 5 runs."""
+    from sm120_attention import sm120_mla_nvrtc as nvrtc
+
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+    try:
+        module = nvrtc.Module(nvrtc.compile_cubin(MMA_PEAK_SOURCE, "mma_peak.cu", arch, ("--std=c++17",)))
+    except nvrtc.CompileError as exc:
+        return {"error": str(exc)[:200]}
+    import ctypes
+
+    out = torch.zeros(4096, dtype=torch.float32, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    stream = torch.cuda.current_stream().cuda_stream
+    peaks = {}
+    for kind, macs in MMA_PEAK_SHAPES.items():
+        function = module.function(f"mma_peak_{kind}", 0)
+        best = 0.0
+        for warps in (4, 8, 16):
+            blocks = 4 * sms
+            args = lambda n: (ctypes.c_uint64(out.data_ptr()), ctypes.c_int(n))  # noqa: E731
+            module.launch(function, (blocks, 1, 1), 32 * warps, 0, stream, args(16))
+            for _ in range(5):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                module.launch(function, (blocks, 1, 1), 32 * warps, 0, stream, args(iters))
+                b.record()
+                b.synchronize()
+                mmas = blocks * warps * iters * 4
+                best = max(best, 2 * macs * mmas / (a.elapsed_time(b) * 1e-3) / 1e12)
+        peaks[kind] = round(best, 1)
+    return peaks
 
 
 def rooflines():
@@ -195,6 +269,10 @@ def flops(c, heads):
     return total
 
 
+PROXY = "H200 in SM120 mode, not an SM120 card"
+PEAKS = {}  # the instruction peaks measured in this run (mma_peaks), for the rows' shares
+
+
 def row(kind, label, c, heads, t_old, t_new, roof, diff, extra=""):
     read_gbs, tflops = roof
     byts = kv_bytes(c)
@@ -214,7 +292,20 @@ def row(kind, label, c, heads, t_old, t_new, roof, diff, extra=""):
         "pct_roofline_old": round(100 * bound / t_old, 2) if t_old else None,
         "max_abs_diff": diff,
         "note": extra,
+        **instruction_shares(c, heads, t_new),
+        "measured_on": PROXY if SM120_MODE else torch.cuda.get_device_name(),
     }
+
+
+def instruction_shares(c, heads, t_new):
+    """The kernel's FLOP/s as a share of each mma.sync instruction's peak measured in this run: the bf16 form
+    (bf16 KV, and fp8 KV converted to f16, which runs at the same rate) and the e4m3 form (an fp8-mma path)."""
+    achieved = flops(c, heads) / (t_new * 1e-3) / 1e12
+    out = {"tflops_new": round(achieved, 1)}
+    for kind in ("bf16", "e4m3"):
+        if PEAKS.get(kind):
+            out[f"pct_{kind}_mma_peak"] = round(100 * achieved / PEAKS[kind], 1)
+    return out
 
 
 def verify_cases(which):
@@ -230,7 +321,15 @@ def verify_cases(which):
         for prefix in (32768, 185000):
             cases.append((prefix, 8, 16, "fp8", "tree", 1))
             cases.append((prefix, 8, 16, "bf16", "tree", 64))
-    elif which == "quick":
+    if which in ("all", "verify", "fp8"):  # the fp8 / 8-head cases (8 drafts x 8 heads, both KV dtypes)
+        for prefix in (32768, 131072, 185000):
+            for kvd in ("bf16", "fp8"):
+                case = (prefix, 8, 8, kvd, "tree", 1)
+                if case not in cases:
+                    cases.append(case)
+            if (prefix, 8, 16, "fp8", "tree", 1) not in cases:
+                cases.append((prefix, 8, 16, "fp8", "tree", 1))
+    if which == "quick":
         cases = [(32768, 8, 16, "bf16", "tree", 1), (185000, 8, 16, "bf16", "tree", 1), (185000, 16, 16, "bf16", "tree", 1)]
     return cases
 
@@ -245,7 +344,15 @@ def decode_cases(which):
             cases.append((prefix, 1, 128, "bf16", 1))
             cases.append((prefix, 1, 16, "fp8", 1))
             cases.append((prefix, 1, 16, "bf16", 64))
-    elif which == "quick":
+    if which in ("all", "decode", "fp8"):  # fp8 at every length (batch 1 and 4), 8 heads in both KV dtypes
+        for prefix in (8192, 32768, 131072, 185000):
+            for case in ((prefix, 1, 16, "fp8", 1), (prefix, 4, 16, "fp8", 1)):
+                if case not in cases:
+                    cases.append(case)
+        for prefix in (32768, 131072, 185000):
+            for kvd in ("bf16", "fp8"):
+                cases.append((prefix, 1, 8, kvd, 1))
+    if which == "quick":
         cases = [(131072, 1, 16, "bf16", 1), (185000, 1, 16, "bf16", 1)]
     return cases
 
@@ -833,7 +940,8 @@ def load_revision(path: Path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default="all", choices=("all", "verify", "decode", "quick", "none"))
+    ap.add_argument("--cases", default="all", choices=("all", "verify", "decode", "fp8", "quick", "none"),
+                    help="fp8: the fp8 KV and 8-head cases only (decode and verify)")
     ap.add_argument("--sweep", action="store_true", help="time every SM120-legal tile set and split count first")
     ap.add_argument("--sweep-splits", action="store_true", help="time split counts past the cap at 185k")
     ap.add_argument("--sweep-tiles", action="store_true", help="time the variants of SWEEP_VARIANTS first")
@@ -868,8 +976,12 @@ def main():
           f"torch {torch.__version__}, triton {triton.__version__}", flush=True)
     roof = rooflines()
     print(f"# rooflines measured in this run: read {roof[0]:.0f} GB/s, mma bf16 {roof[1]:.0f} TFLOP/s", flush=True)
+    PEAKS.update(mma_peaks())
+    print(f"# mma.sync instruction peaks measured in this run (register-only loops, TFLOP/s): {json.dumps(PEAKS)}"
+          + (f"; {PROXY}" if SM120_MODE else ""), flush=True)
     result = {"gpu": name, "capability": list(cap), "mode": mode, "roofline_read_gbs": round(roof[0]),
-              "roofline_tflops": round(roof[1]), "rows": [], "sweep": [], "timing": TIMING}
+              "roofline_tflops": round(roof[1]), "mma_peaks_tflops": dict(PEAKS), "rows": [], "sweep": [],
+              "timing": TIMING}
     if args.numerics16_only:
         result["numerics"] = rows16_numerics(mla)
     else:
