@@ -962,11 +962,16 @@ def main():
     ap.add_argument("--heads", type=int, action="append", help="only the cases with this many heads (repeatable)")
     ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")
     ap.add_argument("--json", help="write the results to this file")
+    ap.add_argument("--compare", metavar="DIR",
+                    help="also time the sm120_mla.py in DIR (another revision of the kernels) on every case, same inputs")
+    ap.add_argument("--decode-splits", default="8,64,256",
+                    help="SGLang's decode split counts to time (comma-separated; default 8,64,256)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_mla.py needs a CUDA GPU")
     ext, dec = sglang_kernels()
     mla = sm120_mla
+    other = load_revision(Path(args.compare) / "sm120_mla.py") if args.compare else None
     name = torch.cuda.get_device_name()
     cap = torch.cuda.get_device_capability()
     mode = "SM120 mode (mma.sync, 12.0 block choices, sm_120-legal tiles)" if SM120_MODE else "native"
@@ -1027,6 +1032,12 @@ def main():
         label = f"verify prefix {prefix}, {drafts} {tree}, {heads} heads, {kvd}, page {page}"
         r = row("verify", label, c, heads, t_old, t_new, roof, diff)
         r["timing"] = {"new": how_new, "old": LAST["method"]}
+        if other is not None:
+            new_b, _, o_b, _ = run_verify(other, ext, c, heads, page, scale)
+            new_b()
+            r["compare_ms"] = round(bench(new_b), 4)
+            r["compare_speedup"] = round(r["compare_ms"] / t_new, 3)
+            r["compare_max_abs_diff"] = (o_b.float() - o_new.float()).abs().max().item()
         result["rows"].append(r)
         print(json.dumps(r), flush=True)
         del c
@@ -1035,7 +1046,7 @@ def main():
             continue
         c = decode_case(prefix, batch, heads, kvd, page)
         scale = 0.5 if kvd == "fp8" else 1.0
-        for splits_old in (8, 64, 256):
+        for n_split, splits_old in enumerate(int(x) for x in args.decode_splits.split(",")):
             new, old, o_new, o_old = run_decode(mla, dec, c, heads, splits_old, scale, page)
             new()
             t_new = bench(new)
@@ -1049,6 +1060,12 @@ def main():
             label = f"decode prefix {prefix}, batch {batch}, {heads} heads, {kvd}, page {page}; SGLang at {splits_old} splits"
             r = row("decode", label, c, heads, t_old, t_new, roof, diff)
             r["timing"] = {"new": how_new, "old": LAST["method"]}
+            if other is not None and n_split == 0:
+                new_b, _, o_b, _ = run_decode(other, dec, c, heads, splits_old, scale, page)
+                new_b()
+                r["compare_ms"] = round(bench(new_b), 4)
+                r["compare_speedup"] = round(r["compare_ms"] / t_new, 3)
+                r["compare_max_abs_diff"] = (o_b.float() - o_new.float()).abs().max().item()
             result["rows"].append(r)
             print(json.dumps(r), flush=True)
         del c
