@@ -698,7 +698,8 @@ SWEEP_ROWS16_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): few 
     ("verify", 32768, 8, 4, "bf16"), ("decode", 8192, 1, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"),
     ("decode", 131072, 1, 16, "bf16"), ("decode", 185000, 1, 16, "bf16"), ("decode", 185000, 1, 16, "fp8"),
     ("decode", 32768, 4, 16, "bf16"), ("decode", 185000, 4, 16, "bf16"), ("decode", 185000, 1, 128, "bf16"),
-    ("decode", 32768, 1, 128, "bf16"),
+    ("decode", 32768, 1, 128, "bf16"), ("decode", 32768, 1, 8, "bf16"), ("decode", 131072, 1, 8, "bf16"),
+    ("decode", 185000, 1, 8, "bf16"),
 ]
 
 
