@@ -15,7 +15,10 @@ new kernels run only tiles that compile for sm_120 within 101376 bytes. ``--nati
 For each case it prints the time per call of SGLang's kernel and of the new one, the ratio, the
 effective KV bandwidth (bytes that must be read at least once / time), and the share of the larger of
 two rooflines measured in the same run: read bandwidth (``torch.sum`` over 512 MiB) and mma.sync bf16
-throughput (a Triton matmul of 8192^3 under the same settings). Outputs are compared with each other
+throughput (a Triton matmul of 8192^3 under the same settings), and the share of the peak of each mma.sync form
+the kernels use (bf16 and f16 m16n8k16, e4m3 m16n8k32; register-only loops compiled by NVRTC, ``mma_peaks``),
+also measured in the same run. ``--compare DIR`` times another revision of the kernels on the same inputs.
+Rows say where they were measured (an H200 in SM120 mode is not an SM120 card). Outputs are compared with each other
 (max abs difference) so a fast wrong kernel cannot pass unnoticed.
 """
 
@@ -73,7 +76,8 @@ def _mm_kernel(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.cons
 # m16n8k16, 2: e4m3 m16n8k32; every form accumulates in fp32.
 MMA_PEAK_SOURCE = r"""
 typedef unsigned int u32;
-template <int KIND> __device__ __forceinline__ void step(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+template <int KIND>
+__device__ __forceinline__ void step(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     if (KIND == 0)
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                      "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -123,12 +127,15 @@ def mma_peaks(iters=4096):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     stream = torch.cuda.current_stream().cuda_stream
     peaks = {}
+
+    def args(n):
+        return ctypes.c_uint64(out.data_ptr()), ctypes.c_int(n)
+
     for kind, macs in MMA_PEAK_SHAPES.items():
         function = module.function(f"mma_peak_{kind}", 0)
         best = 0.0
         for warps in (4, 8, 16):
             blocks = 4 * sms
-            args = lambda n: (ctypes.c_uint64(out.data_ptr()), ctypes.c_int(n))  # noqa: E731
             module.launch(function, (blocks, 1, 1), 32 * warps, 0, stream, args(16))
             for _ in range(5):
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -964,7 +971,7 @@ def main():
     ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")
     ap.add_argument("--json", help="write the results to this file")
     ap.add_argument("--compare", metavar="DIR",
-                    help="also time the sm120_mla.py in DIR (another revision of the kernels) on every case, same inputs")
+                    help="also time the sm120_mla.py in DIR (another revision of the kernels) on every case")
     ap.add_argument("--decode-splits", default="8,64,256",
                     help="SGLang's decode split counts to time (comma-separated; default 8,64,256)")
     args = ap.parse_args()
