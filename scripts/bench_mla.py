@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark of the SM120 split-KV MLA kernels against SGLang's own, same inputs, one run.
 
-    PYTHONPATH=<sglang release> python scripts/bench_mla.py [--cases all|verify|decode|quick]
+    PYTHONPATH=<sglang release> python scripts/bench_mla.py [--cases all|verify|decode|fp8|quick]
                                                              [--sweep] [--json FILE]
 
 Needs a CUDA GPU, an SGLang release on the path (its pure-Python files are enough) and the kernels' package
@@ -15,7 +15,10 @@ new kernels run only tiles that compile for sm_120 within 101376 bytes. ``--nati
 For each case it prints the time per call of SGLang's kernel and of the new one, the ratio, the
 effective KV bandwidth (bytes that must be read at least once / time), and the share of the larger of
 two rooflines measured in the same run: read bandwidth (``torch.sum`` over 512 MiB) and mma.sync bf16
-throughput (a Triton matmul of 8192^3 under the same settings). Outputs are compared with each other
+throughput (a Triton matmul of 8192^3 under the same settings), and the share of the peak of each mma.sync form
+the kernels use (bf16 and f16 m16n8k16, e4m3 m16n8k32; register-only loops compiled by NVRTC, ``mma_peaks``),
+also measured in the same run. ``--compare DIR`` times another revision of the kernels on the same inputs.
+Rows say where they were measured (an H200 in SM120 mode is not an SM120 card). Outputs are compared with each other
 (max abs difference) so a fast wrong kernel cannot pass unnoticed.
 """
 
@@ -66,6 +69,84 @@ def _mm_kernel(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.cons
         b = tl.load(B + (k0 + rk)[:, None] * N + rn[None, :])
         acc += tl.dot(a, b)
     tl.store(C + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
+
+
+# The instruction peaks: each warp runs four independent chains of one mma.sync shape on register operands
+# only (no memory in the loop), so the time is the tensor cores' alone. KIND 0: bf16 m16n8k16, 1: f16
+# m16n8k16, 2: e4m3 m16n8k32; every form accumulates in fp32.
+MMA_PEAK_SOURCE = r"""
+typedef unsigned int u32;
+template <int KIND>
+__device__ __forceinline__ void step(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    if (KIND == 0)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else if (KIND == 1)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <int KIND> __device__ void loop(float* out, int iters) {
+    const u32 x = threadIdx.x * 2654435761u;
+    float d[4][4] = {};
+    for (int i = 0; i < iters; ++i) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) step<KIND>(d[c], x, x ^ 1u, x ^ 2u, x ^ 3u, x ^ 5u, x ^ 7u);
+    }
+    float t = 0.f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) t += d[c][0] + d[c][1] + d[c][2] + d[c][3];
+    if (t == 12345.f) out[blockIdx.x] = t;  // keeps the loop; never true for these operands in practice
+}
+extern "C" __global__ void mma_peak_bf16(float* out, int iters) { loop<0>(out, iters); }
+extern "C" __global__ void mma_peak_f16(float* out, int iters) { loop<1>(out, iters); }
+extern "C" __global__ void mma_peak_e4m3(float* out, int iters) { loop<2>(out, iters); }
+"""
+MMA_PEAK_SHAPES = {"bf16": 16 * 8 * 16, "f16": 16 * 8 * 16, "e4m3": 16 * 8 * 32}  # multiply-adds an mma
+
+
+def mma_peaks(iters=4096):
+    """TFLOP/s of each mma.sync form the kernels use (bf16 and f16 m16n8k16, e4m3 m16n8k32), register-only
+    loops compiled by NVRTC for this GPU, best of block shapes (4 programs an SM, 4/8/16 warps) and 5 runs."""
+    from sm120_attention import sm120_mla_nvrtc as nvrtc
+
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+    try:
+        module = nvrtc.Module(nvrtc.compile_cubin(MMA_PEAK_SOURCE, "mma_peak.cu", arch, ("--std=c++17",)))
+    except nvrtc.CompileError as exc:
+        return {"error": str(exc)[:200]}
+    import ctypes
+
+    out = torch.zeros(4096, dtype=torch.float32, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    stream = torch.cuda.current_stream().cuda_stream
+    peaks = {}
+
+    def args(n):
+        return ctypes.c_uint64(out.data_ptr()), ctypes.c_int(n)
+
+    for kind, macs in MMA_PEAK_SHAPES.items():
+        function = module.function(f"mma_peak_{kind}", 0)
+        best = 0.0
+        for warps in (4, 8, 16):
+            blocks = 4 * sms
+            module.launch(function, (blocks, 1, 1), 32 * warps, 0, stream, args(16))
+            for _ in range(5):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                module.launch(function, (blocks, 1, 1), 32 * warps, 0, stream, args(iters))
+                b.record()
+                b.synchronize()
+                mmas = blocks * warps * iters * 4
+                best = max(best, 2 * macs * mmas / (a.elapsed_time(b) * 1e-3) / 1e12)
+        peaks[kind] = round(best, 1)
+    return peaks
 
 
 def rooflines():
@@ -195,6 +276,10 @@ def flops(c, heads):
     return total
 
 
+PROXY = "H200 in SM120 mode, not an SM120 card"
+PEAKS = {}  # the instruction peaks measured in this run (mma_peaks), for the rows' shares
+
+
 def row(kind, label, c, heads, t_old, t_new, roof, diff, extra=""):
     read_gbs, tflops = roof
     byts = kv_bytes(c)
@@ -214,7 +299,20 @@ def row(kind, label, c, heads, t_old, t_new, roof, diff, extra=""):
         "pct_roofline_old": round(100 * bound / t_old, 2) if t_old else None,
         "max_abs_diff": diff,
         "note": extra,
+        **instruction_shares(c, heads, t_new),
+        "measured_on": PROXY if SM120_MODE else torch.cuda.get_device_name(),
     }
+
+
+def instruction_shares(c, heads, t_new):
+    """The kernel's FLOP/s as a share of each mma.sync instruction's peak measured in this run: the bf16 form
+    (bf16 KV, and fp8 KV converted to f16, which runs at the same rate) and the e4m3 form (an fp8-mma path)."""
+    achieved = flops(c, heads) / (t_new * 1e-3) / 1e12
+    out = {"tflops_new": round(achieved, 1)}
+    for kind in ("bf16", "e4m3"):
+        if PEAKS.get(kind):
+            out[f"pct_{kind}_mma_peak"] = round(100 * achieved / PEAKS[kind], 1)
+    return out
 
 
 def verify_cases(which):
@@ -230,7 +328,15 @@ def verify_cases(which):
         for prefix in (32768, 185000):
             cases.append((prefix, 8, 16, "fp8", "tree", 1))
             cases.append((prefix, 8, 16, "bf16", "tree", 64))
-    elif which == "quick":
+    if which in ("all", "verify", "fp8"):  # the fp8 / 8-head cases (8 drafts x 8 heads, both KV dtypes)
+        for prefix in (32768, 131072, 185000):
+            for kvd in ("bf16", "fp8"):
+                case = (prefix, 8, 8, kvd, "tree", 1)
+                if case not in cases:
+                    cases.append(case)
+            if (prefix, 8, 16, "fp8", "tree", 1) not in cases:
+                cases.append((prefix, 8, 16, "fp8", "tree", 1))
+    if which == "quick":
         cases = [(32768, 8, 16, "bf16", "tree", 1), (185000, 8, 16, "bf16", "tree", 1), (185000, 16, 16, "bf16", "tree", 1)]
     return cases
 
@@ -245,7 +351,15 @@ def decode_cases(which):
             cases.append((prefix, 1, 128, "bf16", 1))
             cases.append((prefix, 1, 16, "fp8", 1))
             cases.append((prefix, 1, 16, "bf16", 64))
-    elif which == "quick":
+    if which in ("all", "decode", "fp8"):  # fp8 at every length (batch 1 and 4), 8 heads in both KV dtypes
+        for prefix in (8192, 32768, 131072, 185000):
+            for case in ((prefix, 1, 16, "fp8", 1), (prefix, 4, 16, "fp8", 1)):
+                if case not in cases:
+                    cases.append(case)
+        for prefix in (32768, 131072, 185000):
+            for kvd in ("bf16", "fp8"):
+                cases.append((prefix, 1, 8, kvd, 1))
+    if which == "quick":
         cases = [(131072, 1, 16, "bf16", 1), (185000, 1, 16, "bf16", 1)]
     return cases
 
@@ -591,7 +705,8 @@ SWEEP_ROWS16_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): few 
     ("verify", 32768, 8, 4, "bf16"), ("decode", 8192, 1, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"),
     ("decode", 131072, 1, 16, "bf16"), ("decode", 185000, 1, 16, "bf16"), ("decode", 185000, 1, 16, "fp8"),
     ("decode", 32768, 4, 16, "bf16"), ("decode", 185000, 4, 16, "bf16"), ("decode", 185000, 1, 128, "bf16"),
-    ("decode", 32768, 1, 128, "bf16"),
+    ("decode", 32768, 1, 128, "bf16"), ("decode", 32768, 1, 8, "bf16"), ("decode", 131072, 1, 8, "bf16"),
+    ("decode", 185000, 1, 8, "bf16"),
 ]
 
 
@@ -833,7 +948,8 @@ def load_revision(path: Path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default="all", choices=("all", "verify", "decode", "quick", "none"))
+    ap.add_argument("--cases", default="all", choices=("all", "verify", "decode", "fp8", "quick", "none"),
+                    help="fp8: the fp8 KV and 8-head cases only (decode and verify)")
     ap.add_argument("--sweep", action="store_true", help="time every SM120-legal tile set and split count first")
     ap.add_argument("--sweep-splits", action="store_true", help="time split counts past the cap at 185k")
     ap.add_argument("--sweep-tiles", action="store_true", help="time the variants of SWEEP_VARIANTS first")
@@ -854,11 +970,16 @@ def main():
     ap.add_argument("--heads", type=int, action="append", help="only the cases with this many heads (repeatable)")
     ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")
     ap.add_argument("--json", help="write the results to this file")
+    ap.add_argument("--compare", metavar="DIR",
+                    help="also time the sm120_mla.py in DIR (another revision of the kernels) on every case")
+    ap.add_argument("--decode-splits", default="8,64,256",
+                    help="SGLang's decode split counts to time (comma-separated; default 8,64,256)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_mla.py needs a CUDA GPU")
     ext, dec = sglang_kernels()
     mla = sm120_mla
+    other = load_revision(Path(args.compare) / "sm120_mla.py") if args.compare else None
     name = torch.cuda.get_device_name()
     cap = torch.cuda.get_device_capability()
     mode = "SM120 mode (mma.sync, 12.0 block choices, sm_120-legal tiles)" if SM120_MODE else "native"
@@ -868,8 +989,12 @@ def main():
           f"torch {torch.__version__}, triton {triton.__version__}", flush=True)
     roof = rooflines()
     print(f"# rooflines measured in this run: read {roof[0]:.0f} GB/s, mma bf16 {roof[1]:.0f} TFLOP/s", flush=True)
+    PEAKS.update(mma_peaks())
+    print(f"# mma.sync instruction peaks measured in this run (register-only loops, TFLOP/s): {json.dumps(PEAKS)}"
+          + (f"; {PROXY}" if SM120_MODE else ""), flush=True)
     result = {"gpu": name, "capability": list(cap), "mode": mode, "roofline_read_gbs": round(roof[0]),
-              "roofline_tflops": round(roof[1]), "rows": [], "sweep": [], "timing": TIMING}
+              "roofline_tflops": round(roof[1]), "mma_peaks_tflops": dict(PEAKS), "rows": [], "sweep": [],
+              "timing": TIMING}
     if args.numerics16_only:
         result["numerics"] = rows16_numerics(mla)
     else:
@@ -915,6 +1040,12 @@ def main():
         label = f"verify prefix {prefix}, {drafts} {tree}, {heads} heads, {kvd}, page {page}"
         r = row("verify", label, c, heads, t_old, t_new, roof, diff)
         r["timing"] = {"new": how_new, "old": LAST["method"]}
+        if other is not None:
+            new_b, _, o_b, _ = run_verify(other, ext, c, heads, page, scale)
+            new_b()
+            r["compare_ms"] = round(bench(new_b), 4)
+            r["compare_speedup"] = round(r["compare_ms"] / t_new, 3)
+            r["compare_max_abs_diff"] = (o_b.float() - o_new.float()).abs().max().item()
         result["rows"].append(r)
         print(json.dumps(r), flush=True)
         del c
@@ -923,7 +1054,7 @@ def main():
             continue
         c = decode_case(prefix, batch, heads, kvd, page)
         scale = 0.5 if kvd == "fp8" else 1.0
-        for splits_old in (8, 64, 256):
+        for n_split, splits_old in enumerate(int(x) for x in args.decode_splits.split(",")):
             new, old, o_new, o_old = run_decode(mla, dec, c, heads, splits_old, scale, page)
             new()
             t_new = bench(new)
@@ -937,6 +1068,12 @@ def main():
             label = f"decode prefix {prefix}, batch {batch}, {heads} heads, {kvd}, page {page}; SGLang at {splits_old} splits"
             r = row("decode", label, c, heads, t_old, t_new, roof, diff)
             r["timing"] = {"new": how_new, "old": LAST["method"]}
+            if other is not None and n_split == 0:
+                new_b, _, o_b, _ = run_decode(other, dec, c, heads, splits_old, scale, page)
+                new_b()
+                r["compare_ms"] = round(bench(new_b), 4)
+                r["compare_speedup"] = round(r["compare_ms"] / t_new, 3)
+                r["compare_max_abs_diff"] = (o_b.float() - o_new.float()).abs().max().item()
             result["rows"].append(r)
             print(json.dumps(r), flush=True)
         del c

@@ -335,6 +335,48 @@ def test_timeline_build_compiles_with_the_same_entry_points(mma):
     assert b"sm120_timeline" not in mma.compile_cubin("sm_120a")
 
 
+def _bench_mla():
+    """scripts/bench_mla.py, loaded from its file (no GPU here: it imports, it does not run)."""
+    spec = importlib.util.spec_from_file_location("bench_mla", REPO_ROOT / "scripts" / "bench_mla.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("arch", ["sm_120a", "sm_121a", "sm_90a"])
+def test_bench_instruction_peak_loops_compile_for_each_form(arch):
+    """The register-only mma.sync loops bench_mla.py times for the instruction peaks (bf16 and f16 m16n8k16,
+    e4m3 m16n8k32) compile with NVRTC for the SM120 targets and for the H200 the benchmarks run on, one entry
+    point a form, and each entry point holds its mma.sync form."""
+    from sm120_attention import sm120_mla_nvrtc as nvrtc
+    from sm120kit.hardware.cubin import resource_usage
+
+    bench = _bench_mla()
+    cubin = nvrtc.compile_cubin(bench.MMA_PEAK_SOURCE, "mma_peak.cu", arch, ("--std=c++17",))
+    usage = resource_usage(cubin)
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    assert set(usage) == {f"mma_peak_{kind}" for kind in bench.MMA_PEAK_SHAPES}
+    assert bench.MMA_PEAK_SHAPES["e4m3"] == 2 * bench.MMA_PEAK_SHAPES["bf16"]  # k32 against k16
+    for form in ("f32.bf16.bf16.f32", "f32.f16.f16.f32", "m16n8k32.row.col.f32.e4m3.e4m3.f32"):
+        assert form in bench.MMA_PEAK_SOURCE
+
+
+def test_bench_fp8_cases_are_the_issue_set():
+    """--cases fp8: 8-head decode at 32k/131k/185k in bf16 and fp8, fp8 decode at every length at batch 1 and 4,
+    8 drafts x 8 heads verify in both dtypes and 8 x 16 fp8 verify; --cases all holds every one of them."""
+    bench = _bench_mla()
+    decode, verify = set(bench.decode_cases("fp8")), set(bench.verify_cases("fp8"))
+    for prefix in (32768, 131072, 185000):
+        for kvd in ("bf16", "fp8"):
+            assert (prefix, 1, 8, kvd, 1) in decode
+            assert (prefix, 8, 8, kvd, "tree", 1) in verify
+        assert (prefix, 8, 16, "fp8", "tree", 1) in verify
+    for prefix in (8192, 32768, 131072, 185000):
+        assert {(prefix, 1, 16, "fp8", 1), (prefix, 4, 16, "fp8", 1)} <= decode
+    assert decode <= set(bench.decode_cases("all")) and verify <= set(bench.verify_cases("all"))
+    assert len(bench.decode_cases("all")) == len(set(bench.decode_cases("all")))  # no case timed twice
+
+
 @pytest.mark.parametrize("change, message", [
     ({"SROW": 1184}, "shared memory layout: the tiles differ"),  # a row padded by 32: TILE_BYTES no longer agrees
     ({"SROW": 1160}, "a KV row does not fit its row, or breaks the bank spread"),

@@ -54,6 +54,15 @@ PINNED = {
                                     ("cuda64 one launch", 46, 256, "one launch"), ("triton pair", 33, 256, "own pass")),
     ("verify", 32, 16, "bf16", 1): (("cuda64", 16, 256, "own pass"), ("cuda64", 23, 256, "own pass"),
                                     ("triton pair", 16, 256, "own pass")),
+    # Cases added after the route table (the fp8 KV and 8-head set, --cases fp8): the table's choice when added.
+    ("decode", 1, 8, "bf16", 1): (("triton", 256, 64, "none"), ("triton", 256, 64, "none"),
+                                  ("triton", 256, 64, "none")),
+    ("decode", 1, 8, "fp8", 1): (("cuda16 one launch", 132, 64, "none"), ("cuda16 one launch", 188, 64, "none"),
+                                 ("triton", 256, 64, "none")),
+    ("decode", 1, 16, "fp8", 4): (("cuda16 one launch", 33, 256, "none"), ("cuda16 one launch", 47, 256, "none"),
+                                  ("triton", 256, 256, "none")),
+    ("verify", 8, 8, "fp8", 1): (("cuda64 one launch", 131, 256, "one launch"),
+                                 ("cuda64 one launch", 187, 256, "one launch"), ("triton pair", 132, 256, "merge")),
 }
 
 

@@ -189,6 +189,42 @@ __device__ __forceinline__ u32 e4m3x2_to_f16x2(u16 v) {
     return r;
 }
 
+// The f16 pair of bytes 0-1 (lo) or 2-3 (hi) of four fp8 e4m3 values, byte 0 in the low half.
+__device__ __forceinline__ u32 f8_lo(u32 w) {
+    return e4m3x2_to_f16x2((u16)(w & 0xffffu));
+}
+__device__ __forceinline__ u32 f8_hi(u32 w) {
+    return e4m3x2_to_f16x2((u16)(w >> 16));
+}
+
+// A register of ldmatrix.trans over an fp8 tile (16-bit elements = fp8 pairs) holds tokens t, t + 1 of dims
+// d, d + 1 as bytes (t, d), (t, d + 1), (t + 1, d), (t + 1, d + 1); regrouped by dim: bytes 0-1 dim d's two
+// tokens, bytes 2-3 dim d + 1's.
+__device__ __forceinline__ u32 by_dim(u32 w) {
+    u32 r;
+    asm("prmt.b32 %0, %1, 0, 0x3120;\n" : "=r"(r) : "r"(w));
+    return r;
+}
+
+// fp8 KV leaves each 16-dim block of a warp's values with lane c4 holding dims 4 c4 .. 4 c4 + 3 (the even
+// n8 tile dims 4 c4 and 4 c4 + 2, the odd one 4 c4 + 1 and 4 c4 + 3); the stores expect the bf16 layout, lane
+// c4 holding 2 c4, 2 c4 + 1 (tile 2 c) and 8 + 2 c4, 9 + 2 c4 (tile 2 c + 1). Four exchanges a block and row:
+// in each a lane reads one lane of its quad and every lane is read by one.
+__device__ __forceinline__ void fp8_to_bf16_layout(float* e, float* d, int j, int c4) {
+    const int lane = threadIdx.x & 31;
+    const bool hi_s = c4 >= 2, odd = (c4 & 1) != 0;
+    const int src_a = (lane & ~3) | ((c4 & 1) << 1) | (c4 >> 1), src_c = src_a ^ 2;
+    const float v0 = e[j], v1 = d[j], v2 = e[j + 1], v3 = d[j + 1];  // dims 4 c4 .. 4 c4 + 3
+    const float a = __shfl_sync(0xffffffffu, hi_s ? v2 : v0, src_a);
+    const float b = __shfl_sync(0xffffffffu, hi_s ? v3 : v1, src_a);
+    const float c = __shfl_sync(0xffffffffu, hi_s ? v0 : v2, src_c);
+    const float f = __shfl_sync(0xffffffffu, hi_s ? v1 : v3, src_c);
+    e[j] = odd ? c : a;
+    e[j + 1] = odd ? f : b;
+    d[j] = odd ? a : c;
+    d[j + 1] = odd ? b : f;
+}
+
 // The 4 x 4 transpose of 32-bit values across the four lanes of a quad (lane c4 = lane & 3): lane c4's
 // v[j] becomes lane j's v[c4], in two exchanges (lanes 0-1 and 2-3 trade their off-diagonal halves, then
 // each 2 x 2 block is transposed between lane pairs).
@@ -327,7 +363,9 @@ __device__ __forceinline__ void store16(float (*o)[4], float m0, float m1, float
 
 // One program: ROWS query rows of one request against one split of its prefix.
 // Grid (row blocks, splits, requests), 256 threads. KV8: the KV rows are fp8 e4m3 (576 bytes), copied as
-// they are and converted to f16 in shared memory, and both dots run on f16 operands. TAIL: the program
+// they are, and both dots run on f16 operands: 64-row programs convert each tile to f16 in shared memory once
+// (their four row groups share it); 16-row programs take the fp8 tile with ldmatrix and convert in registers
+// (no second barrier a tile), the query dims of each k16 step in the order the fp8 keys arrive in. TAIL: the program
 // scores the request's own draft tokens instead (KV_ holds their keys in token order, V_ext their values,
 // both bf16), under the tree mask (mask/mask_indptr in SGLang's custom_mask layout), and writes its result
 // in slot num_splits. R16: the program holds 16 query rows, and the warp pair w % 4 scores tokens
@@ -488,12 +526,22 @@ __device__ __forceinline__ void prefix_body(
         // The queries' copies (the group before tile 0's) are in, everyone's.
         asm volatile("cp.async.wait_group 1;\n" ::);
         __syncthreads();
-        const u32 q_lane = kv_base + Q_OFF + (lane & 15) * SROW + (hf * DHALF + (lane >> 4) * 8) * 2;
+        if constexpr (KV8) {
+            // fp8 KV: the dims of each k16 step taken in the order the fp8 keys arrive in (below), lane c4
+            // holding dims 4 c4 .. 4 c4 + 3 of the step's 16 for a0/a1 (the first two) and a2/a3.
+            const unsigned char* q_row = smem + Q_OFF + g * SROW + (hf * DHALF + c4 * 4) * 2;
 #pragma unroll
-        for (int s = 0; s < 18; ++s) {
-            ldsm_x4(q_lane + s * 32, qa[s][0], qa[s][1], qa[s][2], qa[s][3]);
+            for (int s = 0; s < 18; ++s) {
+                const uint2 x = *(const uint2*)(q_row + s * 32), y = *(const uint2*)(q_row + 8 * SROW + s * 32);
+                qa[s][0] = q_pair<true>(x.x);
+                qa[s][1] = q_pair<true>(y.x);
+                qa[s][2] = q_pair<true>(x.y);
+                qa[s][3] = q_pair<true>(y.y);
+            }
+        } else {
+            const u32 q_lane = kv_base + Q_OFF + (lane & 15) * SROW + (hf * DHALF + (lane >> 4) * 8) * 2;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) qa[s][j] = q_pair<KV8>(qa[s][j]);
+            for (int s = 0; s < 18; ++s) ldsm_x4(q_lane + s * 32, qa[s][0], qa[s][1], qa[s][2], qa[s][3]);
         }
     }
 
@@ -520,14 +568,20 @@ __device__ __forceinline__ void prefix_body(
                            : ((mi >> 1) * 8 + mr) * SROW + (hf * DHALF + (mi & 1) * 8) * 2;
     const u32 v_lane = R16 ? (rg * 8 + mr) * SROW + (hf * DV_WARP + mi * 8) * 2
                            : ((mi & 1) * 8 + mr) * SROW + (hf * DV_WARP + (mi >> 1) * 8) * 2;
+    // 16-row programs, fp8 tiles (rows of SROW8 bytes): a matrix is this pair's 8 tokens x 16 dims; keys: of
+    // k16 step mi of four; values (ldmatrix.trans): dims 16 mi onward of 64.
+    const u32 k8_lane = (rg * 8 + mr) * SROW8 + hf * DHALF + mi * 16;
+    const u32 k8_last = (rg * 8 + mr) * SROW8 + hf * DHALF + 256 + (mi & 1) * 16;  // steps 16 and 17
+    const u32 v8_lane = (rg * 8 + mr) * SROW8 + hf * DV_WARP + mi * 16;
 
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int stage = tile & 1;
         cp_wait_all();
         __syncthreads();
         if (tile == 0) TL(3);
-        if constexpr (KV8) {
-            // fp8 stage -> the f16 tile: each thread converts 9 groups of 8 values of one row.
+        if constexpr (KV8 && !R16) {
+            // fp8 stage -> the f16 tile: each thread converts 9 groups of 8 values of one row (64-row
+            // programs: the four row groups share each tile, so it is converted once, not in each warp).
             const u8* src = smem + STAGE_OFF + stage * STAGE_BYTES + ld_row * SROW8 + (tid & 7) * 8;
             unsigned char* dst = smem + ld_row * SROW + (tid & 7) * 16;
 #pragma unroll
@@ -546,14 +600,29 @@ __device__ __forceinline__ void prefix_body(
             load_tile(tile + 1, stage ^ 1);
         }
         cp_commit();
-        if constexpr (KV8) __syncthreads();
-        const u32 st = kv_base + (KV8 ? 0 : stage * TILE_BYTES);
+        if constexpr (KV8 && !R16) __syncthreads();
+        // 16-row programs with fp8 KV: the stage as copied; its values go to f16 in registers after each
+        // ldmatrix (each warp pair reads its own tokens, so nothing is converted twice).
+        const u32 st = kv_base + (KV8 ? (R16 ? STAGE_OFF + stage * STAGE_BYTES : 0) : stage * TILE_BYTES);
 
         // Partial scores over this warp's half of the dims: 16 rows x 32 tokens (R16: x 8 tokens).
         float s[NT][4];
 #pragma unroll
         for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-        if constexpr (R16) {
+        if constexpr (KV8 && R16) {
+            // Four k16 steps a load (the last two); even and odd steps in two accumulators.
+            float s2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int k4 = 0; k4 < 5; ++k4) {
+                u32 r[4];
+                ldsm_x4(st + (k4 < 4 ? k8_lane + k4 * 64 : k8_last), r[0], r[1], r[2], r[3]);
+#pragma unroll
+                for (int m = 0; m < (k4 < 4 ? 4 : 2); ++m)
+                    mma16<true>(m % 2 == 0 ? s[0] : s2, qa[4 * k4 + m], f8_lo(r[m]), f8_hi(r[m]));
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) s[0][j] += s2[j];
+        } else if constexpr (R16) {
             // Two k16 steps a load; even and odd steps in two accumulators (two chains of 9 mma, not 18).
             float s2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -671,8 +740,21 @@ __device__ __forceinline__ void prefix_body(
             __syncthreads();
         }
 
-        // This warp's 256 value dims: o += p @ v.
-        if constexpr (R16) {
+        // This warp's 256 value dims: o += p @ v. fp8: each register of a load holds two dims (an even and
+        // an odd n8 tile of the 16-dim block, fp8_to_bf16_layout below).
+        if constexpr (KV8 && R16) {
+#pragma unroll
+            for (int dq = 0; dq < 4; ++dq) {
+                u32 r[4];
+                ldsm_x4_t(st + v8_lane + dq * 64, r[0], r[1], r[2], r[3]);
+#pragma unroll
+                for (int m = 0; m < 4; ++m) {
+                    const u32 w = by_dim(r[m]);
+                    mma8<true>(o[2 * (4 * dq + m)], pa[0][0], pa[0][1], f8_lo(w));
+                    mma8<true>(o[2 * (4 * dq + m) + 1], pa[0][0], pa[0][1], f8_hi(w));
+                }
+            }
+        } else if constexpr (R16) {
 #pragma unroll
             for (int dq = 0; dq < 8; ++dq) {
                 u32 b0, b1, b2, b3;
@@ -696,6 +778,13 @@ __device__ __forceinline__ void prefix_body(
         }
     }
 
+    if constexpr (KV8 && R16) {
+#pragma unroll
+        for (int c = 0; c < 16; ++c) {
+            fp8_to_bf16_layout(o[2 * c], o[2 * c + 1], 0, c4);
+            fp8_to_bf16_layout(o[2 * c], o[2 * c + 1], 2, c4);
+        }
+    }
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
