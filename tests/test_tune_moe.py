@@ -141,11 +141,11 @@ def test_plan_names_the_device_file_and_the_older_folder(release_dir, fake_scrip
     """Before 0.5.11 the series writes beside fused_moe_triton/; with a 12.x GPU the file carries its name and
     matches the series' own rule-derived file, which it replaces."""
     target = find_target(release_dir("0.5.10"))
-    plan = tune_moe.plan_tuning(target, script=fake_script, shape=_shape(tp=2, intermediate_size=384),
+    plan = tune_moe.plan_tuning(target, script=fake_script, shape=_shape(tp=2, intermediate_size=768),
                                 probe=_stand_in_for_sm120_gpu)
     assert plan.gpu_problem is None
     assert plan.folder == "sglang/srt/layers/moe/fused_moe_triton/configs/triton_3_3_1"
-    assert plan.file_name == f"E=128,N=192,device_name={WORKSTATION.replace(' ', '_')},dtype=fp8_w8a8,block_shape=[128, 128].json"
+    assert plan.file_name == f"E=128,N=384,device_name={WORKSTATION.replace(' ', '_')},dtype=fp8_w8a8,block_shape=[128, 128].json"
     series_paths = {p for v in load_series().get("sm120-moe-configs").variants for p in v.paths}
     assert any(p.endswith(plan.file_name) for p in series_paths)  # the series ships a file of this name
 

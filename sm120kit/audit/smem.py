@@ -1,4 +1,4 @@
-"""Static shared-memory audit: will any Triton kernel SGLang launches exceed SM120's 101376 bytes?
+"""Static shared-memory audit: will any Triton kernel SGLang launches exceed SM120's shared memory per block?
 
 For each architecture (12.0 and 12.1 by default) and each case of the shape matrix
 (:mod:`sm120kit.audit.shapes`), a fresh interpreter (:mod:`sm120kit.audit.kernel_probe`) imports the

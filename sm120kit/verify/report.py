@@ -30,8 +30,7 @@ from sm120kit import runner
 from sm120kit.hardware import arch
 from sm120kit.errors import MissingDependency, NotSglangTree, Sm120kitError, ToolFailed
 from sm120kit.sglang.metadata import dist_metadata_files, installed_version, version_in_file
-
-ERROR, WARNING, INFO = "error", "warning", "info"
+from sm120kit.verify.flag import ERROR, INFO, WARNING, Flag  # noqa: F401 (re-exported for the report's users)
 
 ENV_NAMES = ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "TRITON_PTXAS_PATH",
              "TRITON_PTXAS_BLACKWELL_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES")
@@ -247,14 +246,6 @@ class SglangInfo:
     @property
     def installed(self) -> bool:
         return self.path is not None
-
-
-@dataclass(frozen=True)
-class Flag:
-    severity: str  # "error" | "warning" | "info"
-    component: str
-    message: str
-    fix: str = ""
 
 
 @dataclass(frozen=True)

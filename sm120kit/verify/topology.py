@@ -17,7 +17,7 @@ from sm120kit.hardware import arch
 from sm120kit.hardware.topology import GpuTopology, pair_label, probe_topology
 from sm120kit.sglang import pcie_allreduce
 from sm120kit.sglang.metadata import installed_version
-from sm120kit.verify.report import INFO, WARNING, Flag
+from sm120kit.verify.flag import INFO, WARNING, Flag
 
 COMPONENT = "all-reduce"
 
@@ -128,7 +128,7 @@ def _nccl_package() -> str | None:
 
 def assess(info: MultiGpuInfo | None, judged: tuple[int, int]) -> list[Flag]:
     """Findings for a box of two or more GPUs of compute capability 12.x (``judged``); none otherwise."""
-    if info is None or not info.gpu_count or info.gpu_count < 2 or judged[0] != 12:
+    if info is None or not info.gpu_count or info.gpu_count < 2 or not arch.is_sm12x(judged):
         return []
     flags: list[Flag] = []
     n = info.gpu_count
