@@ -74,12 +74,12 @@ releases = ">=0.5.2"
 
 def test_a_shipped_file_is_planned_applied_and_reverted_like_a_created_file(tmp_path, installed_tree):
     series = load_series(_series_copy(tmp_path, GOOD))
-    package = installed_tree("0.5.23")
+    package = installed_tree("0.5.2")
     pristine = tree_hashes(package.parent)
     result = apply_series(find_target(package), series)
     assert result.exit_code == 0, result.message
     assert (package / "srt" / "sm120kit_shipped.py").read_text() == "VALUE = 1\n"
-    again = plan_series(package.parent, series, version="0.5.23")
+    again = plan_series(package.parent, series, version="0.5.2")
     assert {p.patch_id: str(p.status) for p in again.patches}["demo-new-module"] == "already-applied"
     assert revert_series(find_target(package)).exit_code == 0
     assert tree_hashes(package.parent) == pristine
@@ -117,5 +117,118 @@ def test_a_source_behind_a_symbolic_link_is_refused(tmp_path):
     outside.mkdir()
     (outside / "shipped.py").write_text("SECRET = 1\n")
     os.symlink(outside, tmp_path / "kernels" / "link")
-    with pytest.raises(SeriesError, match="symbolic link"):
+    with pytest.raises(SeriesError, match=r"patch.toml:\d+: .*kernels/link is a symbolic link"):
         load_series(series)
+
+
+@pytest.mark.parametrize("case, words", [
+    ("fifo", "neither a regular file nor a folder"),
+    ("latin-1", "is not UTF-8 text"),
+    ("link-file", "kernels/demo/shipped.py is a symbolic link"),
+    ("link-in-folder", "kernels/demo/shipped.py is a symbolic link"),
+    ("file-as-folder", "kernels/demo/shipped.py is not a folder"),
+    ("too-large", "more than the 64 a shipped file may have"),
+])
+def test_a_source_that_is_not_a_plain_file_is_refused_with_file_and_line(tmp_path, monkeypatch, case, words):
+    """Nothing is opened through a link or read from a FIFO (which would hang), and each refusal names
+    patch.toml and the line of the entry's source."""
+    source = {"link-in-folder": "kernels/demo", "file-as-folder": "kernels/demo/shipped.py/inner.py"}.get(
+        case, "kernels/demo/shipped.py")
+    series = _series_copy(tmp_path, GOOD.replace("kernels/demo/shipped.py", source)
+                          .replace("sglang/srt/sm120kit_shipped.py", "sglang/srt/sm120kit_shipped"))
+    shipped = tmp_path / "kernels" / "demo" / "shipped.py"
+    outside = tmp_path / "outside.py"
+    outside.write_text("SECRET = 1\n")
+    if case == "fifo":
+        shipped.unlink()
+        os.mkfifo(shipped)
+    elif case == "latin-1":
+        shipped.write_bytes("NAME = 'caf\u00e9'\n".encode("latin-1"))
+    elif case.startswith("link"):
+        shipped.unlink()
+        os.symlink(outside, shipped)
+    elif case == "too-large":
+        monkeypatch.setattr("sm120kit.patching.series.MAX_SOURCE_BYTES", 64)
+        shipped.write_text("# " + "x" * 80 + "\n")
+    with pytest.raises(SeriesError) as info:
+        load_series(series)
+    text = str(info.value)
+    assert words in text and "demo-new-module/patch.toml:" in text, text
+
+
+def _copy_release(release: Path, to: Path) -> Path:
+    shutil.copytree(release, to)
+    return to / "sglang"
+
+
+def test_a_folder_entry_ships_every_file_byte_for_byte_and_status_sees_an_edit(tmp_path, release_dir):
+    """A folder entry: each regular file directly inside (sub-folders skipped) lands with its exact bytes
+    (no final newline, CRLF lines) and 0644, or 0755 for an owner-executable source; status and revert see
+    an edit of a shipped file as of a created one; revert --force puts the tree back byte for byte."""
+    series_dir = _series_copy(tmp_path, GOOD.replace("kernels/demo/shipped.py", "kernels/demo")
+                              .replace("sglang/srt/sm120kit_shipped.py", "sglang/srt/sm120kit_files"))
+    demo = tmp_path / "kernels" / "demo"
+    (demo / "no_newline.json").write_bytes(b'{"a": 1}')
+    (demo / "crlf.txt").write_bytes(b"one\r\ntwo\r\n")
+    (demo / "tool.py").write_bytes(b"#!/usr/bin/env python3\nprint(1)\n")
+    (demo / "tool.py").chmod(0o755)
+    (demo / "sub").mkdir()
+    (demo / "sub" / "skipped.py").write_text("X = 1\n")
+    series = load_series(series_dir)
+    package = _copy_release(release_dir("0.5.2"), tmp_path / "site")
+    pristine = tree_hashes(package.parent)
+
+    assert apply_series(find_target(package), series).exit_code == 0
+    shipped = package / "srt" / "sm120kit_files"
+    assert sorted(p.name for p in shipped.iterdir()) == ["crlf.txt", "no_newline.json", "shipped.py", "tool.py"]
+    for name in ("crlf.txt", "no_newline.json", "shipped.py", "tool.py"):
+        assert (shipped / name).read_bytes() == (demo / name).read_bytes(), name
+        assert (shipped / name).stat().st_mode & 0o777 == (0o755 if name == "tool.py" else 0o644), name
+
+    (shipped / "no_newline.json").write_bytes(b'{"a": 2}')
+    status = series_status(find_target(package), series)
+    assert status.exit_code == 6
+    edited = "sglang/srt/sm120kit_files/no_newline.json"
+    assert {f.path: f.condition for f in status.files}[edited] == "edited"
+    assert any(edited in p and "changed after apply" in p for p in status.problems)
+    refused = revert_series(find_target(package))
+    assert refused.exit_code == 6 and edited in refused.message
+    reverted = revert_series(find_target(package), force=True)
+    assert reverted.exit_code == 0
+    kept = next(f.kept_copy for f in reverted.files if f.path == edited)
+    assert kept.read_bytes() == b'{"a": 2}'
+    shutil.rmtree(package / ".sm120kit")  # the kept copy of the edit, which revert --force leaves on purpose
+    assert tree_hashes(package.parent) == pristine
+
+
+def test_check_upstream_and_matrix_treat_a_shipped_file_as_a_created_file(tmp_path, release_dir):
+    """On three copies of 0.5.2: the shipped file absent (applies), present with other bytes (a conflict naming
+    it), present with its bytes and the patch's marker (present-upstream); the matrix over the three folders
+    says the same."""
+    from sm120kit.upstream.check import check_upstream, open_folder
+    from sm120kit.upstream.matrix import build_matrix
+
+    series = load_series(_series_copy(tmp_path, GOOD))
+    release = release_dir("0.5.2")
+    clean = _copy_release(release, tmp_path / "clean")
+    other = _copy_release(release, tmp_path / "other")
+    (other / "srt" / "sm120kit_shipped.py").write_text("VALUE = 2\n")
+    upstream = _copy_release(release, tmp_path / "upstream")
+    (upstream / "srt" / "sm120kit_shipped.py").write_text("VALUE = 1\n")
+    (upstream / "srt" / "sm120kit_demo.py").write_text("SM120KIT_DEMO_MODULE = True\n")  # the patch's marker
+
+    def status(package: Path):
+        with open_folder(package) as target:
+            check = check_upstream(series, target, history=False)
+        return next(p for p in check.patches if p.patch_id == "demo-new-module")
+
+    assert str(status(clean).status) == "applies"
+    conflict = status(other)
+    assert str(conflict.status) == "conflict" and "sglang/srt/sm120kit_shipped.py" in conflict.detail
+    present = status(upstream)
+    assert str(present.status) == "present-upstream" and "sglang/srt/sm120kit_demo.py" in present.detail
+
+    matrix = build_matrix(series, folders=(clean, other, upstream), history=False)
+    column = [r.patch_id for r in matrix.results[0].patches].index("demo-new-module")
+    assert [str(r.patches[column].status) for r in matrix.results] == ["applies", "conflict", "present-upstream"]
+    assert matrix.exit_code() == 4
