@@ -9,9 +9,12 @@ and line.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import py_compile
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,32 +27,52 @@ from sm120kit.patching.plan import plan_series
 from sm120kit.patching.series import load_series
 from sm120kit.sglang.target import find_target
 
-ATTENTION = "sglang/kernels/ops/attention"
+
+def _tree(top: Path) -> dict[str, tuple]:
+    """Every folder and file under ``top``: path -> ("dir",) or (sha256, mode); empty folders count."""
+    out: dict[str, tuple] = {}
+    for folder, dirs, names in os.walk(top):
+        for name in dirs:
+            out[(Path(folder) / name).relative_to(top).as_posix()] = ("dir",)
+        for name in names:
+            path = Path(folder) / name
+            out[path.relative_to(top).as_posix()] = (hashlib.sha256(path.read_bytes()).hexdigest(),
+                                                     path.lstat().st_mode & 0o7777)
+    return out
 
 
-def test_series_ships_kernels_and_revert_removes_their_bytecode(installed_tree):
-    package = installed_tree("0.5.23")
-    top = package.parent
-    # SGLang's own module imported before apply: its bytecode stays through apply and revert.
-    py_compile.compile(str(top / ATTENTION / "extend_attention.py"), doraise=True)
-    pristine = tree_hashes(top)
+def test_revert_after_import_removes_the_bytecode_of_created_modules_and_nothing_else(tmp_path, release_dir):
+    """The real series on 0.5.2: the created modules are compiled as importing the patched tree would (every
+    optimisation level), then reverted; the tree is byte for byte the one before apply, folders included.
+    triton_ops/__pycache__ existed before (SGLang's own bytecode and an old .pyc of a series module stay);
+    srt/__pycache__ did not, and holds only bytecode of a created module, so it goes."""
+    top = tmp_path / "site"
+    shutil.copytree(release_dir("0.5.2"), top)
+    package = top / "sglang"
+    triton_ops = package / "srt" / "layers" / "attention" / "triton_ops"
+    py_compile.compile(str(triton_ops / "extend_attention.py"), doraise=True)
+    (triton_ops / "__pycache__" / "sm120_mla_mma.cpython-39.pyc").write_bytes(b"left by an earlier tree")
+    assert not (package / "srt" / "__pycache__").exists()
+    pristine = _tree(top)
 
     result = apply_series(find_target(package), load_series())
     assert result.exit_code == 0, result.message
-    for name in ("sm120_mla.py", "sm120_mla_mma.py"):
-        shipped = top / ATTENTION / name
-        assert shipped.read_bytes() == (REPO_ROOT / "kernels" / "sm120_attention" / name).read_bytes()
-        assert shipped.stat().st_mode & 0o777 == 0o644
-        py_compile.compile(str(shipped), doraise=True)  # what importing the patched tree leaves behind
-    configs = top / "sglang/srt/layers/moe/moe_runner/triton_utils/configs/triton_3_3_1"
-    ours = sorted(p.name for p in (REPO_ROOT / "kernels" / "moe_configs" / "triton_3_3_1").iterdir())
-    assert all((configs / name).is_file() for name in ours)
+    created = sorted(c.path for c in result.written if c.before is None and c.path.endswith(".py"))
+    assert created == ["sglang/srt/layers/attention/triton_ops/sm120_mla.py",
+                       "sglang/srt/layers/attention/triton_ops/sm120_mla_mma.py", "sglang/srt/sm12x_backend_gate.py"]
+    for level in ("0", "1", "2"):
+        proc = subprocess.run([sys.executable, "-m", "compileall", "-q", "-o", level, *(str(top / p) for p in created)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    compiled = sorted(p.name for p in (package / "srt" / "__pycache__").iterdir())
+    assert len(compiled) == 3 and all(n.startswith("sm12x_backend_gate.") for n in compiled), compiled
+    assert len(list((triton_ops / "__pycache__").glob("sm120_mla.*.pyc"))) == 3
     status = series_status(find_target(package), load_series())
     assert status.exit_code == 0 and status.problems == ()
-    assert {f.path for f in status.files} >= {f"{ATTENTION}/sm120_mla.py", f"{ATTENTION}/sm120_mla_mma.py"}
+    assert {f.path for f in status.files} >= set(created)
 
     assert revert_series(find_target(package)).exit_code == 0
-    assert tree_hashes(top) == pristine, "revert left something behind (bytecode of created modules?)"
+    assert _tree(top) == pristine, "revert left something behind or removed too much"
 
 
 def _series_copy(tmp_path: Path, files_toml: str, source_text: str = "VALUE = 1\n") -> Path:
@@ -232,3 +255,20 @@ def test_check_upstream_and_matrix_treat_a_shipped_file_as_a_created_file(tmp_pa
     column = [r.patch_id for r in matrix.results[0].patches].index("demo-new-module")
     assert [str(r.patches[column].status) for r in matrix.results] == ["applies", "conflict", "present-upstream"]
     assert matrix.exit_code() == 4
+
+
+@pytest.mark.parametrize("bytecode, words", [
+    ({"cache_existed": "yes", "present": []}, "cache_existed = 'yes' is not true or false"),
+    ({"cache_existed": True, "present": ["../../victim.pyc"]}, "present is not a list"),
+    ({"cache_existed": True, "present": ["x.pyc"] * 65}, "at most 64"),
+    (["x.pyc"], "is not an object"),
+])
+def test_a_bytecode_entry_of_the_state_record_is_untrusted_input(bytecode, words):
+    from sm120kit.patching.state import FileRecord, Untrusted
+
+    entry = {"path": "sglang/srt/x.py", "before": None, "after": "0" * 64, "mode": None, "bytecode": bytecode}
+    with pytest.raises(Untrusted, match="files\\[0\\].bytecode") as info:
+        FileRecord.from_json(entry, "files[0]")
+    assert words in str(info.value)
+    good = FileRecord.from_json({**entry, "bytecode": {"cache_existed": False, "present": ["x.cpython-312.pyc"]}})
+    assert FileRecord.from_json(good.to_json()) == good
