@@ -272,3 +272,38 @@ def test_a_bytecode_entry_of_the_state_record_is_untrusted_input(bytecode, words
     assert words in str(info.value)
     good = FileRecord.from_json({**entry, "bytecode": {"cache_existed": False, "present": ["x.cpython-312.pyc"]}})
     assert FileRecord.from_json(good.to_json()) == good
+
+
+def test_a_tree_between_releases_gets_the_files_of_the_variant_it_falls_back_to(tmp_path, release_dir):
+    """A git commit between releases is planned with every variant, the matching one first: on the 0.5.6
+    tree labelled 0.5.17 (not exact), demo-extend-attention-note's 0.5.23.diff finds no file and 0.5.6.diff
+    is used, so the [[files]] entry whose range holds 0.5.6 ships, not the one the label falls in."""
+    series_dir = tmp_path / "patches" / "sglang"
+    shutil.copytree(DEMO_SERIES, series_dir)
+    (tmp_path / "kernels" / "demo").mkdir(parents=True)
+    (tmp_path / "kernels" / "demo" / "old.py").write_text("LAYOUT = 'triton_ops'\n")
+    (tmp_path / "kernels" / "demo" / "new.py").write_text("LAYOUT = 'kernels/ops'\n")
+    toml = series_dir / "demo-extend-attention-note" / "patch.toml"
+    toml.write_text(toml.read_text().replace("[[markers]]", '''[[files]]
+source = "kernels/demo/old.py"
+dest = "sglang/srt/sm120kit_note_layout.py"
+releases = "<0.5.16"
+
+[[files]]
+source = "kernels/demo/new.py"
+dest = "sglang/srt/sm120kit_note_layout.py"
+releases = ">=0.5.16"
+
+[[markers]]'''))
+    series = load_series(series_dir)
+    assert [(v.name, [e.source for e in v.shipped]) for v in series.get("demo-extend-attention-note").variants] == [
+        ("0.5.6.diff", ["kernels/demo/old.py"]), ("0.5.23.diff", ["kernels/demo/new.py"])]
+
+    plan = plan_series(release_dir("0.5.6"), series, version="0.5.17", exact=False, recorded=())
+    row = next(p for p in plan.patches if p.patch_id == "demo-extend-attention-note")
+    assert str(row.status) == "applies" and row.variant.name == "0.5.6.diff", row.reason
+    shipped = next(c for c in plan.changes if c.path == "sglang/srt/sm120kit_note_layout.py")
+    assert shipped.after == b"LAYOUT = 'triton_ops'\n" and shipped.before is None
+    exact = plan_series(release_dir("0.5.17"), series, version="0.5.17", recorded=())
+    assert next(c for c in exact.changes if c.path == "sglang/srt/sm120kit_note_layout.py").after == \
+        b"LAYOUT = 'kernels/ops'\n"
