@@ -95,7 +95,8 @@ def test_patched_tree_is_byte_identical_to_the_record(version, release_dir, tmp_
         if path in kernels or path in dropped:
             continue
         assert path in now, f"{version}: {path} is no longer written (or no longer changed)"
-        assert (now[path] or (None, None)) == (want["sha256"], want["mode"]), f"{version}: {path} differs from the record"
+        assert (now[path] or (None, None)) == (want["sha256"], want["mode"]), \
+            f"{version}: {path} differs from the record"
         action = "create" if path not in pristine else "delete" if now[path] is None else "modify"
         assert action == want["action"], path
     extra = set(now) - set(recorded["files"]) - set(kernels)

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from apply_support import DEMO_SERIES, tree_hashes
-from conftest import REPO_ROOT
 from sm120kit.errors import SeriesError
 from sm120kit.patching.engine import apply_series, revert_series, series_status
 from sm120kit.patching.plan import plan_series
@@ -62,7 +61,7 @@ def test_revert_after_import_removes_the_bytecode_of_created_modules_and_nothing
                        "sglang/srt/layers/attention/triton_ops/sm120_mla_mma.py", "sglang/srt/sm12x_backend_gate.py"]
     for level in ("0", "1", "2"):
         proc = subprocess.run([sys.executable, "-m", "compileall", "-q", "-o", level, *(str(top / p) for p in created)],
-                              capture_output=True, text=True)
+                              check=False, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     compiled = sorted(p.name for p in (package / "srt" / "__pycache__").iterdir())
     assert len(compiled) == 3 and all(n.startswith("sm12x_backend_gate.") for n in compiled), compiled
