@@ -306,3 +306,18 @@ releases = ">=0.5.16"
     exact = plan_series(release_dir("0.5.17"), series, version="0.5.17", recorded=())
     assert next(c for c in exact.changes if c.path == "sglang/srt/sm120kit_note_layout.py").after == \
         b"LAYOUT = 'kernels/ops'\n"
+
+
+def test_revert_removes_a_folder_the_series_created_once_its_bytecode_is_gone(tmp_path, release_dir):
+    """A shipped module in a folder apply created, imported (compiled) after apply: revert removes the
+    module, its bytecode, the __pycache__ folder and then the created folder itself."""
+    series = load_series(_series_copy(tmp_path, GOOD.replace("sglang/srt/sm120kit_shipped.py",
+                                                             "sglang/srt/sm120kit_new_folder/shipped.py")))
+    top = tmp_path / "site"
+    shutil.copytree(release_dir("0.5.2"), top)
+    pristine = _tree(top)
+    assert apply_series(find_target(top / "sglang"), series).exit_code == 0
+    py_compile.compile(str(top / "sglang/srt/sm120kit_new_folder/shipped.py"), doraise=True)
+    assert (top / "sglang/srt/sm120kit_new_folder/__pycache__").is_dir()
+    assert revert_series(find_target(top / "sglang")).exit_code == 0
+    assert _tree(top) == pristine

@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from sm120kit import __version__
 from sm120kit.patching import treepath
@@ -319,10 +320,11 @@ def _restore(root: Path, path: str, data: bytes | None, mode: int | None, token:
         write_atomic(full, data, mode, fault_point=True, tmp=tmp)
 
 
-def _remove_bytecode(root: Path, created: list[FileRecord]) -> None:
+def _remove_bytecode(root: Path, created: list[FileRecord], prune: Callable[[Path], None]) -> None:
     """Delete the bytecode Python wrote for modules the series created (``__pycache__/<name>.*.pyc``) once
     they are gone, and the ``__pycache__`` folder if that leaves it empty and it was not there before the
-    module was created; nothing else (bytecode that was there before stays), and nothing through a link."""
+    module was created; nothing else (bytecode that was there before stays), and nothing through a link.
+    ``prune(folder)`` then removes the module's folder if the series created it and it is now empty."""
     for record in created:
         if not record.path.endswith(".py") or os.path.lexists(root / record.path):
             continue
@@ -349,7 +351,7 @@ def _remove_bytecode(root: Path, created: list[FileRecord]) -> None:
             cache.rmdir()
         except OSError:
             continue
-        _prune_empty_dirs(cache.parent, root / "sglang")  # a folder the series created for the module
+        prune(cache.parent)
 
 
 def _prune_empty_dirs(folder: Path, stop: Path) -> None:
@@ -701,7 +703,8 @@ def revert_series(target: Target, *, force: bool = False, dry_run: bool = False,
                   else (f.path, None, None) for f in result.files if f.action in ("restored", "removed")]
         _journaled(store, "revert", entries, writes, store.clear_state, progress)
         store.remove()
-        _remove_bytecode(root, [fr for fr in record.files if fr.before is None])
+        _remove_bytecode(root, [fr for fr in record.files if fr.before is None],
+                         lambda folder: _prune_empty_dirs(folder, root / "sglang"))
         files = tuple(RevertedFile(path=f.path, action=f.action, kept_copy=kept.get(f.path)) for f in result.files)
         return RevertResult(target=target, dry_run=False, patches=result.patches, files=files,
                             repaired=repaired, warnings=result.warnings, exit_code=EXIT_OK,
