@@ -119,6 +119,18 @@ def loadable(n: int, tp: int, block_shape: list[int] | None) -> bool:
     return n % block_n == 0 and (tp == 1 or n % block_k == 0)
 
 
+def rejected() -> list[tuple[str, int, str]]:
+    """(model, tensor-parallel size, file name) of each FP8-block file not written because SGLang's loader
+    rejects its shape (see loadable); docs/series.md lists them."""
+    out = []
+    for model, experts, inter, _topk, tps, quants in MODELS:
+        for tp in tps:
+            if "fp8-block" in quants and not loadable(inter // tp, tp, list(FP8_BLOCK)):
+                out += [(model, tp, file_name(experts, inter // tp, device, "fp8_w8a8", list(FP8_BLOCK)))
+                        for device in DEVICES]
+    return out
+
+
 def generate() -> dict[str, dict[str, dict]]:
     """{file name: {batch size: config}} for every device, model, tensor-parallel size and quantization
     that SGLang can load."""

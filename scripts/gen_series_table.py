@@ -15,6 +15,7 @@ table come from each patch's ``patch.toml``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import sys
@@ -98,10 +99,17 @@ def _files_section(series: Series) -> str:
     """The [[files]] entries of each patch: source, destination, releases, number of files."""
     rows = [[f"`{p.id}`", f"`{e.source}`", f"`{e.dest}`", f"`{e.releases}`", str(len(e.sources))]
             for p in series.patches for e in p.shipped]
-    note = ("`sm120-moe-configs` ships no FP8-block config file for a shape SGLang's FP8 block-quant MoE loader "
-            "rejects\n(an intermediate size per partition that is not a multiple of 128, fp8.py create_weights): "
-            "GLM-4.5-Air at\nTP 2 and 4 (N = 704, 352) and Qwen3-235B-A22B at TP 8 (N = 192) have none "
-            "(`scripts/gen_moe_configs.py`).")
+    spec = importlib.util.spec_from_file_location("gen_moe_configs", Path(__file__).with_name("gen_moe_configs.py"))
+    gen_moe_configs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_moe_configs)
+    dropped = [f"| {model} | {tp} | `{name}` |" for model, tp, name in gen_moe_configs.rejected()]
+    note = ("`sm120-moe-configs` ships no config file for a shape SGLang's FP8 block-quant MoE loader rejects:\n"
+            "`Fp8MoEMethod.create_weights` (`srt/layers/quantization/fp8.py`, every release 0.5.2-0.5.23) raises\n"
+            "unless the intermediate size per partition (the file name's `N`) is a multiple of block_n and, at\n"
+            "TP > 1, of block_k (128 and 128 for these checkpoints), so no server could load such a model and the\n"
+            "file would never be read. Earlier versions of the series shipped these files; they are no longer\n"
+            "written (`scripts/gen_moe_configs.py`, `loadable`):\n\n"
+            "| model | TP | file not shipped |\n|---|---|---|\n" + "\n".join(dropped))
     return render_markdown_table(["patch", "source", "destination", "releases", "files"], rows) + "\n\n" + note
 
 
@@ -171,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             if recorded.get(row[0]) != [c.replace("|", "\\|") for c in row[1:]]:
                 stale.append(f"{row[0]}: file says {recorded.get(row[0])}, the run gives {row[1:]}")
+        text = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
+        if render(series, rows).split(TABLE_START)[0] != text.split(TABLE_START)[0]:
+            stale.append("the sections above the release table (patches, whole files) differ from the series")
         expected_columns = [p.id.removeprefix("sm120-") for p in series.patches]
         if f"| release | {' | '.join(expected_columns)} |" not in args.out.read_text(encoding="utf-8"):
             stale.append("the table's columns are not the series' patches in order")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from conftest import REPO_ROOT, SERIES_RELEASES
+from conftest import REPO_ROOT, SERIES_RELEASES, quick_on_one
 from sglang_light import LightTree
 from sm120kit.sglang import releases
 from sm120kit.patching.engine import ApplyResult, apply_series
@@ -362,3 +362,53 @@ def test_audit_engine_finds_nothing_over_the_limit_in_a_patched_tree(series_runs
 def test_series_table_matches_a_fresh_run(capsys):
     gen = _script("gen_series_table")
     assert gen.main(["--releases", ",".join(SERIES_RELEASES), "--check"]) == 0, capsys.readouterr().err
+
+
+def _fp8_moe_loader_check(fp8_py: Path):
+    """``check(n, tp)`` running the block-size checks of Fp8MoEMethod's weight creation, taken from the
+    release's own fp8.py: the ``if`` statements beside the one testing ``intermediate_size_per_partition %
+    block_n`` (128x128 blocks, no ROCm aiter). It raises ValueError where SGLang's loader does."""
+    import ast
+
+    tree = ast.parse(fp8_py.read_text(encoding="utf-8"))
+    method = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Fp8MoEMethod")
+
+    def tests_block_n(node: ast.AST) -> bool:
+        return isinstance(node, ast.If) and "intermediate_size_per_partition % block_n" in ast.unparse(node.test)
+
+    bodies = [body for node in ast.walk(method) for field in ("body", "orelse")
+              for body in [getattr(node, field, None)] if isinstance(body, list) and any(map(tests_block_n, body))]
+    assert len(bodies) == 1, f"{fp8_py}: {len(bodies)} places check the intermediate size against block_n"
+    checks = [s for s in bodies[0] if isinstance(s, ast.If) and "intermediate_size_per_partition" in ast.unparse(s)]
+    source = "def check(intermediate_size_per_partition, tp_size, block_n=128, block_k=128):\n" + "\n".join(
+        "    " + line for s in checks for line in ast.unparse(s).splitlines()) + "\n"
+    namespace: dict = {}
+    exec(compile(source, str(fp8_py), "exec"), namespace)
+    return namespace["check"], source
+
+
+@pytest.mark.parametrize("version", quick_on_one(SERIES_RELEASES))
+def test_no_config_file_for_a_shape_the_fp8_loader_rejects(release_dir, version):
+    """gen_moe_configs.loadable is SGLang's rule: for every model shape of the generator, the release's own
+    checks (fp8.py) raise exactly where loadable says no; no shipped file has such a shape; the files left
+    out (docs/series.md) are those."""
+    gen = _script("gen_moe_configs")
+    check, source = _fp8_moe_loader_check(release_dir(version) / "sglang/srt/layers/quantization/fp8.py")
+    assert "block_k" in source and "tp_size > 1" in source, source
+    seen = set()
+    for _model, _experts, inter, _topk, tps, _quants in gen.MODELS:
+        for tp in tps:
+            n = inter // tp
+            try:
+                check(n, tp)
+                accepted = True
+            except ValueError:
+                accepted = False
+            assert accepted == gen.loadable(n, tp, [128, 128]), (version, n, tp)
+            seen.add(accepted)
+    assert seen == {True, False}
+    shipped = set(gen.generate())
+    dropped = {name for _model, _tp, name in gen.rejected()}
+    assert len(dropped) == 6 and not dropped & shipped
+    assert all(gen.loadable(int(n.split(",N=")[1].split(",")[0]), 2, [128, 128])
+               for n in shipped if "block_shape" in n)

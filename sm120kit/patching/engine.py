@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from sm120kit import __version__
 from sm120kit.patching import treepath
@@ -31,8 +32,8 @@ from sm120kit.patching.hunks import HunkResult
 from sm120kit.patching.series import Series
 from sm120kit.patching.plan import FileChange, PatchPlan, SeriesPlan, plan_series
 from sm120kit.patching.status import PatchStatus, TreeStatus, tree_status
-from sm120kit.patching.state import (FileRecord, Journal, JournalEntry, PatchRecord, StateRecord, StateStore, now,
-                            sha256, temp_path)
+from sm120kit.patching.state import (FileRecord, Journal, JournalEntry, PatchRecord, StateRecord, StateStore,
+                                     bytecode_of, now, sha256, temp_path)
 from sm120kit.sglang.target import Target, find_target
 from sm120kit.sglang.target import release_and_source as tree_release
 
@@ -395,32 +396,38 @@ def _restore(root: Path, path: str, data: bytes | None, mode: int | None, token:
         _prune_empty_dirs((root / path).parent, root / "sglang", root, prunable)
 
 
-def _remove_bytecode(root: Path, removed: list[str]) -> None:
-    """Delete the bytecode Python wrote for modules the series created (``__pycache__/<name>.*.pyc``) and
-    the ``__pycache__`` folder if that leaves it empty; nothing else, and nothing through a link."""
-    for path in removed:
-        if not path.endswith(".py"):
+def _remove_bytecode(root: Path, created: list[FileRecord], prune: Callable[[Path], None]) -> None:
+    """Delete the bytecode Python wrote for modules the series created (``__pycache__/<name>.*.pyc``) once
+    they are gone, and the ``__pycache__`` folder if that leaves it empty and it was not there before the
+    module was created; nothing else (bytecode that was there before stays), and nothing through a link.
+    ``prune(folder)`` then removes the module's folder if the series created it and it is now empty."""
+    for record in created:
+        if not record.path.endswith(".py") or os.path.lexists(root / record.path):
             continue
-        cache = (root / path).parent / "__pycache__"
+        cache = (root / record.path).parent / "__pycache__"
         try:
             if not stat.S_ISDIR(os.lstat(cache).st_mode):
                 continue
             names = os.listdir(cache)
         except OSError:
             continue
-        prefix = path.rsplit("/", 1)[-1][:-3] + "."
+        keep = set(record.bytecode.present) if record.bytecode is not None else set()
+        prefix = record.path.rsplit("/", 1)[-1][:-3] + "."
         for name in names:
-            if not (name.startswith(prefix) and name.endswith(".pyc")):
+            if not (name.startswith(prefix) and name.endswith(".pyc")) or name in keep:
                 continue
             try:
                 if stat.S_ISREG(os.lstat(cache / name).st_mode):
                     os.unlink(cache / name)
             except OSError:
                 continue
+        if record.bytecode is not None and record.bytecode.cache_existed:
+            continue
         try:
             cache.rmdir()
         except OSError:
-            pass
+            continue
+        prune(cache.parent)
 
 
 def _prune_empty_dirs(folder: Path, stop: Path, root: Path | None = None,
@@ -618,8 +625,10 @@ def _new_record(old: StateRecord | None, plan: SeriesPlan, target: Target, serie
         before = previous.before if previous else _hash(change.before)
         mode = previous.mode if previous else (change.mode if change.before is not None else None)
         patches = tuple(dict.fromkeys((previous.patches if previous else ()) + change.patches))
+        bytecode = previous.bytecode if previous else (
+            bytecode_of(target.root, change.path) if change.before is None and change.path.endswith(".py") else None)
         files[change.path] = FileRecord(path=change.path, before=before, after=_hash(change.after), mode=mode,
-                                        patches=patches)
+                                        patches=patches, bytecode=bytecode)
     patches: dict[str, PatchRecord] = {p.id: p for p in (old.patches if old else ())}
     for p in plan.patches:
         if p.status == PatchStatus.APPLIES and p.variant is not None:
@@ -809,7 +818,8 @@ def revert_series(target: Target, *, force: bool = False, dry_run: bool = False,
         prunable = frozenset(record.dirs) if record.dirs is not None else None
         _journaled(store, "revert", entries, writes, store.clear_state, progress, prunable=prunable,
                    after=store.remove)
-        _remove_bytecode(root, [f.path for f in result.files if f.action == "removed"])
+        _remove_bytecode(root, [fr for fr in record.files if fr.before is None],
+                         lambda folder: _prune_empty_dirs(folder, root / "sglang", root, prunable))
         files = tuple(RevertedFile(path=f.path, action=f.action, kept_copy=kept.get(f.path)) for f in result.files)
         return RevertResult(target=target, dry_run=False, patches=result.patches, files=files,
                             repaired=repaired, warnings=result.warnings, exit_code=EXIT_OK,

@@ -7,7 +7,9 @@ and line, and every diff is parsed with :mod:`unidiff` up front, so a series tha
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -393,39 +395,107 @@ def _variant(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> Variant:
     return Variant(diff=diff_path, releases=releases, base=raw["base"], patch_set=patch_set, files=files)
 
 
-def _created(path: Path, dest: str, mode: int) -> FileDiff:
-    text = _read_source(path)
+def _created(text: str, dest: str, mode: int) -> FileDiff:
     lines = tuple((ADDED, line) for line in split_lines(text))
     hunk = HunkSpec(index=1, source_start=0, source_length=0, target_start=1 if lines else 0,
                     target_length=len(lines), section="", lines=lines, diff_line=0)
     return FileDiff(path=dest, action="create", hunks=(hunk,), mode=mode, diff_line=0)
 
 
-def _read_source(path: Path) -> str:
-    """A source file's text, opened without following a link and only if it is a regular file."""
-    import os
-    import stat
+class _SourceProblem(Exception):
+    """Why a ``[[files]]`` source cannot be shipped (one clause, naming the file or folder)."""
 
+
+def _examine(dir_fd: int, name: str, shown: str) -> os.stat_result:
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        raise _SourceProblem(f"{shown} does not exist") from None
     except OSError as exc:
-        raise SeriesError(f"{path}: the source of a [[files]] entry cannot be opened ({exc.strerror or exc}).",
-                          hint="Files a patch ships must be regular files inside the data root.") from None
+        raise _SourceProblem(f"{shown} cannot be examined ({exc.strerror or exc})") from None
+
+
+def _open_at(dir_fd: int, name: str, shown: str, *, folder: bool) -> int:
+    """Open ``name`` in the folder ``dir_fd`` without following a link: a folder, or a regular file."""
+    info = _examine(dir_fd, name, shown)
+    if stat.S_ISLNK(info.st_mode):
+        raise _SourceProblem(f"{shown} is a symbolic link; shipped files are never read through a link")
+    if folder and not stat.S_ISDIR(info.st_mode):
+        raise _SourceProblem(f"{shown} is not a folder")
+    if not folder and not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        raise _SourceProblem(f"{shown} is neither a regular file nor a folder")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_DIRECTORY if folder else 0)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SeriesError(f"{path}: the source of a [[files]] entry is not a regular file.")
-        if info.st_size > MAX_SOURCE_BYTES:
-            raise SeriesError(f"{path}: the source of a [[files]] entry holds {info.st_size} bytes, more than "
-                              f"the {MAX_SOURCE_BYTES} a shipped file may have.")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(MAX_SOURCE_BYTES + 1)
-    finally:
-        os.close(fd)
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        raise _SourceProblem(f"{shown} cannot be opened ({exc.strerror or exc})") from None
+
+
+def _read_open(fd: int, shown: str) -> tuple[str, int]:
+    """The text and the mode of the regular file open at ``fd`` (UTF-8, at most MAX_SOURCE_BYTES)."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise _SourceProblem(f"{shown} is not a regular file")
+    if info.st_size > MAX_SOURCE_BYTES:
+        raise _SourceProblem(f"{shown} holds {info.st_size} bytes, more than the {MAX_SOURCE_BYTES} a shipped "
+                             "file may have")
+    chunks, size = [], 0
+    while size <= MAX_SOURCE_BYTES:
+        chunk = os.read(fd, min(1 << 20, MAX_SOURCE_BYTES + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > MAX_SOURCE_BYTES:
+        raise _SourceProblem(f"{shown} grew past the {MAX_SOURCE_BYTES} bytes a shipped file may have")
     try:
-        return data.decode("utf-8")
+        return b"".join(chunks).decode("utf-8"), _mode(info.st_mode)
     except UnicodeDecodeError as exc:
-        raise SeriesError(f"{path}: the source of a [[files]] entry is not UTF-8 text ({exc}).") from None
+        raise _SourceProblem(f"{shown} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _read_sources(root: Path, source: str, dest: str) -> list[tuple[Path, str, int, str]]:
+    """(source path, destination, mode, text) of every file a ``[[files]]`` entry ships: ``source`` (relative,
+    already checked) is walked from the data root one folder at a time, each opened without following a
+    link, so nothing outside the root is read even if the tree changes meanwhile."""
+    parts = source.split("/")
+    try:
+        fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
+    except OSError as exc:
+        raise _SourceProblem(f"the data root cannot be opened ({exc.strerror or exc})") from None
+    try:
+        for depth, part in enumerate(parts[:-1]):
+            fds.append(_open_at(fds[-1], part, "/".join(parts[:depth + 1]), folder=True))
+        fd = _open_at(fds[-1], parts[-1], source, folder=False)
+        fds.append(fd)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            text, mode = _read_open(fd, source)
+            return [(root / source, dest, mode, text)]
+        out = []
+        for name in sorted(os.listdir(fd)):
+            shown = f"{source}/{name}"
+            if stat.S_ISDIR(_examine(fd, name, shown).st_mode):
+                continue  # a folder entry ships the files directly inside it
+            why = treepath.problem(f"{dest}/{name}")
+            if why:
+                raise _SourceProblem(f"{shown} cannot be shipped: its destination {dest}/{name} {why}")
+            if len(out) == MAX_FOLDER_FILES:
+                raise _SourceProblem(f"{source} holds more than the {MAX_FOLDER_FILES} files a folder entry "
+                                     "may ship")
+            child = _open_at(fd, name, shown, folder=False)
+            try:
+                text, mode = _read_open(child, shown)
+            finally:
+                os.close(child)
+            out.append((root / shown, f"{dest}/{name}", mode, text))
+        if not out:
+            raise _SourceProblem(f"{source} is a folder without files to ship")
+        return out
+    except OSError as exc:
+        raise _SourceProblem(f"{source} cannot be read ({exc.strerror or exc})") from None
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
 
 
 def _relative_problem(text: str) -> str | None:
@@ -441,9 +511,6 @@ def _relative_problem(text: str) -> str | None:
 def _shipped(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> ShippedFile:
     """One ``[[files]]`` entry; its source must be a regular file (or a folder of regular files) inside the
     data root, reached without following a symbolic link."""
-    import os
-    import stat
-
     path = ("files", index)
     raw = _table(doc, raw, path, "files")
     tomldoc.check_keys(doc, raw, path, _FILE_KEYS, tuple(_FILE_KEYS), f"[[files]] entry {index + 1}")
@@ -464,41 +531,20 @@ def _shipped(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> ShippedFil
     if not str(releases):
         raise doc.fail(path + ("releases",), "releases is empty; give the range, e.g. \">=0.5.2\".")
     root = source_root(folder.parent)
-    current = root
-    for part in raw["source"].split("/"):
-        current = current / part
-        try:
-            info = os.lstat(current)
-        except OSError:
-            raise doc.fail(path + ("source",), f"source {raw['source']!r} does not exist under {root}.") from None
-        if stat.S_ISLNK(info.st_mode):
-            raise doc.fail(path + ("source",), f"source {raw['source']!r} passes through the symbolic link "
-                                               f"{current}; shipped files are never read through a link.")
-    if stat.S_ISDIR(info.st_mode):
-        entries = []
-        for child in sorted(current.iterdir(), key=lambda p: p.name):
-            child_info = os.lstat(child)
-            if stat.S_ISDIR(child_info.st_mode):
-                continue
-            if not stat.S_ISREG(child_info.st_mode) or treepath.problem(f"{dest}/{child.name}"):
-                raise doc.fail(path + ("source",), f"{child} in source folder {raw['source']!r} is not a "
-                                                   "regular file with a plain name.")
-            entries.append((child, f"{dest}/{child.name}", _mode(child_info.st_mode)))
-        if not entries or len(entries) > MAX_FOLDER_FILES:
-            raise doc.fail(path + ("source",), f"source folder {raw['source']!r} holds {len(entries)} files; a "
-                                               f"folder entry ships 1 to {MAX_FOLDER_FILES}.")
-    elif stat.S_ISREG(info.st_mode):
-        entries = [(current, dest, _mode(info.st_mode))]
-    else:
-        raise doc.fail(path + ("source",), f"source {raw['source']!r} is neither a regular file nor a folder.")
-    return ShippedFile(source=raw["source"], dest=dest, releases=releases, sources=tuple(entries),
-                       created=tuple(_created(p, d, m) for p, d, m in entries))
+    try:
+        entries = _read_sources(root, raw["source"], dest)
+    except _SourceProblem as exc:
+        raise doc.fail(path + ("source",), f"the source of [[files]] entry {index + 1} cannot be shipped: {exc} "
+                                           f"(under the data root {root}).",
+                       hint="A [[files]] source is a regular UTF-8 file, or a folder of them, inside the data root, "
+                            "reached without a symbolic link (docs/series-format.md).") from None
+    return ShippedFile(source=raw["source"], dest=dest, releases=releases,
+                       sources=tuple((p, d, m) for p, d, m, _ in entries),
+                       created=tuple(_created(text, d, m) for _, d, m, text in entries))
 
 
 def _mode(st_mode: int) -> int:
     """Shipped files are created 0644, or 0755 when the source is executable by its owner."""
-    import stat
-
     return 0o755 if st_mode & stat.S_IXUSR else 0o644
 
 

@@ -129,6 +129,49 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+# The bytecode Python writes for a module: ``__pycache__/<name>.<tag>[.opt-N].pyc``.
+_PYC_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}\.pyc$")
+MAX_BYTECODE_NAMES = 64
+
+
+@dataclass(frozen=True)
+class Bytecode:
+    """What the ``__pycache__`` folder beside a module the series creates held when it was created, so that
+    revert removes only the bytecode written since: whether the folder existed, and the names of the module's
+    ``.pyc`` files already in it (left by an earlier tree; kept)."""
+
+    cache_existed: bool
+    present: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"cache_existed": self.cache_existed, "present": list(self.present)}
+
+    @classmethod
+    def from_json(cls, data: object, where: str) -> "Bytecode":
+        data = _entry(data, where)
+        existed, present = data.get("cache_existed"), data.get("present", [])
+        if not isinstance(existed, bool):
+            raise Untrusted(f"{where}.cache_existed = {existed!r} is not true or false")
+        if not isinstance(present, list) or len(present) > MAX_BYTECODE_NAMES or not all(
+                isinstance(n, str) and _PYC_RE.match(n) for n in present):
+            raise Untrusted(f"{where}.present is not a list of at most {MAX_BYTECODE_NAMES} .pyc file names")
+        return cls(cache_existed=existed, present=tuple(present))
+
+
+def bytecode_of(root: Path, path: str) -> Bytecode:
+    """The :class:`Bytecode` beside ``root/path`` now (read before the series creates that module)."""
+    cache = (Path(root) / path).parent / "__pycache__"
+    try:
+        if not stat.S_ISDIR(os.lstat(cache).st_mode):
+            return Bytecode(cache_existed=False)
+        names = os.listdir(cache)
+    except OSError:
+        return Bytecode(cache_existed=False)
+    prefix = path.rsplit("/", 1)[-1][:-3] + "."
+    present = sorted(n for n in names if n.startswith(prefix) and _PYC_RE.match(n))
+    return Bytecode(cache_existed=True, present=tuple(present[:MAX_BYTECODE_NAMES]))
+
+
 @dataclass(frozen=True)
 class FileRecord:
     path: str  # relative to the folder holding sglang/ ("sglang/srt/utils.py")
@@ -136,10 +179,14 @@ class FileRecord:
     after: str | None  # sha256 after the last apply; None: the series deleted it
     mode: int | None  # permission bits before (None for a file the series created)
     patches: tuple[str, ...] = ()
+    bytecode: Bytecode | None = None  # for a module the series created: its __pycache__ before (None: unknown)
 
     def to_json(self) -> dict:
-        return {"path": self.path, "before": self.before, "after": self.after,
+        data = {"path": self.path, "before": self.before, "after": self.after,
                 "mode": None if self.mode is None else oct(self.mode), "patches": list(self.patches)}
+        if self.bytecode is not None:
+            data["bytecode"] = self.bytecode.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: object, where: str = "files[]") -> "FileRecord":
@@ -149,9 +196,11 @@ class FileRecord:
         patches = _list_field(data, "patches", where)
         if not all(isinstance(p, str) for p in patches):
             raise Untrusted(f"{where}.patches = {patches!r} is not a list of patch ids")
+        bytecode = data.get("bytecode")
         return cls(path=_path_field(data, where), before=_hash_field(data, "before", where),
                    after=_hash_field(data, "after", where), mode=_mode_field(data, where),
-                   patches=tuple(patches))
+                   patches=tuple(patches),
+                   bytecode=None if bytecode is None else Bytecode.from_json(bytecode, f"{where}.bytecode"))
 
 
 @dataclass(frozen=True)
