@@ -57,8 +57,9 @@ def test_revert_after_import_removes_the_bytecode_of_created_modules_and_nothing
     result = apply_series(find_target(package), load_series())
     assert result.exit_code == 0, result.message
     created = sorted(c.path for c in result.written if c.before is None and c.path.endswith(".py"))
-    assert created == ["sglang/srt/layers/attention/triton_ops/sm120_mla.py",
-                       "sglang/srt/layers/attention/triton_ops/sm120_mla_mma.py", "sglang/srt/sm12x_backend_gate.py"]
+    assert created == sorted([f"sglang/srt/layers/attention/triton_ops/{name}" for name in
+                              ("sm120_mla.py", "sm120_mla_mma.py", "sm120_mla_nvrtc.py", "sm120_mla_route.py")]
+                             + ["sglang/srt/sm12x_backend_gate.py"])
     for level in ("0", "1", "2"):
         proc = subprocess.run([sys.executable, "-m", "compileall", "-q", "-o", level, *(str(top / p) for p in created)],
                               check=False, capture_output=True, text=True)
