@@ -41,7 +41,7 @@ def audit(app: AppContext, path: str | None, release: str | None, archs: tuple[s
           tuned_moe_configs: bool | None, compare_unpatched: bool, findings_only: bool, no_cache: bool,
           jobs: int | None, backends: bool, json_mode: bool) -> int:
     """Compile, for sm_120/sm_121, every Triton kernel SGLang's attention and fused-MoE launchers would
-    launch for the shape matrix, and fail (exit 13) on any kernel over 101376 bytes of shared memory or any
+    launch for the shape matrix, and fail (exit 13) on any kernel over the GPU's shared memory per block or any
     launcher that fails to compile. PATH is an SGLang git clone or installed package. No GPU is needed:
     the device is faked, the compiles are real."""
     console = app.console(json_mode)
