@@ -9,8 +9,8 @@ compiles and fits.
 
 Cost: the audit keeps its results and Triton's compiled kernels in ``$SM120KIT_CACHE_DIR/triton-audit``. An
 unchanged patched tree is answered from the cache without starting an interpreter (seconds), and releases of
-one session share Triton's kernel cache, so a release after the first compiles only the kernels its sources
-change. With an empty cache the first release compiles everything (docs/audit.md, "Timing").
+one pytest run share Triton's kernel cache, so a release after the first compiles only the kernels its sources
+change. With an empty cache the first release compiles everything (docs/audit.md, "Patched releases pass").
 
 The quick set holds the newest release of the matrix in each MoE config era: each variant range of the
 series' ``sm120-moe-configs`` patch (the config-selection code differs between them: no ``_down`` files
