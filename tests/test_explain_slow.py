@@ -87,7 +87,8 @@ def test_kv_split_rule_boundary_for_mla_is_the_release_that_raises_the_cap(relea
 def test_every_rule_has_why_source_and_fix():
     for rule in slow_settings.RULES:
         assert rule.why and rule.source and rule.fix, rule.id
-        assert rule.severity in (slow_settings.SLOW, slow_settings.NO_SM120_CODE)
+        assert rule.severity in (slow_settings.SLOW, slow_settings.NO_SM120_CODE, slow_settings.OVER_SMEM)
+        assert (rule.largest_fitting is not None) == (rule.severity == slow_settings.OVER_SMEM), rule.id
         if rule.severity == slow_settings.SLOW:
             assert rule.recipe_keys, rule.id  # a recipe can keep it with a note
 
@@ -138,7 +139,8 @@ def test_explain_cli_warns_on_an_environment_switch_and_fails_with_error_on_slow
     assert doc["ok"] is True and doc["error_on_slow"] is False and doc["summary"]["slow_on_12x"] == 1
     assert {r["id"] for r in doc["slow_rules"]} >= {"triton-kv-splits-low", "fp8-kv-flashinfer-mla"}
     (finding,) = doc["resolutions"][0]["slow"]
-    assert set(finding) == {"rule", "setting", "value", "origin", "severity", "why", "source", "fix"}
+    assert set(finding) == {"rule", "setting", "value", "origin", "severity", "why", "source", "fix",
+                            "largest_fitting_value"}
     assert finding["rule"] == "static-kv-splits" and finding["origin"] == "environment"
     assert "triton_backend.py:" in finding["source"] and finding["fix"].startswith("Unset")
     assert "run slowly" in warned.stderr

@@ -7,7 +7,7 @@ the two MLA checks said "this SGLang has no sm120_mla module" although the modul
 The trees are real SGLang releases from PyPI, patched with the real series where the MLA module is needed; the
 missing dependency is a real import failure (an import finder refuses ``starlette`` as Python does for a
 package that is not installed; tests/verify_hidden_dependency.py). This machine has no GPU: where a check must
-get past "no GPU" to its imports, the helper stands a CPU device labelled 12.0 in for the GPU (said there);
+get past "no GPU" to its imports, that script stands a CPU device labelled 12.0 in for the GPU (it says so);
 the "no GPU" run below uses no stand-in at all.
 """
 
@@ -30,7 +30,7 @@ from sm120kit.sglang.target import find_target
 from sm120kit.verify import verifier
 from sm120kit.verify.check import ABSENT, MISSING_PACKAGE, NO_GPU
 
-HELPER = REPO_ROOT / "tests" / "verify_hidden_dependency.py"
+DRIVER = REPO_ROOT / "tests" / "verify_hidden_dependency.py"
 SGLANG_CHECKS = ("triton-extend", "triton-decode", "triton-prefill", "triton-fused-moe", "triton-tree-verify",
                  "triton-mla-decode", "torch-native")
 MLA_CHECKS = ("triton-tree-verify", "triton-mla-decode")
@@ -45,8 +45,8 @@ def patched_0523(tmp_path_factory) -> Path:
     return root
 
 
-def _helper(root: Path, hidden: str, mode: str) -> dict:
-    proc = subprocess.run([sys.executable, str(HELPER), str(root), hidden, mode], capture_output=True, text=True,
+def _driver(root: Path, hidden: str, mode: str) -> dict:
+    proc = subprocess.run([sys.executable, str(DRIVER), str(root), hidden, mode], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
@@ -81,7 +81,7 @@ def test_a_run_in_which_no_check_ran_is_not_a_pass():
 def test_a_hidden_dependency_is_named_and_the_present_module_is_not_called_absent(patched_0523):
     """Patched 0.5.23 (sm120_mla.py present) with starlette not importable: every SGLang check is skipped for
     the missing package, the MLA checks included; the unpatched release says its MLA module is absent."""
-    patched = _helper(patched_0523, "starlette", "checks")
+    patched = _driver(patched_0523, "starlette", "checks")
     assert set(patched) == set(SGLANG_CHECKS)
     for name, result in patched.items():
         assert (result["status"], result["skip_cause"], result["packages"]) == ("skipped", MISSING_PACKAGE,
@@ -91,7 +91,7 @@ def test_a_hidden_dependency_is_named_and_the_present_module_is_not_called_absen
     for name in MLA_CHECKS:
         assert "sm120_mla.py" in patched[name]["detail"]
 
-    unpatched = _helper(releases.fetch_release("0.5.23"), "starlette", "checks")
+    unpatched = _driver(releases.fetch_release("0.5.23"), "starlette", "checks")
     for name in MLA_CHECKS:  # truly absent there, whatever else is missing
         assert unpatched[name]["skip_cause"] == ABSENT, unpatched[name]
         assert unpatched[name]["detail"].startswith("this SGLang has no sm120_mla module")
@@ -103,7 +103,7 @@ def test_cli_with_every_check_skipped_for_a_missing_package_exits_13(patched_052
     """The real command line (report included) on the patched tree with starlette hidden and a stand-in GPU:
     exit 13, "verified": false, and the reason names starlette. Without the report's own findings (this
     machine's CPU-only torch), the verdict is "nothing-verified", still exit 13."""
-    out = _helper(patched_0523, "starlette", "cli")
+    out = _driver(patched_0523, "starlette", "cli")
     doc = out["document"]
     assert out["exit_code"] == 13 == doc["exit_code"] and doc["ok"] is False and doc["verified"] is False
     assert doc["summary"]["ok"] == doc["summary"]["fail"] == 0 and doc["summary"]["skipped"] == len(SGLANG_CHECKS)

@@ -113,6 +113,11 @@ class Resolution:
         return tuple(f for f in self.slow if f.severity == slow_settings.SLOW)
 
     @property
+    def over_smem(self) -> tuple[slow_settings.SlowFinding, ...]:
+        """Settings under which a kernel SGLang launches does not fit 12.x's shared memory (severity over-smem)."""
+        return tuple(f for f in self.slow if f.severity == slow_settings.OVER_SMEM)
+
+    @property
     def attention(self) -> str:
         pre, dec = self.backends.get("attention_prefill"), self.backends.get("attention_decode")
         return str(pre) if pre == dec else f"{pre}/{dec}"
@@ -159,8 +164,13 @@ class BackendAuditResult:
         return tuple(r for r in self.resolutions if r.slow_only and is_sm12x(parse_capability(r.capability)))
 
     @property
+    def over_smem_on_12x(self) -> tuple[Resolution, ...]:
+        """Resolutions on 12.x with a setting whose kernels need more shared memory than the GPU has."""
+        return tuple(r for r in self.resolutions if r.over_smem and is_sm12x(parse_capability(r.capability)))
+
+    @property
     def ok(self) -> bool:
-        return not self.flagged and not self.not_run and not self.rejected_on_12x
+        return not self.flagged and not self.not_run and not self.rejected_on_12x and not self.over_smem_on_12x
 
     def slow_notes(self) -> list[str]:
         """One paragraph per finding (once per rule and value): the setting, why, the source and the fix."""
@@ -173,8 +183,10 @@ class BackendAuditResult:
                 seen.add((f.rule, f.value))
                 where = sorted({f"{x.model} on {x.capability}" for x in self.resolutions
                                 if any(o.rule == f.rule and o.value == f.value for o in x.slow)})
-                label = "slow" if f.severity == slow_settings.SLOW else "no SM120 code"
-                lines.append(f"{label}: {f} ({f.origin}; seen for: {', '.join(where)})")
+                label = {slow_settings.SLOW: "slow", slow_settings.OVER_SMEM: "over the shared-memory limit"}.get(
+                    f.severity, "no SM120 code")
+                lines.append(f"{label}: {f} ({f.origin}; seen for: {', '.join(where)})"
+                             + (f"; the largest value that fits: {f.largest_fitting}" if f.largest_fitting else ""))
                 lines.append(f"  why: {f.why} [source: {f.source}]")
                 lines.append(f"  fix: {f.fix}")
         return lines
@@ -231,7 +243,9 @@ class BackendAuditResult:
         rejected = sum(r.status == "rejected" for r in self.resolutions)
         return (f"SGLang {self.release or '(unknown release)'}: {len(self.resolutions)} resolution(s), "
                 f"{len(self.flagged)} flagged on 12.x, {rejected} rejected by SGLang, {len(self.not_run)} not run, "
-                f"{len(self.slow_on_12x)} with slow settings on 12.x ({self.seconds:.1f} s)")
+                f"{len(self.slow_on_12x)} with slow settings on 12.x"
+                + (f", {len(self.over_smem_on_12x)} with a setting whose kernels exceed 12.x's shared memory"
+                   if self.over_smem_on_12x else "") + f" ({self.seconds:.1f} s)")
 
     HEADERS = ("model", "cap", "flashinfer", "attention (prefill/decode)", "kv splits", "moe runner", "sampling",
                "fp8 gemm", "fp4 gemm", "deepgemm", "result")
@@ -249,6 +263,9 @@ class BackendAuditResult:
                 verdict = "not run: " + _one_line(r.error)
             if r.slow_only:
                 verdict += "; slow: " + ", ".join(str(f) for f in r.slow_only)
+            if r.over_smem:
+                verdict += "; OVER SHARED MEMORY: " + ", ".join(
+                    f"{f} (largest that fits: {f.largest_fitting})" for f in r.over_smem)
             label = r.model + (" " + " ".join(r.args) if r.args else "")
             attention = r.attention if (b.get("attention_prefill") or b.get("attention_decode")) else "-"
             rows.append([label, r.capability, "yes" if r.flashinfer else "no", attention, r.kv_splits,
@@ -265,7 +282,7 @@ class BackendAuditResult:
             "summary": {"resolutions": len(self.resolutions), "flagged_on_12x": len(self.flagged),
                         "not_run": len(self.not_run),
                         "rejected": sum(r.status == "rejected" for r in self.resolutions),
-                        "slow_on_12x": len(self.slow_on_12x)},
+                        "slow_on_12x": len(self.slow_on_12x), "over_smem_on_12x": len(self.over_smem_on_12x)},
             "resolutions": [r.to_json() for r in self.resolutions],
             "rules": [rule.to_json() for rule in backend_support.UNSUPPORTED],
             "slow_rules": [rule.to_json() for rule in slow_settings.RULES],

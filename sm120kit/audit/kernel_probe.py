@@ -142,9 +142,14 @@ class Probe:
         if hasattr(kernels, "sglang_per_token_group_quant_fp8"):
             # SGLang quantizes activations with an sgl_kernel CUDA op (no CPU build): this stand-in
             # returns tensors of that op's shapes, dtypes and layout (row-major scales) and runs nothing.
+            # It refuses what SGLang's wrapper refuses (every release asserts x.shape[-1] % group_size == 0);
+            # shapes SGLang's MoE loader rejects never get here (sm120kit.audit.moe_loader).
             def quant_shapes(x, group_size, *args, **kwargs):
                 import torch
 
+                assert x.shape[-1] % group_size == 0, (
+                    f"the last dimension of `x` ({x.shape[-1]}) is not divisible by `group_size` ({group_size}) "
+                    "(SGLang's sglang_per_token_group_quant_fp8 asserts the same)")
                 scales = torch.empty(*x.shape[:-1], x.shape[-1] // group_size, dtype=torch.float32,
                                      device=x.device)
                 return torch.empty_like(x, dtype=torch.float8_e4m3fn), scales

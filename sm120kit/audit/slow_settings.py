@@ -13,7 +13,11 @@ a release with the upstream fix passes), and the finding names the file and line
 Severity ``slow`` is a warning (``explain --error-on-slow`` makes it an error; a recipe needs a note
 saying why such a setting is there); ``no-sm120-code`` is a backend chosen by hand that has no SM120 code
 in that release (:mod:`sm120kit.audit.backend_support` holds those facts; ``explain`` already fails on
-them, the finding adds the fix).
+them, the finding adds the fix); ``over-smem`` is a setting under which a Triton kernel SGLang launches
+needs more shared memory per block than a 12.x GPU has, so the server fails at that kernel's first launch
+(an error in ``explain`` and ``recipes --check``). An ``over-smem`` rule names the largest value of its
+setting that fits; its figures are real Triton compiles for sm_120 of SGLang's own launchers, with their
+source (tests/test_lora_limits.py compiles them again).
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ from typing import Any, Callable, Mapping
 from sm120kit.audit import backend_support
 from sm120kit.sglang import pcie_allreduce
 
+from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK
+
 SLOW = "slow"
 NO_SM120_CODE = "no-sm120-code"
+OVER_SMEM = "over-smem"
 
 BENCH_MLA = ("docs/benchmarks.md, 'MLA attention on SM120' (H200 in SM120 mode, SGLang 0.5.23's "
              "decode_attention_fwd, MLA 576/512, 16 heads, CUDA graph replay)")
@@ -152,6 +159,20 @@ class AnyOf:
 
 
 @dataclass(frozen=True)
+class CodeAny:
+    """:class:`Code` over the places a file has had across releases: the first of ``paths`` the tree has."""
+
+    paths: tuple[str, ...]
+    pattern: str
+
+    def check(self, ctx: Context):
+        for path in self.paths:
+            if ctx.read(path) is not None:
+                return Code(path, self.pattern).check(ctx)
+        return False
+
+
+@dataclass(frozen=True)
 class NoneOf:
     """None of ``conditions`` holds."""
 
@@ -181,6 +202,55 @@ class Deterministic:
 
 
 @dataclass(frozen=True)
+class AnyGiven:
+    """At least one of the server arguments is set on the command line to a value that is not empty/false."""
+
+    dests: tuple[str, ...]
+
+    def check(self, ctx: Context):
+        return any(ctx.given.get(d) not in (None, False, "", [], ()) for d in self.dests)
+
+
+# Where a release declares its server-argument defaults: server_args.py up to 0.5.19, the argument groups after.
+_ARG_FILES = ("srt/server_args.py", "srt/arg_groups/fields/lora.py")
+
+
+@dataclass(frozen=True)
+class ArgumentIs:
+    """The server argument ``dest`` is ``value``: as resolved or given, else the default the tree declares
+    (``dest: str = "csgmv"`` or ``dest: A[..., Arg(...)] = "csgmv"``, read with a bounded pattern)."""
+
+    dest: str
+    value: str
+
+    def check(self, ctx: Context):
+        current = ctx.value(self.dest)
+        if current is None:
+            current = _declared_default(ctx, self.dest)
+        return current is not None and str(current) == self.value
+
+
+def _declared_default(ctx: Context, dest: str) -> str | None:
+    """The string default the tree declares for a server argument, or None (not found, not a string)."""
+    one_line = re.compile(r"(?m)^[ \t]{0,12}" + re.escape(dest) + r'[ \t]*:[^\n=]{0,80}=[ \t]*"(\w{1,40})"')
+    annotated = re.compile(r"(?m)^[ \t]{0,12}" + re.escape(dest) + r"[ \t]*:[ \t]*A\[")
+    closing = re.compile(r'(?m)^[ \t]{0,12}\][ \t]*=[ \t]*"(\w{1,40})"')
+    for path in _ARG_FILES:
+        text = ctx.read(path)
+        if not text:
+            continue
+        found = one_line.search(text)
+        if found:
+            return found.group(1)
+        opened = annotated.search(text)
+        if opened:
+            found = closing.search(text, opened.end(), opened.end() + 4000)
+            if found:
+                return found.group(1)
+    return None
+
+
+@dataclass(frozen=True)
 class NoSm120Code:
     """The backend-audit key's value has no SM120 code in this release (backend_support's table)."""
 
@@ -193,6 +263,13 @@ class NoSm120Code:
 
 def _str(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
 
 
 # -- the rules --------------------------------------------------------------------------------------------
@@ -211,6 +288,7 @@ class SlowRule:
     recipe_keys: tuple[str, ...] = ()
     value_of: str | None = None  # the destination or variable whose value the finding shows
     capabilities: tuple[str, ...] = backend_support.SM12X
+    largest_fitting: str | None = None  # over-smem: the largest value of the setting whose kernels fit
 
     def evaluate(self, ctx: Context) -> "SlowFinding | None":
         if ctx.capability not in self.capabilities:
@@ -231,11 +309,13 @@ class SlowRule:
             value, origin = ctx.value(name), "SGLang's choice"
         source = self.source + (f"; found in this tree at {', '.join(where)}" if where else "")
         return SlowFinding(self.id, self.setting, _str(value), origin, self.severity,
-                           self.why.format(**_fmt(ctx)), source, self.fix.format(**_fmt(ctx)), self.recipe_keys)
+                           self.why.format(**_fmt(ctx)), source, self.fix.format(**_fmt(ctx)), self.recipe_keys,
+                           self.largest_fitting)
 
     def to_json(self) -> dict:
         return {"id": self.id, "setting": self.setting, "severity": self.severity, "why": self.why,
-                "source": self.source, "fix": self.fix, "capabilities": list(self.capabilities)}
+                "source": self.source, "fix": self.fix, "capabilities": list(self.capabilities),
+                "largest_fitting_value": self.largest_fitting}
 
 
 @dataclass(frozen=True)
@@ -249,13 +329,15 @@ class SlowFinding:
     source: str
     fix: str
     recipe_keys: tuple[str, ...] = ()
+    largest_fitting: str | None = None  # over-smem: the largest value of the setting whose kernels fit on 12.x
 
     def __str__(self) -> str:
         return f"{self.setting}={self.value}" if self.value is not None else self.setting
 
     def to_json(self) -> dict:
         return {"rule": self.rule, "setting": self.setting, "value": self.value, "origin": self.origin,
-                "severity": self.severity, "why": self.why, "source": self.source, "fix": self.fix}
+                "severity": self.severity, "why": self.why, "source": self.source, "fix": self.fix,
+                "largest_fitting_value": self.largest_fitting}
 
 
 def wanted_splits(sm_count: int | None) -> int:
@@ -327,6 +409,50 @@ _AR_SOURCE = (f"sglang 0.5.21's pcie_ipc_ar.py ({pcie_allreduce.SOURCE}), measur
               "GPUs'")
 _AR_FLASHINFER = (f"it needs FlashInfer {pcie_allreduce.FLASHINFER_FIRST} or newer (pcie_ipc_comm; `sm120kit "
                   "verify` says whether the installed one has it) and bf16 activations")
+
+# -- LoRA kernels over 12.x's shared memory at non-default settings --------------------------------------------
+
+# The figures: metadata.shared of SGLang 0.5.23's own launchers, compiled for sm_120 by Triton 3.9.0 under a
+# faked RTX PRO 6000 (tests/lora_smem_probe.py; tests/test_lora_limits.py compiles them again and compares).
+LORA_SOURCE = ("compiled for sm_120 by Triton 3.9.0 through SGLang 0.5.23's own launchers on a faked RTX PRO 6000 "
+               "(Llama-3-8B shapes: K 4096, rank 64 unless said, bf16; Qwen3-30B-A3B for the MoE shrink); "
+               "tests/lora_smem_probe.py compiles them, tests/test_lora_limits.py checks these figures")
+CSGMV_SHRINK_BYTES = {16: 32768, 32: 49152, 64: 81920, 128: 147456}  # chunk (BLOCK_M) -> bytes, default tiles
+CSGMV_TUNED_128 = 73728  # chunk 128 with a tuned tile of BLOCK_K 128 (BLOCK_N 16)
+CSGMV_LARGEST_FITTING_CHUNK = 64
+EXP_SHRINK_BYTES = {64: 81920, 128: 147456}  # BLOCK_R (next power of two of slices x rank) -> bytes
+EXP_EXPAND_BYTES = {64: 69632, 128: 139264}  # rank -> bytes (BLOCK_R = next power of two of the rank)
+EXP_MOE_SHRINK_BYTES = {(64, 16): 81920, (128, 16): 147456, (128, 512): 81920}  # (rank, tokens) -> bytes
+EXP_LARGEST_FITTING_RANK = 21  # qkv: next_pow2(3 x 21) = 64; 22 gives 128
+
+_CSGMV_SHRINK = ("kernels/ops/lora/dense/chunked_sgmv_shrink.py", "kernels/ops/gemm/chunked_sgmv_shrink.py",
+                 "srt/lora/triton_ops/chunked_sgmv_shrink.py")
+_CSGMV_TUNING = ("kernels/ops/lora/dense/lora_tuning_config.py", "kernels/ops/gemm/lora_tuning_config.py",
+                 "srt/lora/triton_ops/lora_tuning_config.py")
+_EXP_SHRINK = ("kernels/ops/lora/dense/trtllm_lora_temp/sgemm_lora_a.py",
+               "kernels/ops/gemm/trtllm_lora_temp/sgemm_lora_a.py",
+               "srt/lora/trtllm_lora_temp/triton_ops/sgemm_lora_a.py")
+_LORA_ON = AnyGiven(("enable_lora", "lora_paths", "max_lora_rank", "lora_target_modules"))
+
+
+@dataclass(frozen=True)
+class ExperimentalLoraOver:
+    """With SGLang's experimental LoRA kernels (SGLANG_EXPERIMENTAL_LORA_OPTI), the given --max-lora-rank reaches
+    a kernel over the limit. The dense shrink's tile is the next power of two of slices x rank (qkv 3, gate_up
+    2): over from rank 22. From 0.5.16 SGLang sends a layer through the experimental dense kernels only while
+    slices x rank <= 128 and rank <= 64 (``supports_two_stream_dense_lora``), so above rank 64 only the
+    virtual-experts MoE shrink (``--lora-use-virtual-experts``) is left over; 0.5.13-0.5.15 have no such gate."""
+
+    def check(self, ctx: Context):
+        rank = _int(ctx.given.get("max_lora_rank"))
+        if rank <= EXP_LARGEST_FITTING_RANK:
+            return False
+        if rank <= 64:
+            return True
+        gated = any(re.search(r"def supports_two_stream_dense_lora\(", ctx.read(p) or "")
+                    for p in ("srt/lora/trtllm_lora_temp/__init__.py",))
+        return (not gated) or bool(ctx.given.get("lora_use_virtual_experts"))
+
 
 RULES: tuple[SlowRule, ...] = (
     SlowRule(
@@ -448,6 +574,48 @@ RULES: tuple[SlowRule, ...] = (
         "sm120kit's backend rules (explain --json 'rules'): srt/layers/moe/moe_runner/flashinfer_trtllm.py has "
         "no SM120 branch",
         _TRTLLM_FIX, severity=NO_SM120_CODE, recipe_keys=(), value_of="moe_runner_backend"),
+    SlowRule(
+        "lora-csgmv-chunk-over-smem", "--max-lora-chunk-size",
+        (Given("max_lora_chunk_size", lambda v, _ctx: _int(v) > CSGMV_LARGEST_FITTING_CHUNK), _LORA_ON,
+         ArgumentIs("lora_backend", "csgmv"),
+         # the default tile: in lora_tuning_config.py where the release has it (0.5.12 on), else in the launcher
+         CodeAny(_CSGMV_TUNING + _CSGMV_SHRINK,
+                 r"(?m)DEFAULT_SHRINK_CONFIG\s*=\s*\{[^}]{0,80}\"BLOCK_K\":\s*256|^[ \t]{0,8}BLOCK_K\s*=\s*256\b")),
+        "SGLang's csgmv LoRA backend runs its shrink kernel (_chunked_lora_shrink_kernel) with BLOCK_M = the chunk "
+        "size, BLOCK_N 16, BLOCK_K 256 and 3 stages (unless a tuned tile file says otherwise); compiled for sm_120 "
+        f"it needs {CSGMV_SHRINK_BYTES[128]} B of shared memory at chunk 128 ({CSGMV_SHRINK_BYTES[64]} B at 64, "
+        f"{CSGMV_SHRINK_BYTES[32]} B at 32, {CSGMV_SHRINK_BYTES[16]} B at 16), more than the "
+        f"{SM120_SHARED_MEMORY_PER_BLOCK} B a 12.x block has, so the first batch SGLang splits into 128-token "
+        "chunks (256 tokens or more) fails with 'out of resource: shared memory'.",
+        LORA_SOURCE,
+        f"Give --max-lora-chunk-size {CSGMV_LARGEST_FITTING_CHUNK} (the largest that fits: "
+        f"{CSGMV_SHRINK_BYTES[64]} B) or leave the default 16. Releases that read tuned csgmv tiles "
+        "(lora_tuning_config, 0.5.12 on) also run chunk 128 within the limit with a tile file that SGLang itself "
+        "loads: $SGLANG_LORA_CONFIG_DIR/csgmv_configs/triton_<version>/lora_shrink,K=<in>,R=<rank>,S=<slices>,"
+        "device=<GPU name>.json with an entry \"128\": {{\"BLOCK_N\": 16, \"BLOCK_K\": 128}} "
+        f"({CSGMV_TUNED_128} B).",
+        severity=OVER_SMEM, recipe_keys=("max-lora-chunk-size",), value_of="max_lora_chunk_size",
+        largest_fitting=str(CSGMV_LARGEST_FITTING_CHUNK)),
+    SlowRule(
+        "lora-experimental-rank-over-smem", "--max-lora-rank",
+        (Env("SGLANG_EXPERIMENTAL_LORA_OPTI"), ExperimentalLoraOver(), CodeAny(_EXP_SHRINK, r"BLOCK_K\s*=\s*256")),
+        "SGLANG_EXPERIMENTAL_LORA_OPTI switches LoRA to the experimental trtllm_lora_temp kernels, whose tiles are "
+        "fixed: the shrink (_sgemm_lora_a_kernel: BLOCK_S 16, BLOCK_K 256, 3 stages, BLOCK_R the next power of two "
+        f"of slices x rank) needs {EXP_SHRINK_BYTES[128]} B at BLOCK_R 128 (qkv rank 22-42, gate_up rank 33-64; "
+        f"{EXP_SHRINK_BYTES[64]} B at 64), the expand (_sgemm_lora_b_kernel, BLOCK_N 256) "
+        f"{EXP_EXPAND_BYTES[128]} B at rank 128 ({EXP_EXPAND_BYTES[64]} B at 64), and the virtual-experts MoE "
+        f"shrink (_moe_lora_shrink_splitk_kernel, BLOCK_K 256) {EXP_MOE_SHRINK_BYTES[(128, 16)]} B at rank 128 "
+        f"below 512 tokens ({EXP_MOE_SHRINK_BYTES[(64, 16)]} B at rank 64), against "
+        f"{SM120_SHARED_MEMORY_PER_BLOCK} B on 12.x. From 0.5.16 "
+        "SGLang takes the experimental dense path only while slices x rank <= 128 and rank <= 64; above rank 64 "
+        "the MoE shrink (--lora-use-virtual-experts) is what remains over.",
+        LORA_SOURCE,
+        f"Give --max-lora-rank {EXP_LARGEST_FITTING_RANK} or lower (the largest that fits every experimental "
+        "kernel: qkv's shrink tile stays at 64; 16 among power-of-two ranks), or unset SGLANG_EXPERIMENTAL_LORA_OPTI: "
+        "SGLang's default LoRA kernels fit at these ranks (csgmv shrink "
+        f"{CSGMV_SHRINK_BYTES[16]} B at its default chunk 16, rank 64).",
+        severity=OVER_SMEM, recipe_keys=("max-lora-rank", "SGLANG_EXPERIMENTAL_LORA_OPTI"), value_of="max_lora_rank",
+        largest_fitting=str(EXP_LARGEST_FITTING_RANK)),
 )
 
 
@@ -491,5 +659,5 @@ def backend_values(given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["Context", "SlowRule", "SlowFinding", "RULES", "find", "wanted_splits", "SLOW", "NO_SM120_CODE",
-           "AnyOf", "NoneOf", "Switch", "Deterministic",
+           "OVER_SMEM", "AnyOf", "NoneOf", "Switch", "Deterministic",
            "attention_kind_from_text", "attention_kind_from_config", "backend_values"]

@@ -4,7 +4,9 @@ For each architecture (12.0 and 12.1 by default) and each case of the shape matr
 (:mod:`sm120kit.audit.shapes`), a fresh interpreter (:mod:`sm120kit.audit.kernel_probe`) imports the
 tree's own launchers under a faked device and compiles, with the installed Triton, every kernel they
 would launch. Each compiled kernel's ``metadata.shared`` is compared with the device's opt-in limit; a
-kernel over it, or a launcher that fails to compile, fails the audit. Results are cached
+kernel over it, or a launcher that fails to compile, fails the audit. A case SGLang itself refuses to run
+(a fused-MoE shape its FP8 block-quantized weight loader rejects, :mod:`sm120kit.audit.moe_loader`) is
+``not-applicable``, with the reason, and is not compiled. Results are cached
 (:mod:`sm120kit.audit.cache`) so a warm re-run of an unchanged tree starts no interpreter.
 
 The results are static: the device is faked, the compiles are real. Nothing here ran on an SM120 GPU.
@@ -26,19 +28,21 @@ from typing import Any, Iterable, Mapping
 from sm120kit.util.report import Progress, Step, tell
 from sm120kit import __version__, runner
 from sm120kit.sglang import releases
-from sm120kit.hardware.arch import parse_capability
+from sm120kit.hardware.arch import SM12X_LABELS, parse_capability
 from sm120kit.errors import MissingDependency, ToolFailed, UsageError
 from sm120kit.sglang.metadata import installed_version
 from sm120kit.sglang.target import Target, find_target
 from sm120kit.sglang import launchers as launcher_table
 from sm120kit.audit.cache import AuditCache, digest, files_digest
+from sm120kit.audit.moe_loader import LoaderRule, fp8_block_rule
 from sm120kit.audit.shapes import ProbeCase, ShapeMatrix, expand, load_matrix
 
-DEFAULT_ARCHS = ("12.0", "12.1")
+DEFAULT_ARCHS = SM12X_LABELS
 PROBE_MODULE = "sm120kit.audit.kernel_probe"
 METHOD = ("static: SGLang's launchers ran on meta tensors under a faked device; every launch was a real "
           "Triton compile for the target, nothing ran on a GPU")
 _PROBE_TIMEOUT = 3600
+NOT_APPLICABLE = "not-applicable"
 
 
 def check_arch(text: str | tuple[int, int]) -> str:
@@ -97,7 +101,7 @@ class KernelReport:
 class CaseReport:
     arch: str
     case: ProbeCase
-    status: str  # ok | over-limit | compile-error | import-error | skipped
+    status: str  # ok | over-limit | compile-error | import-error | skipped | not-applicable
     kernels: tuple[KernelReport, ...]
     error: str | None = None
     note: str | None = None
@@ -139,6 +143,11 @@ class SmemAuditResult:
         return [c for c in self.cases if c.status in ("compile-error", "import-error")]
 
     @property
+    def not_applicable(self) -> list[CaseReport]:
+        """Cases SGLang itself refuses to run (its loader rejects the shape): not compiled, not a failure."""
+        return [c for c in self.cases if c.status == NOT_APPLICABLE]
+
+    @property
     def ok(self) -> bool:
         return not self.over_limit and not self.errors
 
@@ -152,6 +161,7 @@ class SmemAuditResult:
             "summary": {"cases": len(self.cases), "kernels": self.kernel_count(),
                         "over_limit": len(self.over_limit), "errors": len(self.errors),
                         "skipped": sum(c.status == "skipped" for c in self.cases),
+                        "not_applicable": len(self.not_applicable),
                         "compiled": self.compiled, "cached": self.cached},
             "seconds": round(self.seconds, 2), "register_reader": self.register_reader,
             "stood_in": list(self.stood_in), "dependency_overlay": self.overlay,
@@ -417,8 +427,13 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Shap
 
     reports: dict[tuple[str, str], CaseReport] = {}
     todo: dict[str, list[ProbeCase]] = {}
+    loader_rule = fp8_block_rule(root)
     for arch in archs:
         for case in cases_by_arch[arch]:
+            refused = _refused_by_sglang(case, loader_rule)
+            if refused:
+                reports[(arch, case.id)] = CaseReport(arch, case, NOT_APPLICABLE, (), note=refused)
+                continue
             hit = cache.get(keys[(arch, case.id)])
             if hit is not None:
                 reports[(arch, case.id)] = _case_report(arch, case, hit, cached=True)
@@ -464,7 +479,7 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Shap
             run_all(retry, overlay_path)
 
     ordered = tuple(reports[(a, c.id)] for a in archs for c in cases_by_arch[a])
-    compiled = sum(not r.cached for r in ordered)
+    compiled = sum(not r.cached and r.status != NOT_APPLICABLE for r in ordered)
     if reader is None and any(k.registers is not None for r in ordered for k in r.kernels):
         from sm120kit.hardware.cubin import find_cuobjdump
 
@@ -479,9 +494,16 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Shap
             hint="Install the audit extra (pip install 'sm120kit[audit]') or the named packages.")
     return SmemAuditResult(target=label, root=str(root), version=version, archs=archs, cases=ordered,
                            seconds=time.perf_counter() - started, compiled=compiled,
-                           cached=len(ordered) - compiled, register_reader=reader,
+                           cached=sum(r.cached for r in ordered), register_reader=reader,
                            stood_in=tuple(sorted(stood_in)),
                            overlay=str(overlay_path) if overlay_path else None, matrix_files=matrix.files)
+
+
+def _refused_by_sglang(case: ProbeCase, rule: LoaderRule | None) -> str | None:
+    """Why SGLang would never launch this case (its weight loader rejects the shape), or None."""
+    if rule is None or case.launcher != "moe" or case.params.get("quantization") != "fp8_block":
+        return None
+    return rule.rejection(int(case.params["intermediate_size"]), case.params.get("block_shape"))
 
 
 def _overlay_for(root: Path, repo_root: Path | None, on_step: Step | None) -> Path | None:
@@ -525,7 +547,7 @@ def _audit_target(target: Target, *, label: str | None = None, **options) -> Sme
 def _state(case: CaseReport | None, kernel: KernelReport | None) -> str:
     if case is None:
         return "-"
-    if case.status in ("compile-error", "import-error", "skipped"):
+    if case.status in ("compile-error", "import-error", "skipped", NOT_APPLICABLE):
         return case.status
     if kernel is None:
         return "-"
@@ -596,11 +618,12 @@ def table_rows(result: SmemAuditResult, *, findings_only: bool = False) -> list[
 
 
 def summary_line(result: SmemAuditResult) -> str:
-    over, errors = len(result.over_limit), len(result.errors)
+    over, errors, refused = len(result.over_limit), len(result.errors), len(result.not_applicable)
     verdict = "PASS" if result.ok else "FAIL"
     return (f"{verdict}: {result.kernel_count()} kernel(s) from {len(result.cases)} launcher call(s) on "
             f"{', '.join(result.archs)}; {over} over the shared-memory limit, {errors} failed to compile or "
-            f"import; {result.compiled} compiled, {result.cached} from cache; {result.seconds:.1f} s.")
+            f"import" + (f", {refused} not applicable (SGLang's loader refuses the shape)" if refused else "")
+            + f"; {result.compiled} compiled, {result.cached} from cache; {result.seconds:.1f} s.")
 
 
 def audit_smem(path: str | Path | None = None, *, capabilities: Iterable[str] = DEFAULT_ARCHS,

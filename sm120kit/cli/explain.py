@@ -46,7 +46,10 @@ def explain(app: AppContext, items: tuple[str, ...], release: str | None, models
 
     It also reports settings that run on 12.x but slowly (a low --triton-attention-num-kv-splits, an fp8 KV
     cache with the FlashInfer MLA backend, SGLANG_* variables that force slow paths, trtllm backends chosen
-    by hand), each with the measured reason and the fix: warnings, or exit 13 with --error-on-slow.
+    by hand), each with the measured reason and the fix: warnings, or exit 13 with --error-on-slow. Settings
+    under which a kernel does not fit 12.x's shared memory (--max-lora-chunk-size above 64 with the csgmv LoRA
+    backend, --max-lora-rank above 21 with SGLANG_EXPERIMENTAL_LORA_OPTI) exit 13 and name the largest value
+    that fits.
 
     PATH is an SGLang git clone or installed package (default: the sglang this Python imports). Arguments
     after -- go to SGLang as `sglang serve` options, e.g. `-- --attention-backend fa3`."""
@@ -126,6 +129,11 @@ def _verdict(result: backend_audit.BackendAuditResult, error_on_slow: bool = Fal
         problems.append(f"SGLang rejected the arguments in {len(result.rejected_on_12x)} resolution(s) on 12.x")
     if result.not_run:
         problems.append(f"{len(result.not_run)} resolution(s) could not be run")
+    if result.over_smem_on_12x:
+        settings = sorted({f"{f} (largest that fits: {f.largest_fitting})" for r in result.over_smem_on_12x
+                           for f in r.over_smem})
+        problems.append(f"{len(result.over_smem_on_12x)} resolution(s) on 12.x have a setting under which a kernel "
+                        f"SGLang launches needs more shared memory than the GPU has: {', '.join(settings)}")
     if error_on_slow and result.slow_on_12x:
         problems.append(f"{len(result.slow_on_12x)} resolution(s) on 12.x have settings that run slowly "
                         "(--error-on-slow)")

@@ -52,6 +52,11 @@ def check_slow(recipe: Recipe, spec: ServerArgsSpec, given: dict | None) -> list
                 f"{recipe.where(line)}: {finding} runs on 12.x but slowly in {spec.label}: {finding.why} "
                 f"[source: {finding.source}]",
                 hint=f"{finding.fix} If the setting is deliberate, say why in [notes.\"{key}\"] slow = \"...\".")
+        if finding.severity == slow_settings.OVER_SMEM:
+            raise RecipeError(
+                f"{recipe.where(line)}: {finding} makes a kernel of {spec.label} need more shared memory per block "
+                f"than a {recipe.gpus.capability[0]}.{recipe.gpus.capability[1]} GPU has (the largest value that "
+                f"fits: {finding.largest_fitting}): {finding.why} [source: {finding.source}]", hint=finding.fix)
         raise RecipeError(f"{recipe.where(line)}: {finding} has no SM120 code in {spec.label}: {finding.why}",
                           hint=finding.fix)
     return kept

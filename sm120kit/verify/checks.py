@@ -27,8 +27,8 @@ from sm120kit.verify.check import (
     hint_for,
 )
 
-__all__ = ["OK", "FAIL", "SKIPPED", "NO_GPU", "MISSING_PACKAGE", "Check", "CheckContext", "CheckResult", "all_checks", "select_checks",
-           "run_checks", "gpu_context", "skipped_all"]
+__all__ = ["OK", "FAIL", "SKIPPED", "NO_GPU", "MISSING_PACKAGE", "Check", "CheckContext", "CheckResult", "all_checks",
+           "select_checks", "run_checks", "gpu_context", "skipped_all"]
 
 
 # -- registry and runner ----------------------------------------------------------------------------------------
