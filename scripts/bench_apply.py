@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 from sm120kit import runner
-from sm120kit.sglang import releases
 from sm120kit.patching.engine import apply_series
-from sm120kit.patching.series import default_series_dir, load_series
 from sm120kit.patching.plan import plan_series
+from sm120kit.patching.series import default_series_dir, load_series
+from sm120kit.sglang import releases
 from sm120kit.sglang.target import find_target
 
 
@@ -50,8 +50,9 @@ def main() -> int:
     pristine = releases.fetch_release(args.release)
     plan = plan_series(pristine, series, version=args.release)
     diffs = [str(p.variant.diff) for p in plan.patches if p.status == "applies"]
-    print(f"release {args.release}, series {series.path}: "
-          + ", ".join(f"{p.patch_id}={p.status}" for p in plan.patches))
+    print(
+        f"release {args.release}, series {series.path}: " + ", ".join(f"{p.patch_id}={p.status}" for p in plan.patches)
+    )
     print(f"{len(diffs)} diffs to apply, {len(plan.changes)} files change")
 
     inproc, cli, noop, gitapply = [], [], [], []
@@ -71,8 +72,9 @@ def main() -> int:
 
             tree = _fresh(pristine, scratch, f"c{i}")
             start = time.perf_counter()
-            runner.run(runner.python_argv("-m", "sm120kit", "-q", "apply", str(tree / "sglang"),
-                                          "--series", str(series_dir)))
+            runner.run(
+                runner.python_argv("-m", "sm120kit", "-q", "apply", str(tree / "sglang"), "--series", str(series_dir))
+            )
             cli.append(time.perf_counter() - start)
 
             tree = _fresh(pristine, scratch, f"g{i}")
@@ -80,9 +82,15 @@ def main() -> int:
             runner.run(["git", "apply", "-p1", *diffs], cwd=tree)
             gitapply.append(time.perf_counter() - start)
 
-    med = {name: statistics.median(values) for name, values in
-           (("sm120kit in-process", inproc), ("sm120kit CLI", cli), ("sm120kit no-op", noop),
-            ("git apply", gitapply))}
+    med = {
+        name: statistics.median(values)
+        for name, values in (
+            ("sm120kit in-process", inproc),
+            ("sm120kit CLI", cli),
+            ("sm120kit no-op", noop),
+            ("git apply", gitapply),
+        )
+    }
     base = med["git apply"]
     print(f"\nmedian of {args.repeat} runs:")
     for name, value in med.items():

@@ -33,11 +33,11 @@ import threading
 import time
 from pathlib import Path
 
-from sm120kit.kernel import deps as deps_mod
 from sm120kit import runner
 from sm120kit.hardware import fatbin
-from sm120kit.kernel.source import find_kernel_source  # noqa: E402
+from sm120kit.kernel import deps as deps_mod
 from sm120kit.kernel.nvcc_launcher import filter_args  # noqa: E402
+from sm120kit.kernel.source import find_kernel_source  # noqa: E402
 from sm120kit.util.cache import cache_dir  # noqa: E402
 
 DEFAULT_REPO = "https://github.com/bytedance-iaas/sglang.git"  # mirrors upstream with release tags
@@ -58,25 +58,51 @@ TUS = {
 NEEDED_DEPS = ("repo-cutlass", "repo-flashinfer")
 
 # sgl-kernel's SGL_KERNEL_CUDA_FLAGS (CMakeLists.txt, SGLang 0.5.14-0.5.18) on x86-64, CUDA >= 13, defaults.
-UPSTREAM_TARGETS = ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_80,code=sm_80",
-                    "-gencode=arch=compute_89,code=sm_89", "-gencode=arch=compute_100f,code=sm_100f",
-                    "-gencode=arch=compute_120a,code=sm_120a", "-gencode=arch=compute_90a,code=sm_90a"]
+UPSTREAM_TARGETS = [
+    "-gencode=arch=compute_90,code=sm_90",
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_89,code=sm_89",
+    "-gencode=arch=compute_100f,code=sm_100f",
+    "-gencode=arch=compute_120a,code=sm_120a",
+    "-gencode=arch=compute_90a,code=sm_90a",
+]
 UPSTREAM_FLAGS = [
-    "-DNDEBUG", "-DOPERATOR_NAMESPACE=sgl-kernel", "-O3", "-Xcompiler", "-fPIC", "-std=c++17",
-    "-DFLASHINFER_ENABLE_F16", "-DCUTE_USE_PACKED_TUPLE=1", "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1",
-    "-DCUTLASS_VERSIONS_GENERATED", "-DCUTLASS_TEST_LEVEL=0", "-DCUTLASS_TEST_ENABLE_CACHED_RESULTS=1",
-    "-DCUTLASS_DEBUG_TRACE_LEVEL=0", "--expt-relaxed-constexpr", "--expt-extended-lambda",
-    "-Xcompiler=-Wno-conversion", "-Xcompiler=-Wno-deprecated-declarations", "-Xcompiler=-Wno-terminate",
-    "-Xcudafe=--diag_suppress=177", "-Xcudafe=--diag_suppress=2361",
-    "-DFLASHINFER_ENABLE_BF16", "-DFLASHINFER_ENABLE_FP8", "-DFLASHINFER_ENABLE_FP8_E4M3",
-    "-DFLASHINFER_ENABLE_FP8_E5M2", "--compress-mode=size", "-DENABLE_NVFP4=1",
-    "-D_GLIBCXX_USE_CXX11_ABI=1", "-DTORCH_EXTENSION_NAME=common_ops",
+    "-DNDEBUG",
+    "-DOPERATOR_NAMESPACE=sgl-kernel",
+    "-O3",
+    "-Xcompiler",
+    "-fPIC",
+    "-std=c++17",
+    "-DFLASHINFER_ENABLE_F16",
+    "-DCUTE_USE_PACKED_TUPLE=1",
+    "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1",
+    "-DCUTLASS_VERSIONS_GENERATED",
+    "-DCUTLASS_TEST_LEVEL=0",
+    "-DCUTLASS_TEST_ENABLE_CACHED_RESULTS=1",
+    "-DCUTLASS_DEBUG_TRACE_LEVEL=0",
+    "--expt-relaxed-constexpr",
+    "--expt-extended-lambda",
+    "-Xcompiler=-Wno-conversion",
+    "-Xcompiler=-Wno-deprecated-declarations",
+    "-Xcompiler=-Wno-terminate",
+    "-Xcudafe=--diag_suppress=177",
+    "-Xcudafe=--diag_suppress=2361",
+    "-DFLASHINFER_ENABLE_BF16",
+    "-DFLASHINFER_ENABLE_FP8",
+    "-DFLASHINFER_ENABLE_FP8_E4M3",
+    "-DFLASHINFER_ENABLE_FP8_E5M2",
+    "--compress-mode=size",
+    "-DENABLE_NVFP4=1",
+    "-D_GLIBCXX_USE_CXX11_ABI=1",
+    "-DTORCH_EXTENSION_NAME=common_ops",
 ]
 
 
 def torch_includes(python: str) -> list[str]:
-    code = ("import os, torch; i = os.path.join(os.path.dirname(torch.__file__), 'include'); "
-            "print(i); print(os.path.join(i, 'torch', 'csrc', 'api', 'include'))")
+    code = (
+        "import os, torch; i = os.path.join(os.path.dirname(torch.__file__), 'include'); "
+        "print(i); print(os.path.join(i, 'torch', 'csrc', 'api', 'include'))"
+    )
     out = runner.run([python, "-c", code], what="torch include folders").stdout.split()
     return out[-2:]
 
@@ -92,8 +118,11 @@ def prepare_sources(args) -> tuple[Path, Path]:
         tmp = root / f".sglang-{args.ref}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         print(f"cloning {args.sglang_repo} at {args.ref} into {clone}", flush=True)
-        runner.run(["git", "clone", "-q", "--depth", "1", "--branch", args.ref, args.sglang_repo, str(tmp)],
-                   what="git clone of SGLang", timeout=3600)
+        runner.run(
+            ["git", "clone", "-q", "--depth", "1", "--branch", args.ref, args.sglang_repo, str(tmp)],
+            what="git clone of SGLang",
+            timeout=3600,
+        )
         os.replace(tmp, clone)
     source = find_kernel_source(clone)
     if args.deps_dir:
@@ -105,11 +134,29 @@ def prepare_sources(args) -> tuple[Path, Path]:
 
 
 def command(kernel: Path, deps: Path, tu: str, includes: list[str], nvcc: str, out: Path) -> list[str]:
-    inc = [kernel / "include", kernel / "csrc", deps / "repo-cutlass" / "include",
-           deps / "repo-cutlass" / "tools" / "util" / "include", deps / "repo-flashinfer" / "include",
-           deps / "repo-flashinfer" / "csrc", *map(Path, includes), Path(sysconfig.get_paths()["include"])]
-    return [nvcc, *UPSTREAM_FLAGS, *UPSTREAM_TARGETS, "--threads=32", *(f"-I{p}" for p in inc),
-            "-x", "cu", "-c", str(kernel / tu), "-o", str(out)]
+    inc = [
+        kernel / "include",
+        kernel / "csrc",
+        deps / "repo-cutlass" / "include",
+        deps / "repo-cutlass" / "tools" / "util" / "include",
+        deps / "repo-flashinfer" / "include",
+        deps / "repo-flashinfer" / "csrc",
+        *map(Path, includes),
+        Path(sysconfig.get_paths()["include"]),
+    ]
+    return [
+        nvcc,
+        *UPSTREAM_FLAGS,
+        *UPSTREAM_TARGETS,
+        "--threads=32",
+        *(f"-I{p}" for p in inc),
+        "-x",
+        "cu",
+        "-c",
+        str(kernel / tu),
+        "-o",
+        str(out),
+    ]
 
 
 def sm120a_command(upstream: list[str]) -> list[str]:
@@ -157,8 +204,12 @@ def measure(argv: list[str], log: Path) -> dict:
     done.set()
     sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"wall_s": round(time.perf_counter() - start, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "peak_rss_mib": round(max(peak[0], usage.ru_maxrss * 1024) / 2**20, 1), "rc": proc.returncode}
+    return {
+        "wall_s": round(time.perf_counter() - start, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "peak_rss_mib": round(max(peak[0], usage.ru_maxrss * 1024) / 2**20, 1),
+        "rc": proc.returncode,
+    }
 
 
 def bench_tu(name: str, rel: str, kernel: Path, deps: Path, includes: list[str], nvcc: str, work: Path) -> dict:
@@ -175,9 +226,12 @@ def bench_tu(name: str, rel: str, kernel: Path, deps: Path, includes: list[str],
         else:
             stats["error"] = (work / f"{name}.{label}.log").read_text(errors="replace")[-1500:]
         result[label] = stats
-        print(f"  {name:28s} {label:8s} wall {stats['wall_s']:7.1f} s  cpu {stats['cpu_s']:7.1f} s  "
-              f"peak {stats['peak_rss_mib']:7.0f} MiB  obj {stats.get('object_bytes', 0) / 2**20:6.2f} MiB  "
-              f"rc {stats['rc']}", flush=True)
+        print(
+            f"  {name:28s} {label:8s} wall {stats['wall_s']:7.1f} s  cpu {stats['cpu_s']:7.1f} s  "
+            f"peak {stats['peak_rss_mib']:7.0f} MiB  obj {stats.get('object_bytes', 0) / 2**20:6.2f} MiB  "
+            f"rc {stats['rc']}",
+            flush=True,
+        )
     return result
 
 
@@ -194,9 +248,11 @@ def ratios(results: list[dict]) -> dict:
         "cpu_time_ratio": round(total("cpu_s", "upstream") / total("cpu_s", "sm120a"), 2),
         "wall_time_ratio": round(total("wall_s", "upstream") / total("wall_s", "sm120a"), 2),
         "object_size_ratio": round(total("object_bytes", "upstream") / total("object_bytes", "sm120a"), 2),
-        "peak_memory_ratio": round(max(r["upstream"]["peak_rss_mib"] for r in ok)
-                                   / max(r["sm120a"]["peak_rss_mib"] for r in ok), 2),
-        "upstream_cpu_s": round(total("cpu_s", "upstream"), 1), "sm120a_cpu_s": round(total("cpu_s", "sm120a"), 1),
+        "peak_memory_ratio": round(
+            max(r["upstream"]["peak_rss_mib"] for r in ok) / max(r["sm120a"]["peak_rss_mib"] for r in ok), 2
+        ),
+        "upstream_cpu_s": round(total("cpu_s", "upstream"), 1),
+        "sm120a_cpu_s": round(total("cpu_s", "sm120a"), 1),
         "upstream_object_mib": round(total("object_bytes", "upstream") / 2**20, 2),
         "sm120a_object_mib": round(total("object_bytes", "sm120a") / 2**20, 2),
         "upstream_peak_mib": max(r["upstream"]["peak_rss_mib"] for r in ok),
@@ -221,11 +277,26 @@ def wheel_projection(wheel: Path, arch: str = "sm_120a") -> dict:
             projected, note = host + sass.get(arch, 0), f"host + {arch} cubins"
         total += lib.size
         projected_total += projected
-        rows.append({"library": lib.label, "size": lib.size, "fatbin_bytes": lib.fatbin_bytes, "host_bytes": host,
-                     "sass_bytes": sass, "device_code_ratio": round(lib.fatbin_bytes / sass[arch], 2)
-                     if sass.get(arch) else None, "projected": projected, "note": note})
-    return {"wheel": wheel.name, "arch": arch, "libraries": rows, "total": total, "projected_total": projected_total,
-            "size_ratio": round(total / projected_total, 1) if projected_total else None}
+        rows.append(
+            {
+                "library": lib.label,
+                "size": lib.size,
+                "fatbin_bytes": lib.fatbin_bytes,
+                "host_bytes": host,
+                "sass_bytes": sass,
+                "device_code_ratio": round(lib.fatbin_bytes / sass[arch], 2) if sass.get(arch) else None,
+                "projected": projected,
+                "note": note,
+            }
+        )
+    return {
+        "wheel": wheel.name,
+        "arch": arch,
+        "libraries": rows,
+        "total": total,
+        "projected_total": projected_total,
+        "size_ratio": round(total / projected_total, 1) if projected_total else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,19 +312,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="interpreter whose torch headers are used")
     parser.add_argument("--nvcc", default=shutil.which("nvcc"), help="nvcc (default: from PATH)")
     parser.add_argument("--json", help="write the results here (rewritten after every TU)")
-    parser.add_argument("--wheel", help="instead of compiling: device code per library of a published wheel "
-                        "and its projected size with sm_120a alone")
+    parser.add_argument(
+        "--wheel",
+        help="instead of compiling: device code per library of a published wheel "
+        "and its projected size with sm_120a alone",
+    )
     args = parser.parse_args(argv)
     if args.wheel:
         data = wheel_projection(Path(args.wheel))
-        mib = 2 ** 20
+        mib = 2**20
         for row in data["libraries"]:
             sass = " ".join(f"{a}={b / mib:.2f}" for a, b in row["sass_bytes"].items())
-            print(f"{row['library']:55s} {row['size'] / mib:9.2f} MiB  fatbin {row['fatbin_bytes'] / mib:9.2f}  "
-                  f"host {row['host_bytes'] / mib:6.2f}  -> {row['projected'] / mib:7.2f} MiB ({row['note']})  "
-                  f"SASS MiB: {sass}")
-        print(f"total {data['total'] / mib:.1f} MiB -> {data['projected_total'] / mib:.1f} MiB "
-              f"({data['size_ratio']}x smaller)")
+            print(
+                f"{row['library']:55s} {row['size'] / mib:9.2f} MiB  fatbin {row['fatbin_bytes'] / mib:9.2f}  "
+                f"host {row['host_bytes'] / mib:6.2f}  -> {row['projected'] / mib:7.2f} MiB ({row['note']})  "
+                f"SASS MiB: {sass}"
+            )
+        print(
+            f"total {data['total'] / mib:.1f} MiB -> {data['projected_total'] / mib:.1f} MiB "
+            f"({data['size_ratio']}x smaller)"
+        )
         if args.json:
             Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
         return 0
@@ -266,16 +344,25 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     names = args.tu or list(TUS)
     nvcc_version = runner.run([args.nvcc, "--version"]).stdout.strip().splitlines()[-1]
-    print(f"kernel source {kernel} ({args.ref}); {nvcc_version}; {os.cpu_count()} cores; TUs: {', '.join(names)}",
-          flush=True)
+    print(
+        f"kernel source {kernel} ({args.ref}); {nvcc_version}; {os.cpu_count()} cores; TUs: {', '.join(names)}",
+        flush=True,
+    )
     start = time.perf_counter()
     results: list[dict] = []
     skipped: list[str] = []
 
     def write() -> dict:
-        data = {"ref": args.ref, "nvcc": nvcc_version, "cores": os.cpu_count(), "parallel": args.parallel,
-                "upstream_targets": [t.split("code=")[1] for t in UPSTREAM_TARGETS], "results": results,
-                "skipped": skipped, "summary": ratios(results)}
+        data = {
+            "ref": args.ref,
+            "nvcc": nvcc_version,
+            "cores": os.cpu_count(),
+            "parallel": args.parallel,
+            "upstream_targets": [t.split("code=")[1] for t in UPSTREAM_TARGETS],
+            "results": results,
+            "skipped": skipped,
+            "summary": ratios(results),
+        }
         if args.json:
             Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
         return data

@@ -82,12 +82,13 @@ def cases(which: str = "all") -> list[tuple[str, int, int]]:
 def patched_cap_function():
     """``_sm120_decode_kv_splits_cap`` as the patch installs it (the generator's source, executed)."""
     import gen_decode_splits_patch as gen  # beside this file
+
     namespace = {"torch": torch, "Optional": Optional}
     exec(compile(gen.HELPERS, "sm120-decode-kv-splits", "exec"), namespace)
     return namespace["_sm120_decode_kv_splits_cap"]
 
 
-def _sglang_file(*candidates: str) -> Optional[Path]:
+def _sglang_file(*candidates: str) -> Path | None:
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -102,8 +103,12 @@ def _functions_from(path: Path, names: tuple[str, ...], namespace: dict) -> dict
     """Execute the named top-level functions and constants of ``path`` (no module import: the backend
     module pulls in the whole server)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in names) or (
-        isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets))]
+    keep = [
+        n
+        for n in tree.body
+        if (isinstance(n, ast.FunctionDef) and n.name in names)
+        or (isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets))
+    ]
     exec(compile(ast.Module(body=keep, type_ignores=[]), str(path), "exec"), namespace)
     return namespace
 
@@ -113,13 +118,17 @@ def release_mla_cap_function():
     path = _sglang_file("srt/layers/attention/triton_backend.py")
     if path is None or "def _mla_decode_kv_splits_cap" not in path.read_text(encoding="utf-8"):
         return None
-    ns = _functions_from(path, ("_mla_decode_kv_splits_cap", "_MLA_DECODE_MIN_BLOCK_KV"),
-                         {"triton": triton, "next_power_of_2": triton.next_power_of_2})
+    ns = _functions_from(
+        path,
+        ("_mla_decode_kv_splits_cap", "_MLA_DECODE_MIN_BLOCK_KV"),
+        {"triton": triton, "next_power_of_2": triton.next_power_of_2},
+    )
     return ns["_mla_decode_kv_splits_cap"]
 
 
-def split_caps(shape: str, sm_count: int, model_context: int = MODEL_CONTEXT, *, patched_cap=None,
-               release_mla_cap=None) -> tuple[int, int]:
+def split_caps(
+    shape: str, sm_count: int, model_context: int = MODEL_CONTEXT, *, patched_cap=None, release_mla_cap=None
+) -> tuple[int, int]:
     """(release cap, patched cap) of max_kv_splits for ``shape`` on a GPU of ``sm_count`` SMs."""
     heads, kv_heads, _, lv = SHAPES[shape]
     patched_cap = patched_cap or patched_cap_function()
@@ -190,11 +199,13 @@ def sglang_split_scheduler():
     """The release's ``get_num_kv_splits_triton`` (metadata.py from 0.5.16; triton_backend.py before)."""
     try:
         from sglang.kernels.ops.attention.metadata import get_num_kv_splits_triton
+
         return get_num_kv_splits_triton
     except ImportError:
         path = _sglang_file("srt/layers/attention/triton_backend.py")
         return _functions_from(path, ("get_num_kv_splits_triton",), {"triton": triton, "tl": tl})[
-            "get_num_kv_splits_triton"]
+            "get_num_kv_splits_triton"
+        ]
 
 
 class DecodeRunner:
@@ -207,8 +218,11 @@ class DecodeRunner:
         g = torch.Generator(device="cuda").manual_seed(context + batch)
         slots = batch * context + 64
         self.k = torch.randn(slots, kv_heads, lk, device="cuda", dtype=torch.bfloat16, generator=g)
-        self.v = self.k[:, :, :lv] if kv_heads == 1 else torch.randn(
-            slots, kv_heads, lv, device="cuda", dtype=torch.bfloat16, generator=g)
+        self.v = (
+            self.k[:, :, :lv]
+            if kv_heads == 1
+            else torch.randn(slots, kv_heads, lv, device="cuda", dtype=torch.bfloat16, generator=g)
+        )
         self.q = torch.randn(batch, heads, lk, device="cuda", dtype=torch.bfloat16, generator=g)
         self.seq_lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
         self.kv_indptr = torch.arange(0, batch + 1, device="cuda", dtype=torch.int32) * context
@@ -219,19 +233,32 @@ class DecodeRunner:
     def splits(self, cap: int) -> torch.Tensor:
         n = torch.empty(self.batch, dtype=torch.int32, device="cuda")
         seq = 256 if self.batch < 256 else triton.next_power_of_2(self.batch)
-        self.scheduler[(1,)](n, self.seq_lens, self.batch, 1, self.heads, self.kv_heads, cap, self.sm_count,
-                             MAX_NUM_SEQ=seq)
+        self.scheduler[(1,)](
+            n, self.seq_lens, self.batch, 1, self.heads, self.kv_heads, cap, self.sm_count, MAX_NUM_SEQ=seq
+        )
         return n
 
-    def call(self, cap: int, forced: Optional[int] = None):
+    def call(self, cap: int, forced: int | None = None):
         """(launch closure, output, per-request splits) with max_kv_splits = cap."""
         num = torch.full((self.batch,), forced, dtype=torch.int32, device="cuda") if forced else self.splits(cap)
         o = torch.empty(self.batch, self.heads, self.lv, device="cuda", dtype=torch.bfloat16)
         logits = torch.empty(self.batch, self.heads, cap, self.lv, device="cuda", dtype=torch.float32)
         lse = torch.empty(self.batch, self.heads, cap, device="cuda", dtype=torch.float32)
-        kwargs = dict(q=self.q, k_buffer=self.k, v_buffer=self.v, o=o, kv_indptr=self.kv_indptr,
-                      kv_indices=self.kv_indices, attn_logits=logits, attn_lse=lse, num_kv_splits=num,
-                      max_kv_splits=cap, sm_scale=self.sm_scale, k_scale=1.0, v_scale=1.0)
+        kwargs = dict(
+            q=self.q,
+            k_buffer=self.k,
+            v_buffer=self.v,
+            o=o,
+            kv_indptr=self.kv_indptr,
+            kv_indices=self.kv_indices,
+            attn_logits=logits,
+            attn_lse=lse,
+            num_kv_splits=num,
+            max_kv_splits=cap,
+            sm_scale=self.sm_scale,
+            k_scale=1.0,
+            v_scale=1.0,
+        )
         if "has_mla" in self.params:
             kwargs["has_mla"] = self.kv_heads == 1 and self.lk > self.lv
         kwargs = {k: v for k, v in kwargs.items() if k in self.params}
@@ -242,8 +269,9 @@ def run_decode(args, sm_count, read_gbs, patched_cap, release_mla_cap) -> list[d
     dec, scheduler = sglang_decode(), sglang_split_scheduler()
     rows = []
     for shape, context, batch in cases(args.cases):
-        r_cap, p_cap = split_caps(shape, sm_count, args.model_context, patched_cap=patched_cap,
-                                  release_mla_cap=release_mla_cap)
+        r_cap, p_cap = split_caps(
+            shape, sm_count, args.model_context, patched_cap=patched_cap, release_mla_cap=release_mla_cap
+        )
         run = DecodeRunner(dec, scheduler, shape, context, batch, sm_count)
         slow = context * batch > 10**6
         fn_r, o_r, n_r = run.call(r_cap)
@@ -251,11 +279,21 @@ def run_decode(args, sm_count, read_gbs, patched_cap, release_mla_cap) -> list[d
         ms_r, ms_p = bench(fn_r, slow), bench(fn_p, slow)
         nbytes = kv_read_bytes(shape, context, batch)
         row = {
-            "shape": shape, "context": context, "batch": batch,
-            "release": {"cap": r_cap, "splits": int(n_r.max()), "ms": ms_r,
-                        "roofline_pct": roofline_share(nbytes, ms_r, read_gbs)},
-            "patched": {"cap": p_cap, "splits": int(n_p.max()), "ms": ms_p,
-                        "roofline_pct": roofline_share(nbytes, ms_p, read_gbs)},
+            "shape": shape,
+            "context": context,
+            "batch": batch,
+            "release": {
+                "cap": r_cap,
+                "splits": int(n_r.max()),
+                "ms": ms_r,
+                "roofline_pct": roofline_share(nbytes, ms_r, read_gbs),
+            },
+            "patched": {
+                "cap": p_cap,
+                "splits": int(n_p.max()),
+                "ms": ms_p,
+                "roofline_pct": roofline_share(nbytes, ms_p, read_gbs),
+            },
             "speedup": ms_r / ms_p,
             "max_abs_diff": float((o_r.float() - o_p.float()).abs().max()),
         }
@@ -272,12 +310,17 @@ def run_decode(args, sm_count, read_gbs, patched_cap, release_mla_cap) -> list[d
         rows.append(row)
         extra = ""
         if "sweep_ms" in row:
-            extra = (f"  best {row['best_splits']:>3} splits: patched/best {row['patched_over_best']:.2f}x,"
-                     f" 8 splits/patched {row['eight_over_patched']:.2f}x")
-        print(f"{shape:>9} ctx {context:>6} bs {batch:>2}: release {ms_r:8.3f} ms ({row['release']['splits']:>3} "
-              f"splits, {row['release']['roofline_pct']:5.1f} %)  patched {ms_p:8.3f} ms "
-              f"({row['patched']['splits']:>3} splits, {row['patched']['roofline_pct']:5.1f} %)  "
-              f"{row['speedup']:5.2f}x  diff {row['max_abs_diff']:.1e}{extra}", flush=True)
+            extra = (
+                f"  best {row['best_splits']:>3} splits: patched/best {row['patched_over_best']:.2f}x,"
+                f" 8 splits/patched {row['eight_over_patched']:.2f}x"
+            )
+        print(
+            f"{shape:>9} ctx {context:>6} bs {batch:>2}: release {ms_r:8.3f} ms ({row['release']['splits']:>3} "
+            f"splits, {row['release']['roofline_pct']:5.1f} %)  patched {ms_p:8.3f} ms "
+            f"({row['patched']['splits']:>3} splits, {row['patched']['roofline_pct']:5.1f} %)  "
+            f"{row['speedup']:5.2f}x  diff {row['max_abs_diff']:.1e}{extra}",
+            flush=True,
+        )
         del run, fn_r, fn_p, o_r, o_p
         torch.cuda.empty_cache()
     return rows
@@ -289,6 +332,7 @@ def patch_fp8_pages_module():
     import tempfile
 
     import gen_fp8_pages_patch as gen  # beside this file
+
     path = Path(tempfile.mkdtemp(prefix="fp8-pages-")) / "sm120_fp8_pages_bench.py"
     path.write_text("from __future__ import annotations\nimport torch\n" + gen.HELPERS, encoding="utf-8")
     spec = importlib.util.spec_from_file_location("sm120_fp8_pages_bench", path)
@@ -305,7 +349,8 @@ def run_fp8(args) -> list[dict]:
     for pool_tokens in POOLS:
         g = torch.Generator(device="cuda").manual_seed(pool_tokens)
         pool = (torch.randn(pool_tokens, 1, 576, device="cuda", dtype=torch.bfloat16, generator=g) / 2).to(
-            torch.float8_e4m3fn)
+            torch.float8_e4m3fn
+        )
         out = torch.zeros(pool_tokens, 1, 576, device="cuda", dtype=torch.bfloat16)
         ms_full = bench(lambda: pool.to(torch.bfloat16))
         full = pool.to(torch.bfloat16)
@@ -315,11 +360,22 @@ def run_fp8(args) -> list[dict]:
             lens = torch.full((batch,), read // batch, dtype=torch.int32, device="cuda")
             ms_pages = bench(lambda: patch._sm120_convert_pages(pool, idx, lens, batch, out))
             same = bool(torch.equal(out[idx].view(torch.int16), full[idx].view(torch.int16)))
-            rows.append({"pool_tokens": pool_tokens, "batch": batch, "tokens_read": read,
-                         "full_ms": ms_full, "pages_ms": ms_pages, "ratio": ms_full / ms_pages,
-                         "bit_identical": same})
-            print(f"fp8 pool {pool_tokens:>8} bs {batch:>2} ({read:>6} tokens read): whole pool {ms_full:8.3f} ms"
-                  f"  pages only {ms_pages:7.3f} ms  {ms_full / ms_pages:7.1f}x  bit-identical {same}", flush=True)
+            rows.append(
+                {
+                    "pool_tokens": pool_tokens,
+                    "batch": batch,
+                    "tokens_read": read,
+                    "full_ms": ms_full,
+                    "pages_ms": ms_pages,
+                    "ratio": ms_full / ms_pages,
+                    "bit_identical": same,
+                }
+            )
+            print(
+                f"fp8 pool {pool_tokens:>8} bs {batch:>2} ({read:>6} tokens read): whole pool {ms_full:8.3f} ms"
+                f"  pages only {ms_pages:7.3f} ms  {ms_full / ms_pages:7.1f}x  bit-identical {same}",
+                flush=True,
+            )
         del pool, out, full
         torch.cuda.empty_cache()
     for batch in FP8_BATCHES:
@@ -333,8 +389,12 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", choices=("all", "quick"), default="all")
     ap.add_argument("--no-sweep", action="store_true", help="skip the forced split-count sweep at batch 1")
     ap.add_argument("--no-fp8", action="store_true", help="skip the fp8 pool conversion table")
-    ap.add_argument("--model-context", type=int, default=MODEL_CONTEXT,
-                    help="the model context length the caps are sized for (default %(default)s)")
+    ap.add_argument(
+        "--model-context",
+        type=int,
+        default=MODEL_CONTEXT,
+        help="the model context length the caps are sized for (default %(default)s)",
+    )
     ap.add_argument("--native", action="store_true", help="no SM120 mode on a GPU that is not 12.x")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args(argv)
@@ -346,16 +406,26 @@ def main(argv=None) -> int:
 
     version = getattr(sglang, "__version__", "?")
     mode = "SM120 mode (DISABLE_MMA_V3=1)" if SM120_MODE else "native"
-    print(f"{props.name}, {props.multi_processor_count} SMs, capability {props.major}.{props.minor}, {mode}; "
-          f"SGLang {version}, Triton {triton.__version__}", flush=True)
+    print(
+        f"{props.name}, {props.multi_processor_count} SMs, capability {props.major}.{props.minor}, {mode}; "
+        f"SGLang {version}, Triton {triton.__version__}",
+        flush=True,
+    )
     started = time.time()
     read_gbs = read_roofline_gbs()
     print(f"read roofline (torch.sum over 512 MiB): {read_gbs:.0f} GB/s", flush=True)
     patched_cap, release_mla_cap = patched_cap_function(), release_mla_cap_function()
     result = {
-        "gpu": props.name, "sm_count": props.multi_processor_count, "capability": f"{props.major}.{props.minor}",
-        "sm120_mode": SM120_MODE, "sglang": version, "triton": triton.__version__, "torch": torch.__version__,
-        "read_roofline_gbs": read_gbs, "model_context": args.model_context, "timing": "cuda graph replay",
+        "gpu": props.name,
+        "sm_count": props.multi_processor_count,
+        "capability": f"{props.major}.{props.minor}",
+        "sm120_mode": SM120_MODE,
+        "sglang": version,
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "read_roofline_gbs": read_gbs,
+        "model_context": args.model_context,
+        "timing": "cuda graph replay",
         "release_mla_cap": release_mla_cap is not None,
     }
     result["decode"] = run_decode(args, props.multi_processor_count, read_gbs, patched_cap, release_mla_cap)

@@ -31,8 +31,7 @@ GOAL_WARM_SECONDS = 60.0
 
 def _run(args: list[str], env: dict) -> tuple[float, dict, int]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "sm120kit", *args, "--json"], capture_output=True, text=True,
-                          env=env)
+    proc = subprocess.run([sys.executable, "-m", "sm120kit", *args, "--json"], capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     try:
         data = json.loads(proc.stdout)
@@ -60,11 +59,15 @@ def main() -> int:
     try:
         cold, cold_data, code = _run(matrix_args, env)
         targets = [r["target"]["label"] for r in cold_data["rows"]]
-        print(f"cold:  {cold:7.1f} s  (downloads {cold_data['fetch_seconds']:.1f} s, checks "
-              f"{cold_data['check_seconds']:.1f} s; {len(targets)} releases, exit {code})")
+        print(
+            f"cold:  {cold:7.1f} s  (downloads {cold_data['fetch_seconds']:.1f} s, checks "
+            f"{cold_data['check_seconds']:.1f} s; {len(targets)} releases, exit {code})"
+        )
         warm, warm_data, code = _run(matrix_args, env)
-        print(f"warm:  {warm:7.1f} s  (downloads {warm_data['fetch_seconds']:.1f} s, checks "
-              f"{warm_data['check_seconds']:.1f} s; exit {code})")
+        print(
+            f"warm:  {warm:7.1f} s  (downloads {warm_data['fetch_seconds']:.1f} s, checks "
+            f"{warm_data['check_seconds']:.1f} s; exit {code})"
+        )
         same = [r["statuses"] for r in cold_data["rows"]] == [r["statuses"] for r in warm_data["rows"]]
         print(f"cold / warm: {cold / warm:.1f}x; same statuses both times: {same}")
         print(f"goal: warm under {GOAL_WARM_SECONDS:.0f} s: {'met' if warm < GOAL_WARM_SECONDS else 'MISSED'}")
@@ -75,8 +78,10 @@ def main() -> int:
                 _, data, _ = _run(["check-upstream", "--release", version, *extra], env)
                 agree &= {p["id"]: p["status"] for p in data["patches"]} == row["statuses"]
             one_by_one = time.perf_counter() - start
-            print(f"one by one (check-upstream per release, warm): {one_by_one:7.1f} s; "
-                  f"one by one / matrix: {one_by_one / warm:.1f}x; same statuses: {agree}")
+            print(
+                f"one by one (check-upstream per release, warm): {one_by_one:7.1f} s; "
+                f"one by one / matrix: {one_by_one / warm:.1f}x; same statuses: {agree}"
+            )
     finally:
         if args.keep_cache:
             print(f"cache kept: {cache}")

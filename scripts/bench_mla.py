@@ -161,7 +161,9 @@ def rooflines():
     best = 0.0
     for bm, bn, bk, w, s in ((128, 128, 32, 4, 3), (128, 128, 64, 8, 3), (128, 256, 32, 8, 3)):
         try:
-            run = lambda: _mm_kernel[(n // bm, n // bn)](a, b, c, n, n, n, BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=s)  # noqa: E731
+            run = lambda: _mm_kernel[(n // bm, n // bn)](
+                a, b, c, n, n, n, BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=s
+            )  # noqa: E731
             t = triton.testing.do_bench(run, warmup=5, rep=100)
             best = max(best, 2 * n**3 / (t * 1e-3) / 1e12)
         except Exception:  # a tile that does not fit this GPU: try the next
@@ -208,8 +210,18 @@ def to_device(case, page_size):
 
 def verify_case(prefix, drafts, heads, kv_dtype, tree, page_size, batch=1):
     pool_extra = 64 * page_size + 64
-    c = ref.make_verify_case([prefix] * batch, [drafts] * batch, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16,
-                             tree=tree, seed=prefix + drafts, pool_extra=pool_extra, device="cpu")
+    c = ref.make_verify_case(
+        [prefix] * batch,
+        [drafts] * batch,
+        heads=heads,
+        lk=LK,
+        lv=LV,
+        dtype=torch.bfloat16,
+        tree=tree,
+        seed=prefix + drafts,
+        pool_extra=pool_extra,
+        device="cpu",
+    )
     c = to_device(c, page_size)
     if kv_dtype == "fp8":
         c["k_pool"] = (c["k_pool"].float() / 2).to(torch.float8_e4m3fn)
@@ -220,8 +232,23 @@ def verify_case(prefix, drafts, heads, kv_dtype, tree, page_size, batch=1):
 def run_verify(mla, ext, c, heads, page_size, kv_scale):
     o_new = torch.empty(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
     o_old = torch.empty_like(o_new)
-    args = (c["q"], c["k_ext"], c["v_ext"], None, c["k_pool"], c["v_pool"], c["qo_indptr"], c["kv_indptr"],
-            c["kv_indices"], c["custom_mask"], False, c["mask_indptr"], c["max_len"], kv_scale, kv_scale)
+    args = (
+        c["q"],
+        c["k_ext"],
+        c["v_ext"],
+        None,
+        c["k_pool"],
+        c["v_pool"],
+        c["qo_indptr"],
+        c["kv_indptr"],
+        c["kv_indices"],
+        c["custom_mask"],
+        False,
+        c["mask_indptr"],
+        c["max_len"],
+        kv_scale,
+        kv_scale,
+    )
 
     def new():
         a = list(args)
@@ -255,12 +282,40 @@ def run_decode(mla, dec, c, heads, splits_old, kv_scale, page_size):
     scale = 1.0 / LK**0.5
 
     def new():
-        assert mla.sm120_mla_decode_fwd(c["q"], c["k_pool"], c["v_pool"], o_new, c["kv_indptr"], c["kv_indices"],
-                                        logits, lse, nsplit, splits_old, scale, kv_scale, kv_scale)
+        assert mla.sm120_mla_decode_fwd(
+            c["q"],
+            c["k_pool"],
+            c["v_pool"],
+            o_new,
+            c["kv_indptr"],
+            c["kv_indices"],
+            logits,
+            lse,
+            nsplit,
+            splits_old,
+            scale,
+            kv_scale,
+            kv_scale,
+        )
 
     def old():
-        dec.decode_attention_fwd(c["q"], c["k_pool"], c["v_pool"], o_old, c["kv_indptr"], c["kv_indices"], logits,
-                                 lse, nsplit, splits_old, scale, kv_scale, kv_scale, has_mla=True, page_size=page_size)
+        dec.decode_attention_fwd(
+            c["q"],
+            c["k_pool"],
+            c["v_pool"],
+            o_old,
+            c["kv_indptr"],
+            c["kv_indices"],
+            logits,
+            lse,
+            nsplit,
+            splits_old,
+            scale,
+            kv_scale,
+            kv_scale,
+            has_mla=True,
+            page_size=page_size,
+        )
 
     return new, old, o_new, o_old
 
@@ -320,7 +375,7 @@ def verify_cases(which):
     if which in ("all", "verify"):
         for prefix in (8192, 32768, 131072, 185000):
             for drafts in (1, 8, 16, 32):
-                for tree in (("chain",) if drafts == 1 else ("chain", "tree")):
+                for tree in ("chain",) if drafts == 1 else ("chain", "tree"):
                     cases.append((prefix, drafts, 16, "bf16", tree, 1))
         for heads in (8, 32, 128):
             for prefix in (32768, 185000):
@@ -337,7 +392,11 @@ def verify_cases(which):
             if (prefix, 8, 16, "fp8", "tree", 1) not in cases:
                 cases.append((prefix, 8, 16, "fp8", "tree", 1))
     if which == "quick":
-        cases = [(32768, 8, 16, "bf16", "tree", 1), (185000, 8, 16, "bf16", "tree", 1), (185000, 16, 16, "bf16", "tree", 1)]
+        cases = [
+            (32768, 8, 16, "bf16", "tree", 1),
+            (185000, 8, 16, "bf16", "tree", 1),
+            (185000, 16, 16, "bf16", "tree", 1),
+        ]
     return cases
 
 
@@ -381,8 +440,10 @@ SWEEP_SPLITS = {  # (case, tiles, split counts) for the finer sweep around the d
 def sweep_splits(mla, roof):
     """Split counts beyond the default cap, and the largest tiles that fit, at prefix 185k."""
     out = []
-    for kind, c in (("decode", decode_case(185000, 1, 16, "bf16", 1)),
-                    ("verify", verify_case(185000, 8, 16, "bf16", "tree", 1))):
+    for kind, c in (
+        ("decode", decode_case(185000, 1, 16, "bf16", 1)),
+        ("verify", verify_case(185000, 8, 16, "bf16", "tree", 1)),
+    ):
         is_dec = kind == "decode"
         max_tok = 1 if is_dec else c["max_len"]
         o = torch.empty(c["q"].shape[0], 16, LV, dtype=torch.bfloat16, device="cuda")
@@ -398,8 +459,16 @@ def sweep_splits(mla, roof):
                     out.append({"kind": kind, "cfg": list(cfg), "splits": splits, "error": str(e)[:100]})
                     continue
                 r = row(kind, f"{kind} p185000 n{max_tok} b1", c, 16, None, t, roof, None)
-                out.append({"kind": kind, "case": r["case"], "cfg": list(cfg), "splits": splits, "ms": round(t, 4),
-                            "pct": r["pct_roofline_new"]})
+                out.append(
+                    {
+                        "kind": kind,
+                        "case": r["case"],
+                        "cfg": list(cfg),
+                        "splits": splits,
+                        "ms": round(t, 4),
+                        "pct": r["pct_roofline_new"],
+                    }
+                )
                 print(json.dumps(out[-1]), flush=True)
         del c
     return out
@@ -428,8 +497,16 @@ def sweep(mla, roof):
                     nblk = -(-max_tok // bt)
                     splits = routes.num_splits_for(nblk * batch, sms, waves)
                     table = routes.TABLE._replace(tiles=cfg, splits=splits)
-                    fn = lambda: split_attention(mla, c, o, tail, batch, max_tok, table=table,  # noqa: E731
-                                                 v_from_k=vfk)
+                    fn = lambda: split_attention(
+                        mla,
+                        c,
+                        o,
+                        tail,
+                        batch,
+                        max_tok,
+                        table=table,  # noqa: E731
+                        v_from_k=vfk,
+                    )
                     try:
                         fn()
                         if ref_out is None:
@@ -441,9 +518,17 @@ def sweep(mla, roof):
                         print(json.dumps(out[-1]), flush=True)
                         continue
                     r = row(kind, f"{kind} p{c['prefix_lens'][0]} n{max_tok} b{batch}", c, heads, None, t, roof, None)
-                    out.append({"kind": kind, "case": r["case"], "cfg": [bt, bh, bn, w, st, vfk, waves],
-                                "splits": splits, "ms": round(t, 4), "pct": r["pct_roofline_new"],
-                                "diff": round(diff, 5)})
+                    out.append(
+                        {
+                            "kind": kind,
+                            "case": r["case"],
+                            "cfg": [bt, bh, bn, w, st, vfk, waves],
+                            "splits": splits,
+                            "ms": round(t, 4),
+                            "pct": r["pct_roofline_new"],
+                            "diff": round(diff, 5),
+                        }
+                    )
                     print(json.dumps(out[-1]), flush=True)
         del c
     return out
@@ -454,14 +539,29 @@ def sweep(mla, roof):
 # for the pick's split count, merge (value dims, slots per step, warps) or None for the default). Every tile set
 # compiles for sm_120 within 101376 B (tests/test_mla_kernels.py).
 SWEEP_VARIANTS = {
-    "decode": [(None, None, (128, 16, 4)), (None, None, (32, 64, 4)), (None, None, (128, 64, 4)),
-               ((1, 16, 32, 4, 4), None, None), ((1, 16, 32, 4, 5), None, None), ((1, 16, 32, 4, 3), 4, None)],
-    "verify": [(None, None, (128, 16, 4)), (None, 1, None), (None, 4, None), ((2, 16, 32, 4, 4), None, None),
-               ((1, 16, 32, 4, 3), None, None)],
+    "decode": [
+        (None, None, (128, 16, 4)),
+        (None, None, (32, 64, 4)),
+        (None, None, (128, 64, 4)),
+        ((1, 16, 32, 4, 4), None, None),
+        ((1, 16, 32, 4, 5), None, None),
+        ((1, 16, 32, 4, 3), 4, None),
+    ],
+    "verify": [
+        (None, None, (128, 16, 4)),
+        (None, 1, None),
+        (None, 4, None),
+        ((2, 16, 32, 4, 4), None, None),
+        ((1, 16, 32, 4, 3), None, None),
+    ],
 }
 SWEEP_TILE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype)
-    ("verify", 185000, 8, 16, "bf16"), ("verify", 185000, 32, 16, "bf16"), ("verify", 32768, 32, 16, "bf16"),
-    ("decode", 185000, 1, 16, "bf16"), ("decode", 131072, 1, 16, "bf16"), ("decode", 32768, 4, 16, "bf16"),
+    ("verify", 185000, 8, 16, "bf16"),
+    ("verify", 185000, 32, 16, "bf16"),
+    ("verify", 32768, 32, 16, "bf16"),
+    ("decode", 185000, 1, 16, "bf16"),
+    ("decode", 131072, 1, 16, "bf16"),
+    ("decode", 32768, 4, 16, "bf16"),
 ]
 
 
@@ -475,8 +575,9 @@ def split_attention(mla, c, o, tail, batch, max_tok, scale=1.0, table=None, v_fr
     if table is not None or v_from_k is not None:
         call = mla.call_of(*args, tail, lse)
         route = mla.routes.choose(call if v_from_k is None else call._replace(v_from_k=v_from_k), table)
-    mla._run_split_attention(*args, 1 / LK**0.5, scale, scale, tail=tail, lse_out=lse,
-                             **({} if route is None else {"route": route}))
+    mla._run_split_attention(
+        *args, 1 / LK**0.5, scale, scale, tail=tail, lse_out=lse, **({} if route is None else {"route": route})
+    )
 
 
 def _sweep_case(mla, kind, prefix, n, heads, kvd):
@@ -519,19 +620,36 @@ def sweep_tiles(mla, roof):
 
 
 SWEEP_PREFIX_CASES = [  # (prefix, drafts, heads, kv dtype): MLA verify cases that decide the prefix defaults
-    (185000, 8, 16, "bf16"), (32768, 8, 16, "bf16"), (32768, 8, 8, "bf16"), (32768, 32, 16, "bf16"),
-    (185000, 8, 16, "fp8"), (32768, 8, 16, "fp8"), (32768, 1, 16, "bf16"),
+    (185000, 8, 16, "bf16"),
+    (32768, 8, 16, "bf16"),
+    (32768, 8, 8, "bf16"),
+    (32768, 32, 16, "bf16"),
+    (185000, 8, 16, "fp8"),
+    (32768, 8, 16, "fp8"),
+    (32768, 1, 16, "bf16"),
 ]
 # (label, rescale slack): the CUDA prefix kernel's choices, each timed against the Triton prefix kernel on
 # the same inputs; -inf rescales the output at every step, as a textbook online softmax does.
 SWEEP_PREFIX_VARIANTS = [("mma, rescale every step", float("-inf")), ("mma, rescale past 8", 8.0)]
 SWEEP_MERGE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype)
-    ("verify", 32768, 8, 16, "bf16"), ("verify", 32768, 8, 8, "bf16"), ("verify", 32768, 1, 16, "bf16"),
-    ("verify", 185000, 8, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"), ("decode", 185000, 1, 16, "bf16"),
+    ("verify", 32768, 8, 16, "bf16"),
+    ("verify", 32768, 8, 8, "bf16"),
+    ("verify", 32768, 1, 16, "bf16"),
+    ("verify", 185000, 8, 16, "bf16"),
+    ("decode", 32768, 1, 16, "bf16"),
+    ("decode", 185000, 1, 16, "bf16"),
     ("decode", 32768, 4, 16, "bf16"),
 ]
-SWEEP_MERGES = [(64, 64, 4), (64, 128, 4), (32, 128, 4), (128, 64, 4), (128, 64, 8), (128, 128, 8), (256, 32, 4),
-                (256, 64, 8)]  # (value dims, slots per step, warps) of a merge program
+SWEEP_MERGES = [
+    (64, 64, 4),
+    (64, 128, 4),
+    (32, 128, 4),
+    (128, 64, 4),
+    (128, 64, 8),
+    (128, 128, 8),
+    (256, 32, 4),
+    (256, 64, 8),
+]  # (value dims, slots per step, warps) of a merge program
 
 
 def _timed_base(out, label, name, c, heads, fn, o, roof, **fields):
@@ -540,8 +658,15 @@ def _timed_base(out, label, name, c, heads, fn, o, roof, **fields):
     fn()
     ref_out = o.clone()
     t = bench(fn)
-    out.append({"case": label, "variant": name, "ms": round(t, 4),
-                "pct": row(label.split()[0], label, c, heads, None, t, roof, None)["pct_roofline_new"], **fields})
+    out.append(
+        {
+            "case": label,
+            "variant": name,
+            "ms": round(t, 4),
+            "pct": row(label.split()[0], label, c, heads, None, t, roof, None)["pct_roofline_new"],
+            **fields,
+        }
+    )
     print(json.dumps(out[-1]), flush=True)
     return ref_out, t
 
@@ -556,9 +681,16 @@ def _timed_variant(out, label, name, c, heads, fn, ref_out, o, t_base, roof):
         out.append({"case": label, "variant": name, "error": str(e)[:200]})
     else:
         kind = label.split()[0]
-        out.append({"case": label, "variant": name, "ms": round(t, 4),
-                    "pct": row(kind, label, c, heads, None, t, roof, None)["pct_roofline_new"],
-                    "base_over_variant": round(t_base / t, 3), "diff": round(diff, 5)})
+        out.append(
+            {
+                "case": label,
+                "variant": name,
+                "ms": round(t, 4),
+                "pct": row(kind, label, c, heads, None, t, roof, None)["pct_roofline_new"],
+                "base_over_variant": round(t_base / t, 3),
+                "diff": round(diff, 5),
+            }
+        )
     print(json.dumps(out[-1]), flush=True)
 
 
@@ -571,8 +703,9 @@ def sweep_prefix(mla, roof):
     for prefix, n, heads, kvd in SWEEP_PREFIX_CASES:
         c, o, call, max_tok, batch = _sweep_case(mla, "verify", prefix, n, heads, kvd)
         label = f"verify p{prefix} n{n} h{heads} {kvd}"
-        ref_out, t_tri = _timed_base(out, label, "triton prefix kernel", c, heads,
-                                     lambda: call(routes.force(routes.TRITON)), o, roof)
+        ref_out, t_tri = _timed_base(
+            out, label, "triton prefix kernel", c, heads, lambda: call(routes.force(routes.TRITON)), o, roof
+        )
         # the 64-row CUDA programs, in one launch where the launcher would take it
         mma64 = routes.TABLE._replace(mma_min_rows=0)
         for name, variant_slack in SWEEP_PREFIX_VARIANTS:
@@ -594,21 +727,43 @@ def sweep_merge(mla, roof):
         default = list(routes.TABLE.merge)
         ref_out, t_pick = _timed_base(out, label, f"merge {default} (default)", c, heads, call, o, roof)
         for merge in SWEEP_MERGES:
-            _timed_variant(out, label, f"merge {list(merge)}", c, heads,
-                           lambda: call(routes.TABLE._replace(merge=merge)), ref_out, o, t_pick, roof)
+            _timed_variant(
+                out,
+                label,
+                f"merge {list(merge)}",
+                c,
+                heads,
+                lambda: call(routes.TABLE._replace(merge=merge)),
+                ref_out,
+                o,
+                t_pick,
+                roof,
+            )
         del c
     return out
 
 
 SWEEP_FUSED_CASES = [  # (prefix, drafts, heads, kv dtype): MLA verify through the CUDA kernel
-    (32768, 8, 16, "bf16"), (32768, 8, 8, "bf16"), (32768, 16, 16, "bf16"), (32768, 32, 16, "bf16"),
-    (32768, 8, 32, "bf16"), (32768, 8, 16, "fp8"), (185000, 8, 16, "bf16"), (185000, 16, 16, "bf16"),
+    (32768, 8, 16, "bf16"),
+    (32768, 8, 8, "bf16"),
+    (32768, 16, 16, "bf16"),
+    (32768, 32, 16, "bf16"),
+    (32768, 8, 32, "bf16"),
+    (32768, 8, 16, "fp8"),
+    (185000, 8, 16, "bf16"),
+    (185000, 16, 16, "bf16"),
     (185000, 32, 16, "bf16"),
-    (185000, 8, 8, "bf16"), (185000, 8, 16, "fp8"), (8192, 8, 16, "bf16"),
+    (185000, 8, 8, "bf16"),
+    (185000, 8, 16, "fp8"),
+    (8192, 8, 16, "bf16"),
 ]
 SWEEP_CHUNK_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): where the fewest tokens a split
-    ("verify", 32768, 1, 16, "bf16"), ("verify", 8192, 1, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"),  # walks
-    ("decode", 8192, 1, 16, "bf16"), ("decode", 32768, 4, 16, "bf16"), ("decode", 131072, 1, 16, "bf16"),
+    ("verify", 32768, 1, 16, "bf16"),
+    ("verify", 8192, 1, 16, "bf16"),
+    ("decode", 32768, 1, 16, "bf16"),  # walks
+    ("decode", 8192, 1, 16, "bf16"),
+    ("decode", 32768, 4, 16, "bf16"),
+    ("decode", 131072, 1, 16, "bf16"),
     ("verify", 131072, 1, 16, "bf16"),
 ]
 SWEEP_CHUNKS = (64, 128, 256)
@@ -622,11 +777,28 @@ def sweep_fused(mla, roof):
     for prefix, n, heads, kvd in SWEEP_FUSED_CASES:
         c, o, call, _, _ = _sweep_case(mla, "verify", prefix, n, heads, kvd)
         label = f"verify p{prefix} n{n} h{heads} {kvd}"
-        ref_out, t_base = _timed_base(out, label, "three kernels", c, heads,
-                                      lambda: call(routes.TABLE._replace(one_launch_max_programs=0)), o, roof)
-        _timed_variant(out, label, "one cooperative launch", c, heads,
-                       lambda: call(routes.TABLE._replace(one_launch_max_programs=routes.NEVER)), ref_out, o, t_base,
-                       roof)
+        ref_out, t_base = _timed_base(
+            out,
+            label,
+            "three kernels",
+            c,
+            heads,
+            lambda: call(routes.TABLE._replace(one_launch_max_programs=0)),
+            o,
+            roof,
+        )
+        _timed_variant(
+            out,
+            label,
+            "one cooperative launch",
+            c,
+            heads,
+            lambda: call(routes.TABLE._replace(one_launch_max_programs=routes.NEVER)),
+            ref_out,
+            o,
+            t_base,
+            roof,
+        )
         del c
     for kind, prefix, n, heads, kvd in SWEEP_CHUNK_CASES:
         c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
@@ -661,11 +833,24 @@ def fused_numerics(mla):
     inputs: bf16/fp8 KV, int32/int64 slots, V of the tail as SGLang passes it (its own tensor), uneven
     batches, a mask row with no draft column, and a replay from a CUDA graph."""
     out = []
-    for kvd, idx64, own_v, heads in (("bf16", False, True, 16), ("fp8", False, True, 16), ("bf16", True, False, 8),
-                                     ("fp8", True, True, 4)):
+    for kvd, idx64, own_v, heads in (
+        ("bf16", False, True, 16),
+        ("fp8", False, True, 16),
+        ("bf16", True, False, 8),
+        ("fp8", True, True, 4),
+    ):
         scale = 0.5 if kvd == "fp8" else 1.0
-        c = ref.make_verify_case([3000, 517, 40, 9000], [8, 3, 16, 8], heads=heads, lk=LK, lv=LV,
-                                 dtype=torch.bfloat16, tree="tree", seed=heads + idx64, device="cuda")
+        c = ref.make_verify_case(
+            [3000, 517, 40, 9000],
+            [8, 3, 16, 8],
+            heads=heads,
+            lk=LK,
+            lv=LV,
+            dtype=torch.bfloat16,
+            tree="tree",
+            seed=heads + idx64,
+            device="cuda",
+        )
         if kvd == "fp8":
             c["k_pool"] = (c["k_pool"].float() / scale).to(torch.float8_e4m3fn)
             c["v_pool"] = c["k_pool"][:, :, :LV]
@@ -676,7 +861,7 @@ def fused_numerics(mla):
         # Request 1's first draft token sees none of the draft tail (the prefix only).
         kv1 = int(c["kv_indptr"][2] - c["kv_indptr"][1])
         m1 = int(c["mask_indptr"][1])
-        c["custom_mask"][m1 + kv1: m1 + kv1 + 3] = False
+        c["custom_mask"][m1 + kv1 : m1 + kv1 + 3] = False
         tail = (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
         outs = {}
         for fused in (True, False):
@@ -685,27 +870,47 @@ def fused_numerics(mla):
 
             def run():
                 split_attention(mla, c, o, tail, 4, c["max_len"], scale, table)
+
             (eager,), replay_diff = _eager_and_replay(run, [o], replays=2)  # twice: the barrier words are reused
             outs[fused] = (eager, replay_diff)
         ref_o = ref.reference_verify(c, k_scale=scale, v_scale=scale)
-        out.append({"check": "verify-fused", "kv": kvd, "kv_indices": "int64" if idx64 else "int32",
-                    "v_ext": "own tensor" if own_v else "view of k_ext", "heads": heads,
-                    "max_abs_diff_fused": round((outs[True][0].float() - ref_o).abs().max().item(), 5),
-                    "max_abs_diff_unfused": round((outs[False][0].float() - ref_o).abs().max().item(), 5),
-                    "fused_vs_unfused": round((outs[True][0].float() - outs[False][0].float()).abs().max().item(), 5),
-                    "graph_replay_vs_eager": round(max(outs[True][1], outs[False][1]), 6)})
+        out.append(
+            {
+                "check": "verify-fused",
+                "kv": kvd,
+                "kv_indices": "int64" if idx64 else "int32",
+                "v_ext": "own tensor" if own_v else "view of k_ext",
+                "heads": heads,
+                "max_abs_diff_fused": round((outs[True][0].float() - ref_o).abs().max().item(), 5),
+                "max_abs_diff_unfused": round((outs[False][0].float() - ref_o).abs().max().item(), 5),
+                "fused_vs_unfused": round((outs[True][0].float() - outs[False][0].float()).abs().max().item(), 5),
+                "graph_replay_vs_eager": round(max(outs[True][1], outs[False][1]), 6),
+            }
+        )
         print(json.dumps(out[-1]), flush=True)
         del c
     return out
 
 
 SWEEP_ROWS16_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): few query rows a request
-    ("verify", 32768, 1, 16, "bf16"), ("verify", 8192, 1, 16, "bf16"), ("verify", 131072, 1, 16, "bf16"),
-    ("verify", 185000, 1, 16, "bf16"), ("verify", 32768, 1, 16, "fp8"), ("verify", 32768, 2, 16, "bf16"),
-    ("verify", 32768, 8, 4, "bf16"), ("decode", 8192, 1, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"),
-    ("decode", 131072, 1, 16, "bf16"), ("decode", 185000, 1, 16, "bf16"), ("decode", 185000, 1, 16, "fp8"),
-    ("decode", 32768, 4, 16, "bf16"), ("decode", 185000, 4, 16, "bf16"), ("decode", 185000, 1, 128, "bf16"),
-    ("decode", 32768, 1, 128, "bf16"), ("decode", 32768, 1, 8, "bf16"), ("decode", 131072, 1, 8, "bf16"),
+    ("verify", 32768, 1, 16, "bf16"),
+    ("verify", 8192, 1, 16, "bf16"),
+    ("verify", 131072, 1, 16, "bf16"),
+    ("verify", 185000, 1, 16, "bf16"),
+    ("verify", 32768, 1, 16, "fp8"),
+    ("verify", 32768, 2, 16, "bf16"),
+    ("verify", 32768, 8, 4, "bf16"),
+    ("decode", 8192, 1, 16, "bf16"),
+    ("decode", 32768, 1, 16, "bf16"),
+    ("decode", 131072, 1, 16, "bf16"),
+    ("decode", 185000, 1, 16, "bf16"),
+    ("decode", 185000, 1, 16, "fp8"),
+    ("decode", 32768, 4, 16, "bf16"),
+    ("decode", 185000, 4, 16, "bf16"),
+    ("decode", 185000, 1, 128, "bf16"),
+    ("decode", 32768, 1, 128, "bf16"),
+    ("decode", 32768, 1, 8, "bf16"),
+    ("decode", 131072, 1, 8, "bf16"),
     ("decode", 185000, 1, 8, "bf16"),
 ]
 
@@ -718,16 +923,37 @@ def sweep_rows16(mla, roof):
     for kind, prefix, n, heads, kvd in SWEEP_ROWS16_CASES:
         c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
         label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
-        ref_out, t_base = _timed_base(out, label, "triton prefix kernel and merge", c, heads,
-                                      lambda: call(routes.force(routes.TRITON)), o, roof)
+        ref_out, t_base = _timed_base(
+            out, label, "triton prefix kernel and merge", c, heads, lambda: call(routes.force(routes.TRITON)), o, roof
+        )
         _timed_variant(out, label, "cuda kernel (the launcher's pick)", c, heads, call, ref_out, o, t_base, roof)
         if heads * (1 if kind == "decode" else n) < routes.TABLE.mma_min_rows:
             rows16 = routes.force(routes.CUDA16_ONE_LAUNCH)
             chunk = routes.TABLE.min_chunk
-            _timed_variant(out, label, f"cuda 16 rows, min chunk {chunk}", c, heads,
-                           lambda: call(rows16._replace(min_chunk_one=chunk)), ref_out, o, t_base, roof)
-            _timed_variant(out, label, "cuda 16 rows, the launcher's min chunk", c, heads,
-                           lambda: call(rows16), ref_out, o, t_base, roof)
+            _timed_variant(
+                out,
+                label,
+                f"cuda 16 rows, min chunk {chunk}",
+                c,
+                heads,
+                lambda: call(rows16._replace(min_chunk_one=chunk)),
+                ref_out,
+                o,
+                t_base,
+                roof,
+            )
+            _timed_variant(
+                out,
+                label,
+                "cuda 16 rows, the launcher's min chunk",
+                c,
+                heads,
+                lambda: call(rows16),
+                ref_out,
+                o,
+                t_base,
+                roof,
+            )
         del c
     return out
 
@@ -740,8 +966,9 @@ def rows16_numerics(mla):
     out = []
     for kvd, idx64, heads in (("bf16", False, 16), ("fp8", True, 16), ("bf16", True, 4), ("fp8", False, 4)):
         scale = 0.5 if kvd == "fp8" else 1.0
-        d = ref.make_decode_case([3000, 517, 40, 1], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, device="cuda",
-                                 seed=heads + idx64)
+        d = ref.make_decode_case(
+            [3000, 517, 40, 1], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, device="cuda", seed=heads + idx64
+        )
         if kvd == "fp8":
             d["k_pool"] = (d["k_pool"].float() / scale).to(torch.float8_e4m3fn)
         d["v_pool"] = d["k_pool"][:, :, :LV]
@@ -754,25 +981,34 @@ def rows16_numerics(mla):
 
             def run():
                 split_attention(mla, d, o, None, 4, 1, scale, table, lse=lse[:, :, 0])
+
             (eager, eager_lse), replay_diff = _eager_and_replay(run, [o, lse[:, :, 0]])
             res[prefix] = (eager, eager_lse, replay_diff)
         ref_o = ref.reference_decode(d, k_scale=scale, v_scale=scale)
-        out.append({"check": "decode-cuda16", "kv": kvd, "kv_indices": "int64" if idx64 else "int32", "heads": heads,
-                    "max_abs_diff_cuda": round((res["auto"][0].float() - ref_o).abs().max().item(), 5),
-                    "max_abs_diff_triton": round((res["triton"][0].float() - ref_o).abs().max().item(), 5),
-                    "lse_cuda_vs_triton": round((res["auto"][1] - res["triton"][1]).abs().max().item(), 6),
-                    "graph_replay_vs_eager": round(res["auto"][2], 6)})
+        out.append(
+            {
+                "check": "decode-cuda16",
+                "kv": kvd,
+                "kv_indices": "int64" if idx64 else "int32",
+                "heads": heads,
+                "max_abs_diff_cuda": round((res["auto"][0].float() - ref_o).abs().max().item(), 5),
+                "max_abs_diff_triton": round((res["triton"][0].float() - ref_o).abs().max().item(), 5),
+                "lse_cuda_vs_triton": round((res["auto"][1] - res["triton"][1]).abs().max().item(), 6),
+                "graph_replay_vs_eager": round(res["auto"][2], 6),
+            }
+        )
         print(json.dumps(out[-1]), flush=True)
     for kvd, drafts in (("bf16", [1, 2]), ("fp8", [2, 1])):
         scale = 0.5 if kvd == "fp8" else 1.0
-        c = ref.make_verify_case([3000, 517], drafts, heads=16, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree",
-                                 seed=7, device="cuda")
+        c = ref.make_verify_case(
+            [3000, 517], drafts, heads=16, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree", seed=7, device="cuda"
+        )
         if kvd == "fp8":
             c["k_pool"] = (c["k_pool"].float() / scale).to(torch.float8_e4m3fn)
             c["v_pool"] = c["k_pool"][:, :, :LV]
         kv0 = int(c["kv_indptr"][1] - c["kv_indptr"][0])
         m0 = int(c["mask_indptr"][0])
-        c["custom_mask"][m0 + kv0: m0 + kv0 + drafts[0]] = False  # request 0's first token: the prefix only
+        c["custom_mask"][m0 + kv0 : m0 + kv0 + drafts[0]] = False  # request 0's first token: the prefix only
         tail = (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
         res = {}
         for prefix, table in (("auto", None), ("triton", routes.force(routes.TRITON))):
@@ -780,22 +1016,40 @@ def rows16_numerics(mla):
             split_attention(mla, c, o, tail, 2, c["max_len"], scale, table)
             res[prefix] = o
         ref_o = ref.reference_verify(c, k_scale=scale, v_scale=scale)
-        out.append({"check": "verify-cuda16", "kv": kvd, "drafts": drafts,
-                    "max_abs_diff_cuda": round((res["auto"].float() - ref_o).abs().max().item(), 5),
-                    "max_abs_diff_triton": round((res["triton"].float() - ref_o).abs().max().item(), 5)})
+        out.append(
+            {
+                "check": "verify-cuda16",
+                "kv": kvd,
+                "drafts": drafts,
+                "max_abs_diff_cuda": round((res["auto"].float() - ref_o).abs().max().item(), 5),
+                "max_abs_diff_triton": round((res["triton"].float() - ref_o).abs().max().item(), 5),
+            }
+        )
         print(json.dumps(out[-1]), flush=True)
     return out
 
 
 TIMELINE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype, one launch): where a CUDA call's time goes
-    ("verify", 8192, 8, 16, "bf16", True), ("verify", 32768, 8, 16, "bf16", True), ("verify", 32768, 8, 8, "bf16", True),
-    ("verify", 32768, 8, 16, "bf16", False), ("verify", 185000, 8, 16, "bf16", True),
-    ("verify", 32768, 1, 16, "bf16", True), ("decode", 8192, 1, 16, "bf16", True), ("decode", 32768, 1, 16, "bf16", True),
+    ("verify", 8192, 8, 16, "bf16", True),
+    ("verify", 32768, 8, 16, "bf16", True),
+    ("verify", 32768, 8, 8, "bf16", True),
+    ("verify", 32768, 8, 16, "bf16", False),
+    ("verify", 185000, 8, 16, "bf16", True),
+    ("verify", 32768, 1, 16, "bf16", True),
+    ("decode", 8192, 1, 16, "bf16", True),
+    ("decode", 32768, 1, 16, "bf16", True),
     ("verify", 32768, 8, 16, "fp8", True),
 ]  # fewer rows a request than the route's mma_min_rows: the 16-row programs, whether or not the route picks them
 # Phases between the clock reads of the SM120_TIMELINE build (thread 0 of each program; sm120_mla_mma.py).
-TIMELINE_PHASES = ["queries and KV slots of tiles 0-1", "queries to registers and tile 0", "KV loop after tile 0",
-                   "store", "grid barrier", "merge: loads", "merge: sum and store"]
+TIMELINE_PHASES = [
+    "queries and KV slots of tiles 0-1",
+    "queries to registers and tile 0",
+    "KV loop after tile 0",
+    "store",
+    "grid barrier",
+    "merge: loads",
+    "merge: sum and store",
+]
 
 
 def timeline(mla, roof):
@@ -809,8 +1063,9 @@ def timeline(mla, roof):
     dev = torch.cuda.current_device()
     normal = mma.kernel(torch.device("cuda", dev))
     major, minor = torch.cuda.get_device_capability()
-    tl_kernel = mma._Kernel(mma.compile_cubin(f"sm_{major}{minor}" + ("a" if major >= 9 else ""),
-                                              defines=("SM120_TIMELINE",)))
+    tl_kernel = mma._Kernel(
+        mma.compile_cubin(f"sm_{major}{minor}" + ("a" if major >= 9 else ""), defines=("SM120_TIMELINE",))
+    )
     address, nbytes = tl_kernel.module.global_address("sm120_timeline")
     ptr, size = ctypes.c_uint64(address), ctypes.c_size_t(nbytes)
     drv = tl_kernel.module.driver
@@ -821,8 +1076,11 @@ def timeline(mla, roof):
         for kind, prefix, n, heads, kvd, fused in TIMELINE_CASES:
             c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
             rows16 = heads * (1 if kind == "decode" else n) < routes.TABLE.mma_min_rows
-            table = (routes.force(routes.CUDA16_ONE_LAUNCH) if rows16
-                     else routes.TABLE._replace(one_launch_max_programs=routes.NEVER if fused else 0))
+            table = (
+                routes.force(routes.CUDA16_ONE_LAUNCH)
+                if rows16
+                else routes.TABLE._replace(one_launch_max_programs=routes.NEVER if fused else 0)
+            )
             fn = lambda: call(table)  # noqa: E731
             for _ in range(5):
                 fn()
@@ -834,7 +1092,7 @@ def timeline(mla, roof):
             end.record()
             torch.cuda.synchronize()
             drv.cuMemcpyDtoH_v2(host, ptr, size)
-            rows = [host[i * 10:(i + 1) * 10] for i in range(size.value // 80)]
+            rows = [host[i * 10 : (i + 1) * 10] for i in range(size.value // 80)]
             rows = [r for r in rows if r[0] and r[9]]
             if not rows:
                 out.append({"case": f"{kind} p{prefix} n{n} h{heads} {kvd}", "error": "no CUDA program ran"})
@@ -842,21 +1100,31 @@ def timeline(mla, roof):
             last = 8 if fused or rows16 else 5
             mhz = statistics.median((r[last] - r[1]) / max(1, r[9] - r[0]) * 1e3 for r in rows)
             phases = {}
-            for i, name in enumerate(TIMELINE_PHASES[:last - 1]):
+            for i, name in enumerate(TIMELINE_PHASES[: last - 1]):
                 vals = [(r[i + 2] - r[i + 1]) / mhz for r in rows if r[i + 2] and r[i + 1]]
                 if vals:
                     phases[name] = [round(statistics.median(vals), 2), round(max(vals), 2)]
             merged = [(r[8] - r[6]) / mhz for r in rows if last == 8 and r[7] and r[6]]
             if merged:  # the programs that merge (with few rows, not all of them)
-                phases["merge (programs that merge)"] = [round(statistics.median(merged), 2), round(max(merged), 2),
-                                                        len(merged)]
+                phases["merge (programs that merge)"] = [
+                    round(statistics.median(merged), 2),
+                    round(max(merged), 2),
+                    len(merged),
+                ]
             first, final = min(r[0] for r in rows), max(r[9] for r in rows)
-            out.append({"case": f"{kind} p{prefix} n{n} h{heads} {kvd}", "one launch": fused, "programs": len(rows),
-                        "call_us (events)": round(start.elapsed_time(end) * 1e3, 2),
-                        "first start to last exit us": round((final - first) / 1e3, 2),
-                        "start spread us": round((max(r[0] for r in rows) - first) / 1e3, 2),
-                        "exit spread us": round((final - min(r[9] for r in rows)) / 1e3, 2),
-                        "sm clock MHz": round(mhz), "phases us [median, max]": phases})
+            out.append(
+                {
+                    "case": f"{kind} p{prefix} n{n} h{heads} {kvd}",
+                    "one launch": fused,
+                    "programs": len(rows),
+                    "call_us (events)": round(start.elapsed_time(end) * 1e3, 2),
+                    "first start to last exit us": round((final - first) / 1e3, 2),
+                    "start spread us": round((max(r[0] for r in rows) - first) / 1e3, 2),
+                    "exit spread us": round((final - min(r[9] for r in rows)) / 1e3, 2),
+                    "sm clock MHz": round(mhz),
+                    "phases us [median, max]": phases,
+                }
+            )
             print(json.dumps(out[-1]), flush=True)
             del c
     finally:
@@ -865,8 +1133,12 @@ def timeline(mla, roof):
 
 
 PROFILE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): where the time of a call goes
-    ("verify", 32768, 8, 16, "bf16"), ("verify", 32768, 8, 8, "bf16"), ("verify", 32768, 1, 16, "bf16"),
-    ("verify", 185000, 8, 16, "bf16"), ("decode", 32768, 1, 16, "bf16"), ("verify", 32768, 8, 16, "fp8"),
+    ("verify", 32768, 8, 16, "bf16"),
+    ("verify", 32768, 8, 8, "bf16"),
+    ("verify", 32768, 1, 16, "bf16"),
+    ("verify", 185000, 8, 16, "bf16"),
+    ("decode", 32768, 1, 16, "bf16"),
+    ("verify", 32768, 8, 16, "fp8"),
     ("verify", 32768, 2, 16, "bf16"),
 ]
 
@@ -892,9 +1164,15 @@ def profile(modules, roof, calls=50):
             for e in prof.events():
                 if e.device_type == torch.autograd.DeviceType.CUDA:
                     kernels[e.name] = kernels.get(e.name, 0.0) + e.device_time / calls
-            out.append({"case": label, "module": name, "graph_us": round(t_graph * 1e3, 2),
-                        "pct": row(kind, label, c, heads, None, t_graph, roof, None)["pct_roofline_new"],
-                        "kernels_us": {k[:60]: round(v, 2) for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])}})
+            out.append(
+                {
+                    "case": label,
+                    "module": name,
+                    "graph_us": round(t_graph * 1e3, 2),
+                    "pct": row(kind, label, c, heads, None, t_graph, roof, None)["pct_roofline_new"],
+                    "kernels_us": {k[:60]: round(v, 2) for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])},
+                }
+            )
             print(json.dumps(out[-1]), flush=True)
             del c
     return out
@@ -903,26 +1181,68 @@ def profile(modules, roof, calls=50):
 def numerics(mla):
     """bf16 and fp8 on the GPU against the float32 reference: GQA and MLA, batches of uneven requests."""
     out = []
-    for kvh, lk, lv, heads, kvd in ((1, 576, 512, 16, "bf16"), (1, 576, 512, 128, "bf16"), (1, 576, 512, 4, "bf16"),
-                                   (1, 576, 512, 16, "fp8"), (8, 128, 128, 64, "bf16"),
-                                   (4, 128, 128, 32, "fp8"), (2, 256, 256, 16, "bf16")):
+    for kvh, lk, lv, heads, kvd in (
+        (1, 576, 512, 16, "bf16"),
+        (1, 576, 512, 128, "bf16"),
+        (1, 576, 512, 4, "bf16"),
+        (1, 576, 512, 16, "fp8"),
+        (8, 128, 128, 64, "bf16"),
+        (4, 128, 128, 32, "fp8"),
+        (2, 256, 256, 16, "bf16"),
+    ):
         kv_dtype = torch.float8_e4m3fn if kvd == "fp8" else torch.bfloat16
         scale = 0.5 if kvd == "fp8" else 1.0
-        c = ref.make_verify_case([3000, 517, 40], [8, 3, 16], heads=heads, kv_heads=kvh, lk=lk, lv=lv,
-                                 dtype=torch.bfloat16, tree="tree", seed=kvh + lk, device="cuda")
+        c = ref.make_verify_case(
+            [3000, 517, 40],
+            [8, 3, 16],
+            heads=heads,
+            kv_heads=kvh,
+            lk=lk,
+            lv=lv,
+            dtype=torch.bfloat16,
+            tree="tree",
+            seed=kvh + lk,
+            device="cuda",
+        )
         if kvd == "fp8":
             c["k_pool"] = (c["k_pool"].float() / scale).to(kv_dtype)
             c["v_pool"] = c["k_pool"][:, :, :lv] if lk > lv else (c["v_pool"].float() / scale).to(kv_dtype)
         o = torch.zeros(c["q"].shape[0], heads, lv, dtype=torch.bfloat16, device="cuda")
-        ran = mla.sm120_tree_verify_fwd(c["q"], c["k_ext"], c["v_ext"], o, c["k_pool"], c["v_pool"], c["qo_indptr"],
-                                        c["kv_indptr"], c["kv_indices"], c["custom_mask"], False, c["mask_indptr"],
-                                        c["max_len"], scale, scale)
+        ran = mla.sm120_tree_verify_fwd(
+            c["q"],
+            c["k_ext"],
+            c["v_ext"],
+            o,
+            c["k_pool"],
+            c["v_pool"],
+            c["qo_indptr"],
+            c["kv_indptr"],
+            c["kv_indices"],
+            c["custom_mask"],
+            False,
+            c["mask_indptr"],
+            c["max_len"],
+            scale,
+            scale,
+        )
         diff = (o.float() - ref.reference_verify(c, k_scale=scale, v_scale=scale)).abs().max().item()
-        uses_mma = (mla.cuda_prefix.kernel(o.device) is not None and lk == 576
-                    and heads * 16 >= routes.TABLE.mma_min_rows)
-        out.append({"check": "verify", "kv_heads": kvh, "lk": lk, "lv": lv, "heads": heads, "kv": kvd, "ran": ran,
-                    "prefix_kernel": "mma" if uses_mma else "triton", "mma_error": mla.cuda_prefix.error(o.device),
-                    "max_abs_diff": round(diff, 5)})
+        uses_mma = (
+            mla.cuda_prefix.kernel(o.device) is not None and lk == 576 and heads * 16 >= routes.TABLE.mma_min_rows
+        )
+        out.append(
+            {
+                "check": "verify",
+                "kv_heads": kvh,
+                "lk": lk,
+                "lv": lv,
+                "heads": heads,
+                "kv": kvd,
+                "ran": ran,
+                "prefix_kernel": "mma" if uses_mma else "triton",
+                "mma_error": mla.cuda_prefix.error(o.device),
+                "max_abs_diff": round(diff, 5),
+            }
+        )
         print(json.dumps(out[-1]), flush=True)
         if kvh == 1:
             d = ref.make_decode_case([3000, 517, 40, 1], heads=heads, lk=lk, lv=lv, dtype=torch.bfloat16, device="cuda")
@@ -930,10 +1250,25 @@ def numerics(mla):
                 d["k_pool"] = (d["k_pool"].float() / scale).to(kv_dtype)
                 d["v_pool"] = d["k_pool"][:, :, :lv]
             o = torch.zeros(4, heads, lv, dtype=torch.bfloat16, device="cuda")
-            ran = mla.sm120_mla_decode_fwd(d["q"], d["k_pool"], d["v_pool"], o, d["kv_indptr"], d["kv_indices"],
-                                           None, None, None, None, None, scale, scale)
+            ran = mla.sm120_mla_decode_fwd(
+                d["q"],
+                d["k_pool"],
+                d["v_pool"],
+                o,
+                d["kv_indptr"],
+                d["kv_indices"],
+                None,
+                None,
+                None,
+                None,
+                None,
+                scale,
+                scale,
+            )
             diff = (o.float() - ref.reference_decode(d, k_scale=scale, v_scale=scale)).abs().max().item()
-            out.append({"check": "decode", "lk": lk, "heads": heads, "kv": kvd, "ran": ran, "max_abs_diff": round(diff, 5)})
+            out.append(
+                {"check": "decode", "lk": lk, "heads": heads, "kv": kvd, "ran": ran, "max_abs_diff": round(diff, 5)}
+            )
             print(json.dumps(out[-1]), flush=True)
     return out
 
@@ -948,32 +1283,54 @@ def load_revision(path: Path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default="all", choices=("all", "verify", "decode", "fp8", "quick", "none"),
-                    help="fp8: the fp8 KV and 8-head cases only (decode and verify)")
+    ap.add_argument(
+        "--cases",
+        default="all",
+        choices=("all", "verify", "decode", "fp8", "quick", "none"),
+        help="fp8: the fp8 KV and 8-head cases only (decode and verify)",
+    )
     ap.add_argument("--sweep", action="store_true", help="time every SM120-legal tile set and split count first")
     ap.add_argument("--sweep-splits", action="store_true", help="time split counts past the cap at 185k")
     ap.add_argument("--sweep-tiles", action="store_true", help="time the variants of SWEEP_VARIANTS first")
     ap.add_argument("--sweep-prefix", action="store_true", help="time the CUDA prefix kernel against Triton's first")
     ap.add_argument("--sweep-merge", action="store_true", help="time the merge's program shapes first")
-    ap.add_argument("--sweep-fused", action="store_true",
-                    help="time verify in one cooperative launch against three kernels, and the splits' fewest tokens")
-    ap.add_argument("--sweep-rows16", action="store_true",
-                    help="time the CUDA kernel's 16-row programs (and 128-head decode) against Triton's first")
-    ap.add_argument("--timeline", action="store_true",
-                    help="phase times inside the CUDA kernels (a build that reads the clocks), on TIMELINE_CASES")
+    ap.add_argument(
+        "--sweep-fused",
+        action="store_true",
+        help="time verify in one cooperative launch against three kernels, and the splits' fewest tokens",
+    )
+    ap.add_argument(
+        "--sweep-rows16",
+        action="store_true",
+        help="time the CUDA kernel's 16-row programs (and 128-head decode) against Triton's first",
+    )
+    ap.add_argument(
+        "--timeline",
+        action="store_true",
+        help="phase times inside the CUDA kernels (a build that reads the clocks), on TIMELINE_CASES",
+    )
     ap.add_argument("--numerics16-only", action="store_true", help="of the numerics checks, run the 16-row ones only")
     ap.add_argument("--profile", action="store_true", help="GPU time of each kernel of a call, on PROFILE_CASES")
-    ap.add_argument("--baseline", metavar="DIR",
-                    help="with --profile: also profile the sm120_mla.py in DIR (another revision of the module)")
+    ap.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="with --profile: also profile the sm120_mla.py in DIR (another revision of the module)",
+    )
     ap.add_argument("--baseline-first", action="store_true", help="with --baseline: time the baseline first")
     ap.add_argument("--no-numerics", action="store_true", help="skip the float32-reference checks")
     ap.add_argument("--heads", type=int, action="append", help="only the cases with this many heads (repeatable)")
     ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")
     ap.add_argument("--json", help="write the results to this file")
-    ap.add_argument("--compare", metavar="DIR",
-                    help="also time the sm120_mla.py in DIR (another revision of the kernels) on every case")
-    ap.add_argument("--decode-splits", default="8,64,256",
-                    help="SGLang's decode split counts to time (comma-separated; default 8,64,256)")
+    ap.add_argument(
+        "--compare",
+        metavar="DIR",
+        help="also time the sm120_mla.py in DIR (another revision of the kernels) on every case",
+    )
+    ap.add_argument(
+        "--decode-splits",
+        default="8,64,256",
+        help="SGLang's decode split counts to time (comma-separated; default 8,64,256)",
+    )
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_mla.py needs a CUDA GPU")
@@ -985,16 +1342,30 @@ def main():
     mode = "SM120 mode (mma.sync, 12.0 block choices, sm_120-legal tiles)" if SM120_MODE else "native"
     import sglang
 
-    print(f"# {name} (sm_{cap[0]}{cap[1]}), {mode}; SGLang {getattr(sglang, '__version__', '?')}, "
-          f"torch {torch.__version__}, triton {triton.__version__}", flush=True)
+    print(
+        f"# {name} (sm_{cap[0]}{cap[1]}), {mode}; SGLang {getattr(sglang, '__version__', '?')}, "
+        f"torch {torch.__version__}, triton {triton.__version__}",
+        flush=True,
+    )
     roof = rooflines()
     print(f"# rooflines measured in this run: read {roof[0]:.0f} GB/s, mma bf16 {roof[1]:.0f} TFLOP/s", flush=True)
     PEAKS.update(mma_peaks())
-    print(f"# mma.sync instruction peaks measured in this run (register-only loops, TFLOP/s): {json.dumps(PEAKS)}"
-          + (f"; {PROXY}" if SM120_MODE else ""), flush=True)
-    result = {"gpu": name, "capability": list(cap), "mode": mode, "roofline_read_gbs": round(roof[0]),
-              "roofline_tflops": round(roof[1]), "mma_peaks_tflops": dict(PEAKS), "rows": [], "sweep": [],
-              "timing": TIMING}
+    print(
+        f"# mma.sync instruction peaks measured in this run (register-only loops, TFLOP/s): {json.dumps(PEAKS)}"
+        + (f"; {PROXY}" if SM120_MODE else ""),
+        flush=True,
+    )
+    result = {
+        "gpu": name,
+        "capability": list(cap),
+        "mode": mode,
+        "roofline_read_gbs": round(roof[0]),
+        "roofline_tflops": round(roof[1]),
+        "mma_peaks_tflops": dict(PEAKS),
+        "rows": [],
+        "sweep": [],
+        "timing": TIMING,
+    }
     if args.numerics16_only:
         result["numerics"] = rows16_numerics(mla)
     else:

@@ -17,10 +17,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
 import variant_diffs  # beside this script (scripts/ is on the path when it runs, and in the tests)
+
 from sm120kit.sglang import releases
+
+REPO = Path(__file__).resolve().parents[1]
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-decode-kv-splits"
 BACKEND_PATH = "sglang/srt/layers/attention/triton_backend.py"
@@ -32,11 +33,11 @@ BASES = ("0.5.2", "0.5.3", "0.5.9", "0.5.12", "0.5.13", "0.5.15")
 HELPERS_SOURCE = REPO / "kernels" / "decode_kv_splits" / "triton_backend_helpers.py"
 HELPERS = HELPERS_SOURCE.read_text(encoding="utf-8")
 
-HOOK = '''\
+HOOK = """\
         # sm120kit sm120-decode-kv-splits: on compute capability 12.x the decode's KV-split cap comes
         # from the SM count and the context length (bounded in memory; see the functions above).
         self.max_kv_splits = _sm120_decode_max_kv_splits(self, model_runner)
-'''
+"""
 
 
 def insert(original: str) -> str:
@@ -64,7 +65,9 @@ def render(base: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return variant_diffs.main(argv, __doc__.splitlines()[0], PATCH_DIR, BASES, render, "scripts/gen_decode_splits_patch.py")
+    return variant_diffs.main(
+        argv, __doc__.splitlines()[0], PATCH_DIR, BASES, render, "scripts/gen_decode_splits_patch.py"
+    )
 
 
 if __name__ == "__main__":

@@ -18,10 +18,11 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
 import variant_diffs  # beside this script (scripts/ is on the path when it runs, and in the tests)
+
 from sm120kit.sglang import releases
+
+REPO = Path(__file__).resolve().parents[1]
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-flashinfer-mla-fp8-pages"
 BACKEND_PATH = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
@@ -48,12 +49,14 @@ def insert(original: str) -> str:
 
     def repl(m: re.Match) -> str:
         ind = m["indent"]
-        return (f"{ind}k_buffer = _sm120_fp8_pages(\n"
-                f"{ind}    {m['owner']}.token_to_kv_pool.get_key_buffer(layer.layer_id),\n"
-                f"{ind}    decode_wrapper,\n"
-                f"{ind}    q.dtype,\n"
-                f"{ind}    forward_batch,\n"
-                f"{ind})\n")
+        return (
+            f"{ind}k_buffer = _sm120_fp8_pages(\n"
+            f"{ind}    {m['owner']}.token_to_kv_pool.get_key_buffer(layer.layer_id),\n"
+            f"{ind}    decode_wrapper,\n"
+            f"{ind}    q.dtype,\n"
+            f"{ind}    forward_batch,\n"
+            f"{ind})\n"
+        )
 
     text, n = LINE.subn(repl, text)
     if n != 1:

@@ -20,10 +20,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
 import variant_diffs  # beside this script (scripts/ is on the path when it runs, and in the tests)
+
 from sm120kit.sglang import releases
+
+REPO = Path(__file__).resolve().parents[1]
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-mla-attention"
 KERNEL_DIR = REPO / "kernels" / "sm120_attention"
@@ -37,8 +38,14 @@ BACKEND_PATH = "sglang/srt/layers/attention/triton_backend.py"
 OLD_PACKAGE, NEW_PACKAGE = "sglang.srt.layers.attention.triton_ops", "sglang.kernels.ops.attention"
 # One variant per base release, each where the lines around the hook (or the package) change; patch.toml
 # gives their release ranges.
-BASES = {"0.5.2": OLD_PACKAGE, "0.5.4": OLD_PACKAGE, "0.5.14": OLD_PACKAGE, "0.5.15": OLD_PACKAGE,
-         "0.5.16": NEW_PACKAGE, "0.5.18": NEW_PACKAGE}
+BASES = {
+    "0.5.2": OLD_PACKAGE,
+    "0.5.4": OLD_PACKAGE,
+    "0.5.14": OLD_PACKAGE,
+    "0.5.15": OLD_PACKAGE,
+    "0.5.16": NEW_PACKAGE,
+    "0.5.18": NEW_PACKAGE,
+}
 ANCHOR = "        # Parse args\n"  # the hook goes right before the constructor's argument parsing
 HOOK = """\
         # sm120kit sm120-mla-attention: on compute capability 12.x, speculative verify with a tree

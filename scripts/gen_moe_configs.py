@@ -126,8 +126,10 @@ def rejected() -> list[tuple[str, int, str]]:
     for model, experts, inter, _topk, tps, quants in MODELS:
         for tp in tps:
             if "fp8-block" in quants and not loadable(inter // tp, tp, list(FP8_BLOCK)):
-                out += [(model, tp, file_name(experts, inter // tp, device, "fp8_w8a8", list(FP8_BLOCK)))
-                        for device in DEVICES]
+                out += [
+                    (model, tp, file_name(experts, inter // tp, device, "fp8_w8a8", list(FP8_BLOCK)))
+                    for device in DEVICES
+                ]
     return out
 
 
@@ -144,8 +146,10 @@ def generate() -> dict[str, dict[str, dict]]:
                 dtype = None if quant is None else "fp8_w8a8"
                 block_shape = list(FP8_BLOCK) if quant == "fp8-block" else None
                 elem = element_bytes(dtype)
-                table = {str(m): rule_config(m, experts, topk, elem, block_shape[1] if block_shape else None)
-                         for m in BATCH_SIZES}
+                table = {
+                    str(m): rule_config(m, experts, topk, elem, block_shape[1] if block_shape else None)
+                    for m in BATCH_SIZES
+                }
                 for device in DEVICES:
                     files[file_name(experts, n, device, dtype, block_shape)] = table
     return files
@@ -157,11 +161,18 @@ def render(table: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=SOURCE_DIR,
-                        help=f"folder to write {TRITON_FOLDER}/<file>.json into (default: the patch's source, "
-                             "kernels/moe_configs/; or SGLang's configs/ folder, or a copy for SGLANG_MOE_CONFIG_DIR)")
-    parser.add_argument("--check", action="store_true",
-                        help="compare the folder with this script's output instead of writing; exit 1 on a difference")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=SOURCE_DIR,
+        help=f"folder to write {TRITON_FOLDER}/<file>.json into (default: the patch's source, "
+        "kernels/moe_configs/; or SGLang's configs/ folder, or a copy for SGLANG_MOE_CONFIG_DIR)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compare the folder with this script's output instead of writing; exit 1 on a difference",
+    )
     args = parser.parse_args(argv)
     folder = args.out / TRITON_FOLDER
     files = generate()

@@ -21,10 +21,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
 import variant_diffs  # beside this script (scripts/ is on the path when it runs, and in the tests)
+
 from sm120kit.sglang import releases
+
+REPO = Path(__file__).resolve().parents[1]
 
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-pcie-allreduce"
 PARALLEL_STATE = "sglang/srt/distributed/parallel_state.py"
@@ -39,15 +40,15 @@ MODULE_SOURCE = REPO / "kernels" / "pcie_allreduce" / "sm120_pcie_ipc_ar.py"
 MODULE = MODULE_SOURCE.read_text(encoding="utf-8")
 
 INIT_ANCHOR = "        self.ca_comm: Optional[Any] = None\n"
-INIT_HOOK = '''\
+INIT_HOOK = """\
         # sm120kit sm120-pcie-allreduce: FlashInfer's PCIe-IPC all-reduce, off unless
         # SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set (device_communicators/sm120_pcie_ipc_ar.py).
         from sglang.srt.distributed.device_communicators import sm120_pcie_ipc_ar
 
         self.pcie_ipc_comm: Optional[Any] = sm120_pcie_ipc_ar.attach(self, group_name)
-'''
+"""
 CHOICE_ANCHOR = '            return "ca"\n'
-CHOICE_HOOK = '''\
+CHOICE_HOOK = """\
         # sm120kit sm120-pcie-allreduce: after the custom all-reduce, as in SGLang 0.5.21.
         pcie_ipc_comm = getattr(self, "pcie_ipc_comm", None)
         if (
@@ -56,27 +57,27 @@ CHOICE_HOOK = '''\
             and pcie_ipc_comm.should_pcie_ipc_ar(input_)
         ):
             return "pcie_ipc"
-'''
+"""
 RUN_METHOD = "    def _all_reduce_out_place(\n"
 RUN_ANCHOR = "        ca_comm = self.ca_comm\n"
-RUN_HOOK = '''\
+RUN_HOOK = """\
         if outplace_all_reduce_method == "pcie_ipc":  # sm120kit sm120-pcie-allreduce
             return self.pcie_ipc_comm.pcie_ipc_all_reduce(input_)
-'''
+"""
 DESTROY_ANCHOR = "    def destroy(self):\n"
-DESTROY_HOOK = '''\
+DESTROY_HOOK = """\
         # sm120kit sm120-pcie-allreduce: the workspace is freed jointly, before its process group goes.
         if getattr(self, "pcie_ipc_comm", None) is not None:
             self.pcie_ipc_comm.destroy()
             self.pcie_ipc_comm = None
-'''
+"""
 WARMUP_ANCHOR = "        self._pre_initialize_flashinfer_allreduce_workspace()\n"
-WARMUP_HOOK = '''\
+WARMUP_HOOK = """\
         # sm120kit sm120-pcie-allreduce: the PCIe-IPC workspace, built (and tuned) before graph capture.
         from sglang.srt.distributed.device_communicators import sm120_pcie_ipc_ar
 
         sm120_pcie_ipc_ar.prepare_for_runner(self)
-'''
+"""
 
 
 def _index(lines: list[str], anchor: str, path: str, start: int = 0) -> int:
@@ -94,8 +95,7 @@ def patch_parallel_state(original: str) -> str:
     choice = _index(lines, CHOICE_ANCHOR, PARALLEL_STATE) + 1
     run = _index(lines, RUN_ANCHOR, PARALLEL_STATE, _index(lines, RUN_METHOD, PARALLEL_STATE))
     destroy = _index(lines, DESTROY_ANCHOR, PARALLEL_STATE) + 1
-    inserts = sorted([(init, INIT_HOOK), (choice, CHOICE_HOOK), (run, RUN_HOOK), (destroy, DESTROY_HOOK)],
-                     reverse=True)
+    inserts = sorted([(init, INIT_HOOK), (choice, CHOICE_HOOK), (run, RUN_HOOK), (destroy, DESTROY_HOOK)], reverse=True)
     for at, hook in inserts:
         lines[at:at] = [hook]
     return "".join(lines)
@@ -114,13 +114,15 @@ def render(base: str) -> str:
     root = releases.fetch_release(base)
     state = (root / PARALLEL_STATE).read_text(encoding="utf-8")
     runner = (root / BASE_RUNNER).read_text(encoding="utf-8")
-    return (variant_diffs.file_diff(state, patch_parallel_state(state), PARALLEL_STATE)
-            + variant_diffs.file_diff(runner, patch_base_runner(runner), BASE_RUNNER))
+    return variant_diffs.file_diff(state, patch_parallel_state(state), PARALLEL_STATE) + variant_diffs.file_diff(
+        runner, patch_base_runner(runner), BASE_RUNNER
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    return variant_diffs.main(argv, __doc__.splitlines()[0], PATCH_DIR, BASES, render,
-                              "scripts/gen_pcie_allreduce_patch.py")
+    return variant_diffs.main(
+        argv, __doc__.splitlines()[0], PATCH_DIR, BASES, render, "scripts/gen_pcie_allreduce_patch.py"
+    )
 
 
 if __name__ == "__main__":

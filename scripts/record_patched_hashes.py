@@ -53,8 +53,10 @@ def tree_files(root: Path) -> dict[str, tuple[str, int]]:
         dirs[:] = [d for d in dirs if d != STATE_DIR]
         for name in names:
             path = Path(folder) / name
-            out[path.relative_to(root).as_posix()] = (hashlib.sha256(path.read_bytes()).hexdigest(),
-                                                      path.lstat().st_mode & 0o7777)
+            out[path.relative_to(root).as_posix()] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                path.lstat().st_mode & 0o7777,
+            )
     return out
 
 
@@ -86,8 +88,11 @@ def record(version: str, patch_id: str | None = None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("versions", nargs="*", help="releases to record (default: every final release >= 0.5.2)")
-    ap.add_argument("--patch", metavar="ID", help="record only this patch's status and files, merged into the "
-                                                  "record of each release")
+    ap.add_argument(
+        "--patch",
+        metavar="ID",
+        help="record only this patch's status and files, merged into the record of each release",
+    )
     args = ap.parse_args(argv)
     merge = bool(args.versions or args.patch)
     data = json.loads(DATA.read_text(encoding="utf-8")) if DATA.is_file() and merge else {}

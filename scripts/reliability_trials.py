@@ -51,8 +51,10 @@ def hashes(root: Path) -> dict[str, tuple[str, int]]:
     for dirpath, _, names in os.walk(root):
         for name in names:
             path = Path(dirpath) / name
-            out[path.relative_to(root).as_posix()] = (hashlib.sha256(path.read_bytes()).hexdigest(),
-                                                      path.stat().st_mode & 0o7777)
+            out[path.relative_to(root).as_posix()] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                path.stat().st_mode & 0o7777,
+            )
     return out
 
 
@@ -62,8 +64,9 @@ def files(h: dict) -> dict:
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full = dict(os.environ, NO_COLOR="1", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "sm120kit", *args], cwd=REPO, env=full, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "sm120kit", *args], cwd=REPO, env=full, capture_output=True, text=True, timeout=600
+    )
 
 
 def make_series(root: Path, folder: Path) -> Path:
@@ -77,16 +80,19 @@ def make_series(root: Path, folder: Path) -> Path:
         (root / rel).write_text(text)
         new = text.replace("VALUE_7 = 7\n", f"VALUE_7 = 7  # trial {i}\n")
         diff += "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"a/{rel}", f"b/{rel}"))
-    diff += ("diff --git a/sglang/srt/sm120kit_trial_new.py b/sglang/srt/sm120kit_trial_new.py\n"
-             "new file mode 100644\n--- /dev/null\n+++ b/sglang/srt/sm120kit_trial_new.py\n@@ -0,0 +1 @@\n"
-             "+ADDED = True\n")
+    diff += (
+        "diff --git a/sglang/srt/sm120kit_trial_new.py b/sglang/srt/sm120kit_trial_new.py\n"
+        "new file mode 100644\n--- /dev/null\n+++ b/sglang/srt/sm120kit_trial_new.py\n@@ -0,0 +1 @@\n"
+        "+ADDED = True\n"
+    )
     patch = folder / "trial"
     patch.mkdir(parents=True)
     (patch / "a.diff").write_text(diff)
     (patch / "patch.toml").write_text(
         'id = "trial"\ntitle = "trial"\ndescription = "trial edits"\nproblem = "none"\n\n[upstream]\n'
         'forwarded = false\nreason = "trials"\n\n[[variants]]\ndiff = "a.diff"\nreleases = ">=0.5"\n'
-        'base = "0.5.2"\n\n[[markers]]\nfile = "sglang/srt/never.py"\npattern = \'never\'\n')
+        'base = "0.5.2"\n\n[[markers]]\nfile = "sglang/srt/never.py"\npattern = \'never\'\n'
+    )
     (folder / "series.toml").write_text('patches = ["trial"]\n')
     return folder
 
@@ -137,7 +143,9 @@ def main() -> None:
                 stats["runs"] += 1
                 stats["killed"] += proc.returncode == -9
             now = {k: v for k, v in files(hashes(package.parent)).items() if not k.endswith(".tmp")}
-            stats["half_files"] += sum(now.get(k) not in (pristine.get(k), done.get(k)) for k in now.keys() | done.keys())
+            stats["half_files"] += sum(
+                now.get(k) not in (pristine.get(k), done.get(k)) for k in now.keys() | done.keys()
+            )
             fixed = cli("status", str(package), "--series", str(series))
             if fixed.returncode == 6:
                 repaired = cli("apply", str(package), "--series", str(series))
@@ -145,32 +153,45 @@ def main() -> None:
                 stats["temp_left_after_repair"] += sum(k.endswith(".tmp") for k in hashes(package.parent))
         assert cli("apply", str(package), "--series", str(series)).returncode == 0
         final_revert = cli("revert", str(package)).returncode == 0 and hashes(package.parent) == pristine
-        print(f"kills: {stats['runs']} runs, {stats['killed']} killed by SIGKILL, {stats['repairs']} repaired by "
-              f"the next apply, {stats['half_files']} half-written files, {stats['temp_left_after_repair']} "
-              f"temporary files left after a repair; final revert byte-identical: {final_revert}; "
-              f"{time.monotonic() - start:.0f} s")
+        print(
+            f"kills: {stats['runs']} runs, {stats['killed']} killed by SIGKILL, {stats['repairs']} repaired by "
+            f"the next apply, {stats['half_files']} half-written files, {stats['temp_left_after_repair']} "
+            f"temporary files left after a repair; final revert byte-identical: {final_revert}; "
+            f"{time.monotonic() - start:.0f} s"
+        )
 
         start = time.monotonic()
         rolled = exact = 0
         for _ in range(args.signals):
             hook = rng.choice(hooks)
             sig = rng.choice(["INT", "TERM"])
-            proc = cli("apply", str(package), "--series", str(series),
-                       env={hook: str(rng.randint(1, 9)), "SM120KIT_FAULT_SIGNAL": sig})
+            proc = cli(
+                "apply",
+                str(package),
+                "--series",
+                str(series),
+                env={hook: str(rng.randint(1, 9)), "SM120KIT_FAULT_SIGNAL": sig},
+            )
             rolled += proc.returncode == 130 and "were put back" in proc.stderr
             exact += hashes(package.parent) == pristine
-        print(f"signals: {args.signals} applies stopped by SIGINT/SIGTERM at a random write, {rolled} exited "
-              f"130 saying the files were put back, {exact} left the tree byte-identical to the original; "
-              f"{time.monotonic() - start:.0f} s")
+        print(
+            f"signals: {args.signals} applies stopped by SIGINT/SIGTERM at a random write, {rolled} exited "
+            f"130 saying the files were put back, {exact} left the tree byte-identical to the original; "
+            f"{time.monotonic() - start:.0f} s"
+        )
 
         start = time.monotonic()
         outcome = {"rolled back or not started": 0, "finished": 0, "half": 0, "temp": 0}
         for n in range(args.timed):
             package, series = fresh_tree(work, release_dir, n + 1)
             before = hashes(package.parent)
-            child = subprocess.Popen([sys.executable, "-m", "sm120kit", "apply", str(package), "--series",
-                                      str(series)], cwd=REPO, env=dict(os.environ, NO_COLOR="1"),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            child = subprocess.Popen(
+                [sys.executable, "-m", "sm120kit", "apply", str(package), "--series", str(series)],
+                cwd=REPO,
+                env=dict(os.environ, NO_COLOR="1"),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             time.sleep(rng.uniform(0.2, 2.5))
             child.send_signal(signal.SIGINT)
             child.wait(timeout=600)
@@ -183,8 +204,11 @@ def main() -> None:
             else:
                 outcome["half"] += 1
             shutil.rmtree(package.parent)
-        print(f"timed: {args.timed} applies sent SIGINT at a random moment: "
-              + ", ".join(f"{v} {k}" for k, v in outcome.items()) + f"; {time.monotonic() - start:.0f} s")
+        print(
+            f"timed: {args.timed} applies sent SIGINT at a random moment: "
+            + ", ".join(f"{v} {k}" for k, v in outcome.items())
+            + f"; {time.monotonic() - start:.0f} s"
+        )
 
         package, series = fresh_tree(work, release_dir, args.timed + 1)
         pristine = hashes(package.parent)
@@ -193,10 +217,18 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.hostile:
-        tests = ["tests/test_apply_hostile.py", "tests/test_release_cache_hostile.py",
-                 "tests/test_fetch_deps_untrusted.py", "tests/test_diskfull_hostile.py"]
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=REPO,
-                              capture_output=True, text=True)
+        tests = [
+            "tests/test_apply_hostile.py",
+            "tests/test_release_cache_hostile.py",
+            "tests/test_fetch_deps_untrusted.py",
+            "tests/test_diskfull_hostile.py",
+        ]
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         print("hostile: " + (proc.stdout.strip().splitlines() or ["pytest printed nothing"])[-1])
 
 
@@ -206,12 +238,20 @@ def probes(root: Path) -> list[Path]:
 
 def probe_trials(rng: random.Random, package: Path, series: Path, pristine: dict, count: int) -> None:
     start = time.monotonic()
-    seen = {"held back (130, unchanged, no probe file)": 0, "killed, probe file removed by the next apply": 0,
-            "wrong": 0}
+    seen = {
+        "held back (130, unchanged, no probe file)": 0,
+        "killed, probe file removed by the next apply": 0,
+        "wrong": 0,
+    }
     for _ in range(count):
         sig = rng.choice(["INT", "TERM", "KILL"])
-        proc = cli("apply", str(package), "--series", str(series),
-                   env={"SM120KIT_FAULT_IN_PROBE": "1", "SM120KIT_FAULT_SIGNAL": sig})
+        proc = cli(
+            "apply",
+            str(package),
+            "--series",
+            str(series),
+            env={"SM120KIT_FAULT_IN_PROBE": "1", "SM120KIT_FAULT_SIGNAL": sig},
+        )
         if sig != "KILL":
             ok = proc.returncode == 130 and hashes(package.parent) == pristine and not probes(package)
             seen["held back (130, unchanged, no probe file)" if ok else "wrong"] += 1
@@ -219,23 +259,34 @@ def probe_trials(rng: random.Random, package: Path, series: Path, pristine: dict
         left = probes(package)
         again = cli("apply", str(package), "--series", str(series))
         back = cli("revert", str(package))
-        ok = (proc.returncode == -9 and len(left) == 1 and again.returncode == 0 and not probes(package)
-              and back.returncode == 0 and hashes(package.parent) == pristine)
+        ok = (
+            proc.returncode == -9
+            and len(left) == 1
+            and again.returncode == 0
+            and not probes(package)
+            and back.returncode == 0
+            and hashes(package.parent) == pristine
+        )
         seen["killed, probe file removed by the next apply" if ok else "wrong"] += 1
-    print(f"probe: {count} applies signalled inside the writability probe: "
-          + ", ".join(f"{v} {k}" for k, v in seen.items()) + f"; {time.monotonic() - start:.0f} s")
+    print(
+        f"probe: {count} applies signalled inside the writability probe: "
+        + ", ".join(f"{v} {k}" for k, v in seen.items())
+        + f"; {time.monotonic() - start:.0f} s"
+    )
 
 
 def cleanup_trials(rng: random.Random, package: Path, series: Path, pristine: dict, count: int) -> None:
     start = time.monotonic()
-    seen = {"finished first (130, byte-identical)": 0, "killed, folder ignored, named and removed": 0,
-            "wrong": 0}
+    seen = {"finished first (130, byte-identical)": 0, "killed, folder ignored, named and removed": 0, "wrong": 0}
     for _ in range(count):
         assert cli("apply", str(package), "--series", str(series)).returncode == 0
         steps = len(list((package / ".sm120kit").rglob("*")))  # entries the removal goes through
         sig = rng.choice(["INT", "TERM", "KILL"])
-        proc = cli("revert", str(package), env={"SM120KIT_FAULT_IN_CLEANUP": str(rng.randint(1, steps)),
-                                                "SM120KIT_FAULT_SIGNAL": sig})
+        proc = cli(
+            "revert",
+            str(package),
+            env={"SM120KIT_FAULT_IN_CLEANUP": str(rng.randint(1, steps)), "SM120KIT_FAULT_SIGNAL": sig},
+        )
         if sig != "KILL":
             ok = proc.returncode == 130 and hashes(package.parent) == pristine
             seen["finished first (130, byte-identical)" if ok else "wrong"] += 1
@@ -244,11 +295,19 @@ def cleanup_trials(rng: random.Random, package: Path, series: Path, pristine: di
         ignored = (left / ".gitignore").is_file()
         status = cli("status", str(package), "--series", str(series))
         back = cli("revert", str(package))
-        ok = (proc.returncode == -9 and ignored and status.returncode == 6 and back.returncode == 0
-              and hashes(package.parent) == pristine)
+        ok = (
+            proc.returncode == -9
+            and ignored
+            and status.returncode == 6
+            and back.returncode == 0
+            and hashes(package.parent) == pristine
+        )
         seen["killed, folder ignored, named and removed" if ok else "wrong"] += 1
-    print(f"cleanup: {count} reverts signalled in the final clean-up: "
-          + ", ".join(f"{v} {k}" for k, v in seen.items()) + f"; {time.monotonic() - start:.0f} s")
+    print(
+        f"cleanup: {count} reverts signalled in the final clean-up: "
+        + ", ".join(f"{v} {k}" for k, v in seen.items())
+        + f"; {time.monotonic() - start:.0f} s"
+    )
 
 
 if __name__ == "__main__":

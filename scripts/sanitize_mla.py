@@ -35,14 +35,27 @@ for kvd, heads, batch in (("bf16", 16, 2), ("fp8", 16, 1)):
     d["v_pool"] = d["k_pool"][:, :, :LV]
     o = torch.zeros(batch, heads, LV, dtype=torch.bfloat16, device="cuda")
     lse = torch.zeros(batch, heads, 4, device="cuda")
-    route = run(d["q"], d["k_pool"], d["v_pool"], o, None, d["kv_indptr"], d["kv_indices"], batch, 1, ROWS16,
-                lse=lse[:, :, 0])
+    route = run(
+        d["q"], d["k_pool"], d["v_pool"], o, None, d["kv_indptr"], d["kv_indices"], batch, 1, ROWS16, lse=lse[:, :, 0]
+    )
     print("decode16", kvd, route.path, (o.float() - ref.reference_decode(d)).abs().max().item(), flush=True)
 for drafts, heads in ((8, 16), (1, 16)):
-    c = ref.make_verify_case([3000], [drafts], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree",
-                             device="cuda")
+    c = ref.make_verify_case(
+        [3000], [drafts], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree", device="cuda"
+    )
     tail = (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
     o = torch.zeros(drafts, heads, LV, dtype=torch.bfloat16, device="cuda")
-    route = run(c["q"], c["k_pool"], c["v_pool"], o, c["qo_indptr"], c["kv_indptr"], c["kv_indices"], 1, c["max_len"],
-                ROWS16 if drafts == 1 else None, tail=tail)
+    route = run(
+        c["q"],
+        c["k_pool"],
+        c["v_pool"],
+        o,
+        c["qo_indptr"],
+        c["kv_indptr"],
+        c["kv_indices"],
+        1,
+        c["max_len"],
+        ROWS16 if drafts == 1 else None,
+        tail=tail,
+    )
     print("verify", drafts, heads, route.path, (o.float() - ref.reference_verify(c)).abs().max().item(), flush=True)

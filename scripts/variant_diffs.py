@@ -6,18 +6,27 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 
 def file_diff(original: str, patched: str, path: str) -> str:
     """The unified diff (3 lines of context) that turns ``original`` into ``patched`` at ``path``."""
-    return "".join(difflib.unified_diff(original.splitlines(keepends=True), patched.splitlines(keepends=True),
-                                        f"a/{path}", f"b/{path}", n=3))
+    return "".join(
+        difflib.unified_diff(
+            original.splitlines(keepends=True), patched.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3
+        )
+    )
 
 
-def main(argv: list[str] | None, description: str, patch_dir: Path, bases: Iterable[str],
-         render: Callable[[str], str], script: str) -> int:
+def main(
+    argv: list[str] | None,
+    description: str,
+    patch_dir: Path,
+    bases: Iterable[str],
+    render: Callable[[str], str],
+    script: str,
+) -> int:
     """Write ``patch_dir/BASE.diff`` = ``render(BASE)`` for every base, or with --check exit 1 naming the
     diffs that differ from what ``render`` gives."""
     ap = argparse.ArgumentParser(description=description)

@@ -88,8 +88,15 @@ class ToolFailed(Sm120kitError):
     exit_code = 11
     kind = "tool-failed"
 
-    def __init__(self, message: str, *, argv: list[str] | None = None, returncode: int | None = None,
-                 output_tail: str = "", hint: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        argv: list[str] | None = None,
+        returncode: int | None = None,
+        output_tail: str = "",
+        hint: str | None = None,
+    ) -> None:
         super().__init__(message, hint=hint)
         self.argv = argv or []
         self.returncode = returncode

@@ -13,9 +13,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from sm120kit.errors import MissingDependency, ToolFailed
 
@@ -80,8 +80,16 @@ def run(
     label = what or Path(args[0]).name
     try:
         if on_line is None and log_file is None:
-            proc = subprocess.run(args, cwd=cwd, env=full_env, capture_output=True, text=True,
-                                  timeout=timeout, input=input, errors="replace")
+            proc = subprocess.run(
+                args,
+                cwd=cwd,
+                env=full_env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                input=input,
+                errors="replace",
+            )
             result = RunResult(tuple(args), proc.returncode, proc.stdout, proc.stderr)
         else:
             result = _run_streaming(args, cwd, full_env, timeout, on_line, log_file)
@@ -111,8 +119,16 @@ def _run_streaming(args, cwd, env, timeout, on_line, log_file) -> RunResult:
     try:
         if handle:
             handle.write(f"+ {quote(args)}\n")
-        with subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, errors="replace", bufsize=1) as proc:
+        with subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        ) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
                 lines.append(line)

@@ -13,8 +13,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import click
 
@@ -60,7 +61,7 @@ def _fit(text: str, width: int) -> str:
         return ""
     if len(text) <= width:
         return text
-    return "..." + text[len(text) - width + 3:] if width > 3 else text[:width]
+    return "..." + text[len(text) - width + 3 :] if width > 3 else text[:width]
 
 
 @dataclass
@@ -89,7 +90,7 @@ class Console:
     def style(self, text: str, code: str) -> str:
         return click.style(text, **self._STYLES.get(code, {})) if self.color else text
 
-    def for_results(self) -> "Console":
+    def for_results(self) -> Console:
         """The same console for a command's result, which ``-q`` keeps (it silences only steps, progress
         and hints)."""
         return dataclasses.replace(self, quiet=False)
@@ -118,13 +119,13 @@ class Console:
         except BaseException:
             if not self.quiet:
                 self.end_progress()
-                print(self.style(f"✕ {title} ({time.perf_counter() - start:.1f} s)", "31"),
-                      file=self.stream, flush=True)
+                print(
+                    self.style(f"✕ {title} ({time.perf_counter() - start:.1f} s)", "31"), file=self.stream, flush=True
+                )
             raise
         if not self.quiet:
             self.end_progress()
-            print(self.style(f"✓ {title} ({time.perf_counter() - start:.1f} s)", "32"),
-                  file=self.stream, flush=True)
+            print(self.style(f"✓ {title} ({time.perf_counter() - start:.1f} s)", "32"), file=self.stream, flush=True)
 
     def progress(self, done: int, total: int, label: str = "") -> None:
         """Progress of a long step, ``done`` of ``total``: a bar redrawn in place on a terminal; without one, a
@@ -143,14 +144,19 @@ class Console:
             return
         if self._bar is None or self._bar.length != total:
             self.end_progress()
-            self._bar = click.progressbar(length=total, file=self.progress_stream,
-                                          color=_use_color(self.progress_stream), show_pos=True, show_eta=False,
-                                          width=_bar_width(), item_show_func=lambda item: item)
+            self._bar = click.progressbar(
+                length=total,
+                file=self.progress_stream,
+                color=_use_color(self.progress_stream),
+                show_pos=True,
+                show_eta=False,
+                width=_bar_width(),
+                item_show_func=lambda item: item,
+            )
         bar = self._bar
         bar.current_item = ""
         # the item follows the info separator; the position may still grow by a digit or more
-        room = (_terminal_columns() - len(bar.format_progress_line()) - len(bar.info_sep)
-                - len(str(total)) - 1)
+        room = _terminal_columns() - len(bar.format_progress_line()) - len(bar.info_sep) - len(str(total)) - 1
         bar.current_item = _fit(label, room)
         if done > bar.pos:
             bar.update(done - bar.pos)

@@ -16,18 +16,34 @@ DEMO_SERIES = REPO_ROOT / "tests" / "data" / "demo-series"
 
 # What the demonstration series does on each core release (checked against the real files).
 DEMO_EXPECTED = {
-    "0.5.2": {"demo-capability-helper": "applies", "demo-extend-attention-note": "applies",
-              "demo-new-module": "applies"},
-    **{v: {"demo-capability-helper": "present-upstream", "demo-extend-attention-note": "applies",
-           "demo-new-module": "applies"} for v in ("0.5.6", "0.5.10", "0.5.17", "0.5.23")},
+    "0.5.2": {
+        "demo-capability-helper": "applies",
+        "demo-extend-attention-note": "applies",
+        "demo-new-module": "applies",
+    },
+    **{
+        v: {
+            "demo-capability-helper": "present-upstream",
+            "demo-extend-attention-note": "applies",
+            "demo-new-module": "applies",
+        }
+        for v in ("0.5.6", "0.5.10", "0.5.17", "0.5.23")
+    },
 }
 DEMO_FILES = {
-    "0.5.2": {"sglang/srt/utils.py", "sglang/srt/layers/attention/triton_ops/extend_attention.py",
-              "sglang/srt/sm120kit_demo.py"},
-    **{v: {"sglang/srt/layers/attention/triton_ops/extend_attention.py", "sglang/srt/sm120kit_demo.py"}
-       for v in ("0.5.6", "0.5.10")},
-    **{v: {"sglang/kernels/ops/attention/extend_attention.py", "sglang/srt/sm120kit_demo.py"}
-       for v in ("0.5.17", "0.5.23")},
+    "0.5.2": {
+        "sglang/srt/utils.py",
+        "sglang/srt/layers/attention/triton_ops/extend_attention.py",
+        "sglang/srt/sm120kit_demo.py",
+    },
+    **{
+        v: {"sglang/srt/layers/attention/triton_ops/extend_attention.py", "sglang/srt/sm120kit_demo.py"}
+        for v in ("0.5.6", "0.5.10")
+    },
+    **{
+        v: {"sglang/kernels/ops/attention/extend_attention.py", "sglang/srt/sm120kit_demo.py"}
+        for v in ("0.5.17", "0.5.23")
+    },
 }
 
 
@@ -39,8 +55,7 @@ def tree_hashes(root: Path, skip: tuple[str, ...] = (".git",)) -> dict[str, tupl
         for name in filenames:
             path = Path(dirpath) / name
             data = path.read_bytes()
-            out[path.relative_to(root).as_posix()] = (hashlib.sha256(data).hexdigest(),
-                                                      path.stat().st_mode & 0o7777)
+            out[path.relative_to(root).as_posix()] = (hashlib.sha256(data).hexdigest(), path.stat().st_mode & 0o7777)
     return out
 
 
@@ -49,8 +64,14 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> sub
     full_env = dict(os.environ)
     full_env.setdefault("NO_COLOR", "1")
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "sm120kit", *args], capture_output=True, text=True,
-                          env=full_env, cwd=cwd or REPO_ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "sm120kit", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd or REPO_ROOT,
+        timeout=300,
+    )
 
 
 def run_json(*args: str, env: dict | None = None) -> tuple[int, dict]:
@@ -66,8 +87,9 @@ def make_diff(root: Path, rel: str, edit) -> str:
     old = (root / rel).read_text(encoding="utf-8")
     new = edit(old)
     assert new != old, f"the edit changed nothing in {rel}"
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 fromfile=f"a/{rel}", tofile=f"b/{rel}")
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=f"a/{rel}", tofile=f"b/{rel}"
+    )
     return "".join(lines)
 
 
@@ -82,19 +104,26 @@ def write_series(folder: Path, patches: list[dict]) -> Path:
         for name, text in p["diffs"].items():
             (pdir / name).write_text(text)
         variants = "".join(
-            f'\n[[variants]]\ndiff = "{d}"\nreleases = "{r}"\nbase = "{b}"\n' for d, r, b in p["variants"])
-        markers = "".join(f"\n[[markers]]\nfile = \"{f}\"\npattern = '{pat}'\n"
-                          for f, pat in p.get("markers", [("sglang/srt/never.py", "never")]))
-        (pdir / "patch.toml").write_text(textwrap.dedent(f"""\
-            id = "{p['id']}"
-            title = "{p.get('title', 'test patch')}"
+            f'\n[[variants]]\ndiff = "{d}"\nreleases = "{r}"\nbase = "{b}"\n' for d, r, b in p["variants"]
+        )
+        markers = "".join(
+            f"\n[[markers]]\nfile = \"{f}\"\npattern = '{pat}'\n"
+            for f, pat in p.get("markers", [("sglang/srt/never.py", "never")])
+        )
+        (pdir / "patch.toml").write_text(
+            textwrap.dedent(f"""\
+            id = "{p["id"]}"
+            title = "{p.get("title", "test patch")}"
             description = "A patch written by a test."
             problem = "None; it exercises the patch manager."
 
             [upstream]
             forwarded = false
             reason = "test data"
-            """) + variants + markers)
+            """)
+            + variants
+            + markers
+        )
     return folder
 
 

@@ -24,9 +24,11 @@ def nvcc() -> str | None:
 def cuobjdump() -> str | None:
     """cuobjdump from the nvidia-cuda-cuobjdump wheel (build extra), else PATH, else triton's copy."""
     purelib = Path(sysconfig.get_paths()["purelib"])
-    for candidate in (purelib / "nvidia" / "cu13" / "bin" / "cuobjdump",
-                      Path(shutil.which("cuobjdump") or "/nonexistent"),
-                      purelib / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump"):
+    for candidate in (
+        purelib / "nvidia" / "cu13" / "bin" / "cuobjdump",
+        Path(shutil.which("cuobjdump") or "/nonexistent"),
+        purelib / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump",
+    ):
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
@@ -50,8 +52,13 @@ def cuobjdump_elf_arch_lines(path: Path) -> set[str]:
 
 
 def git(*args: str, cwd: Path) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t.invalid"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t.invalid",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
@@ -78,5 +85,4 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> sub
     full = dict(os.environ)
     full["PATH"] = str(Path(sys.executable).parent) + os.pathsep + full.get("PATH", "")
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "sm120kit", *args], capture_output=True, text=True, env=full,
-                          cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "sm120kit", *args], capture_output=True, text=True, env=full, cwd=cwd)

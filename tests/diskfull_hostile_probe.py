@@ -19,7 +19,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from apply_support import DEMO_SERIES, make_diff, small_tree, tree_hashes, write_series
 from diskfull_probe import fill, fill_up
 
@@ -27,8 +26,13 @@ K = 1024
 
 
 def cli(*args: str, env: dict | None = None) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "sm120kit", *args], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent.parent, env=dict(os.environ, NO_COLOR="1", **(env or {})))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sm120kit", *args],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        env=dict(os.environ, NO_COLOR="1", **(env or {})),
+    )
     return {"rc": proc.returncode, "stderr": proc.stderr, "stdout": proc.stdout}
 
 
@@ -44,11 +48,14 @@ def rollback(mount: Path, series_dir: Path) -> dict:
     (package / "srt" / "c_big.py").write_text(lines("C", 400 * K))
     diff = make_diff(root, "sglang/srt/a_mod.py", lambda t: t.replace('A_5 = "', 'A_5 = "-'))
     new = "".join(f"+{line}" for line in lines("B", 300 * K).splitlines(True))
-    diff += (f"diff --git a/sglang/srt/b_new.py b/sglang/srt/b_new.py\nnew file mode 100644\n--- /dev/null\n"
-             f"+++ b/sglang/srt/b_new.py\n@@ -0,0 +1,{new.count(chr(10))} @@\n{new}")
+    diff += (
+        f"diff --git a/sglang/srt/b_new.py b/sglang/srt/b_new.py\nnew file mode 100644\n--- /dev/null\n"
+        f"+++ b/sglang/srt/b_new.py\n@@ -0,0 +1,{new.count(chr(10))} @@\n{new}"
+    )
     diff += make_diff(root, "sglang/srt/c_big.py", lambda t: t.replace('C_5 = "', 'C_5 = "-'))
-    series = write_series(series_dir, [
-        {"id": "three-files", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}])
+    series = write_series(
+        series_dir, [{"id": "three-files", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}]
+    )
     before = tree_hashes(root)
     # Room for the saved originals (a and c, 500 KiB), the journal and lock, a and b; not for c.
     filler = fill(mount, leave=500 * K + 16 * K + 350 * K)
@@ -66,12 +73,17 @@ def refused(mount: Path, series_dir: Path) -> dict:
         package = small_tree(mount / f"refused-{leave}")
         root = package.parent
         diff = make_diff(root, "sglang/srt/utils.py", lambda t: t.replace("return 3\n", "return 3  # sm120\n"))
-        series = write_series(series_dir / str(leave), [
-            {"id": "one", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}])
+        series = write_series(
+            series_dir / str(leave),
+            [{"id": "one", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}],
+        )
         before = tree_hashes(root)
         filler = fill_up(mount) if leave == 0 else fill(mount, leave=leave)
-        out[str(leave)] = {**cli("apply", str(package), "--series", str(series)),
-                           "same": tree_hashes(root) == before, "state_dir_left": (package / ".sm120kit").exists()}
+        out[str(leave)] = {
+            **cli("apply", str(package), "--series", str(series)),
+            "same": tree_hashes(root) == before,
+            "state_dir_left": (package / ".sm120kit").exists(),
+        }
         filler.unlink()
     return out
 
@@ -81,8 +93,11 @@ def unpack(mount: Path, wheel: Path) -> dict:
     (cache / "wheels").mkdir(parents=True)
     (cache / "wheels" / wheel.name).symlink_to(wheel)
     out = cli("fetch-release", "0.5.2", "--json", env={"SM120KIT_CACHE_DIR": str(cache)})
-    out["left"] = sorted(str(p.relative_to(cache)) for p in (cache / "releases").iterdir()) \
-        if (cache / "releases").is_dir() else []
+    out["left"] = (
+        sorted(str(p.relative_to(cache)) for p in (cache / "releases").iterdir())
+        if (cache / "releases").is_dir()
+        else []
+    )
     return out
 
 
@@ -90,17 +105,23 @@ def workcopy(mount: Path, release: Path) -> dict:
     cache = mount / "cache-work"
     (cache / "releases").mkdir(parents=True)
     (cache / "releases" / "0.5.2").symlink_to(release, target_is_directory=True)
-    out = cli("apply", "--release", "0.5.2", "--series", str(DEMO_SERIES),
-              env={"SM120KIT_CACHE_DIR": str(cache)})
+    out = cli("apply", "--release", "0.5.2", "--series", str(DEMO_SERIES), env={"SM120KIT_CACHE_DIR": str(cache)})
     out["left"] = sorted(p.name for p in (cache / "work").iterdir()) if (cache / "work").is_dir() else []
     return out
 
 
 def main() -> None:
     mount, series_dir, wheel, release = (Path(a) for a in sys.argv[1:5])
-    print(json.dumps({"rollback": rollback(mount, series_dir / "rollback"),
-                      "refused": refused(mount, series_dir / "refused"),
-                      "unpack": unpack(mount, wheel), "workcopy": workcopy(mount, release)}))
+    print(
+        json.dumps(
+            {
+                "rollback": rollback(mount, series_dir / "rollback"),
+                "refused": refused(mount, series_dir / "refused"),
+                "unpack": unpack(mount, wheel),
+                "workcopy": workcopy(mount, release),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,13 @@ BIG = 400 * 1024
 
 
 def cli(*args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "sm120kit", *args], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent.parent, env=dict(os.environ, NO_COLOR="1"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sm120kit", *args],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        env=dict(os.environ, NO_COLOR="1"),
+    )
     return {"rc": proc.returncode, "stderr": proc.stderr, "stdout": proc.stdout}
 
 
@@ -55,8 +60,9 @@ def main() -> None:
     (package / "srt" / "zz_big.py").write_text("".join(f"BIG_{i} = {i:0>40}\n" for i in range(BIG // 52)))
     diff = make_diff(root, "sglang/srt/utils.py", lambda t: t.replace("return 3\n", "return 3  # sm120\n"))
     diff += make_diff(root, "sglang/srt/zz_big.py", lambda t: t.replace("BIG_5 = ", "BIG_5 = -"))
-    series = write_series(series_dir, [
-        {"id": "two-files", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}])
+    series = write_series(
+        series_dir, [{"id": "two-files", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}]
+    )
     before = tree_hashes(root)
     out: dict = {"big_bytes": (package / "srt" / "zz_big.py").stat().st_size}
 

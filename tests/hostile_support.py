@@ -33,15 +33,28 @@ def _namespace(flags: list[str]) -> list[str]:
     return [unshare, *flags]
 
 
-def run_cli_confined(*args: str, env: dict | None = None, user: str = "root", timeout: float = 120,
-                     ) -> subprocess.CompletedProcess:
+def run_cli_confined(
+    *args: str,
+    env: dict | None = None,
+    user: str = "root",
+    timeout: float = 120,
+) -> subprocess.CompletedProcess:
     """``python -m sm120kit ARGS`` inside a user namespace: ``user="root"`` (namespace root, which cannot
     read or write files of ``FOREIGN_UID`` beyond their permission bits) or ``user="no-passwd"``."""
-    flags = ["--user", "--map-root-user"] if user == "root" else [
-        "--user", f"--map-user={NO_PASSWD_UID}", f"--map-group={NO_PASSWD_UID}"]
+    flags = (
+        ["--user", "--map-root-user"]
+        if user == "root"
+        else ["--user", f"--map-user={NO_PASSWD_UID}", f"--map-group={NO_PASSWD_UID}"]
+    )
     full = dict(os.environ, NO_COLOR="1") if env is None else env
-    return subprocess.run([*_namespace(flags), sys.executable, "-m", "sm120kit", *args], cwd=REPO_ROOT, env=full,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*_namespace(flags), sys.executable, "-m", "sm120kit", *args],
+        cwd=REPO_ROOT,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def give_away(path: Path, mode: int) -> None:

@@ -56,10 +56,20 @@ def _batch(torch, chunk: int, sorted_: bool):
     i32 = lambda *s: _meta(torch, *s, dtype=torch.int32)  # noqa: E731
     segments = TOKENS // chunk if sorted_ else SEQS
     return SimpleNamespace(
-        use_cuda_graph=False, bs=SEQS, num_segments=segments, seg_indptr=i32(segments + 1),
-        weight_indices=i32(segments), lora_ranks=i32(ADAPTERS), scalings=_meta(torch, ADAPTERS, dtype=torch.float32),
-        max_len=chunk, seg_lens=i32(SEQS), permutation=_meta(torch, TOKENS, dtype=torch.int64) if sorted_ else None,
-        expected_tokens=TOKENS, has_active_lora=True, is_prefill=True)
+        use_cuda_graph=False,
+        bs=SEQS,
+        num_segments=segments,
+        seg_indptr=i32(segments + 1),
+        weight_indices=i32(segments),
+        lora_ranks=i32(ADAPTERS),
+        scalings=_meta(torch, ADAPTERS, dtype=torch.float32),
+        max_len=chunk,
+        seg_lens=i32(SEQS),
+        permutation=_meta(torch, TOKENS, dtype=torch.int64) if sorted_ else None,
+        expected_tokens=TOKENS,
+        has_active_lora=True,
+        is_prefill=True,
+    )
 
 
 def run_case(torch, device_name: str, case: str) -> None:
@@ -67,8 +77,11 @@ def run_case(torch, device_name: str, case: str) -> None:
     values = [int(a) for a in args]
     if kind in ("csgmv", "csgmv-tuned"):
         chunk = values[0]
-        mod = _first("sglang.kernels.ops.lora.dense.chunked_sgmv_shrink", "sglang.kernels.ops.gemm.chunked_sgmv_shrink",
-                     "sglang.srt.lora.triton_ops.chunked_sgmv_shrink")
+        mod = _first(
+            "sglang.kernels.ops.lora.dense.chunked_sgmv_shrink",
+            "sglang.kernels.ops.gemm.chunked_sgmv_shrink",
+            "sglang.srt.lora.triton_ops.chunked_sgmv_shrink",
+        )
         if kind == "csgmv-tuned":
             tuning = _first(mod.__name__.rsplit(".", 1)[0] + ".lora_tuning_config")
             import triton
@@ -79,36 +92,56 @@ def run_case(torch, device_name: str, case: str) -> None:
             (folder / name).write_text(json.dumps({str(chunk): {"BLOCK_N": 16, "BLOCK_K": values[1]}}))
             os.environ["SGLANG_LORA_CONFIG_DIR"] = str(folder.parent.parent)
             tuning.get_lora_configs.cache_clear()
-        mod.chunked_sgmv_lora_shrink_forward(_meta(torch, TOKENS, K), _meta(torch, ADAPTERS, 3 * 64, K),
-                                             _batch(torch, chunk, sorted_=True), 3)
+        mod.chunked_sgmv_lora_shrink_forward(
+            _meta(torch, TOKENS, K), _meta(torch, ADAPTERS, 3 * 64, K), _batch(torch, chunk, sorted_=True), 3
+        )
     elif kind == "exp-shrink":
         rank, slices = values
-        mod = _first("sglang.kernels.ops.lora.dense.trtllm_lora_temp.sgemm_lora_a",
-                     "sglang.kernels.ops.gemm.trtllm_lora_temp.sgemm_lora_a",
-                     "sglang.srt.lora.trtllm_lora_temp.triton_ops.sgemm_lora_a")
-        mod.sgemm_lora_a_fwd(_meta(torch, TOKENS, K), _meta(torch, ADAPTERS, slices * rank, K),
-                             _batch(torch, 256, sorted_=False), stack_num=slices)
+        mod = _first(
+            "sglang.kernels.ops.lora.dense.trtllm_lora_temp.sgemm_lora_a",
+            "sglang.kernels.ops.gemm.trtllm_lora_temp.sgemm_lora_a",
+            "sglang.srt.lora.trtllm_lora_temp.triton_ops.sgemm_lora_a",
+        )
+        mod.sgemm_lora_a_fwd(
+            _meta(torch, TOKENS, K),
+            _meta(torch, ADAPTERS, slices * rank, K),
+            _batch(torch, 256, sorted_=False),
+            stack_num=slices,
+        )
     elif kind == "exp-expand":
         (rank,) = values
-        mod = _first("sglang.kernels.ops.lora.dense.trtllm_lora_temp.sgemm_lora_b",
-                     "sglang.kernels.ops.gemm.trtllm_lora_temp.sgemm_lora_b",
-                     "sglang.srt.lora.trtllm_lora_temp.triton_ops.sgemm_lora_b")
-        mod.sgemm_lora_b_fwd(_meta(torch, TOKENS, rank), _meta(torch, ADAPTERS, N_OUT, rank),
-                             _batch(torch, 256, sorted_=False))
+        mod = _first(
+            "sglang.kernels.ops.lora.dense.trtllm_lora_temp.sgemm_lora_b",
+            "sglang.kernels.ops.gemm.trtllm_lora_temp.sgemm_lora_b",
+            "sglang.srt.lora.trtllm_lora_temp.triton_ops.sgemm_lora_b",
+        )
+        mod.sgemm_lora_b_fwd(
+            _meta(torch, TOKENS, rank), _meta(torch, ADAPTERS, N_OUT, rank), _batch(torch, 256, sorted_=False)
+        )
     elif kind == "exp-moe-shrink":
         rank, tokens = values
-        mod = _first("sglang.kernels.ops.lora.moe.trtllm_lora_temp.virtual_experts",
-                     "sglang.kernels.ops.moe.trtllm_lora_temp.virtual_experts",
-                     "sglang.srt.lora.trtllm_lora_temp.triton_ops.virtual_experts")
+        mod = _first(
+            "sglang.kernels.ops.lora.moe.trtllm_lora_temp.virtual_experts",
+            "sglang.kernels.ops.moe.trtllm_lora_temp.virtual_experts",
+            "sglang.srt.lora.trtllm_lora_temp.triton_ops.virtual_experts",
+        )
         experts, topk, hidden = ADAPTERS * 128, 8, 2048
         weight = _meta(torch, experts, rank, hidden)
         config = mod._get_shrink_stage_config(weight.shape, tokens)
         block_m = config["BLOCK_SIZE_M"]
         padded = tokens * topk + min(tokens * topk, experts) * (block_m - 1)
         i32 = lambda *s: _meta(torch, *s, dtype=torch.int32)  # noqa: E731
-        mod._invoke_moe_lora_shrink_splitk(_meta(torch, tokens, hidden), weight, _meta(torch, tokens * topk, rank),
-                                           i32(tokens, topk), i32(padded), i32(-(-padded // block_m)), i32(1), topk,
-                                           config)
+        mod._invoke_moe_lora_shrink_splitk(
+            _meta(torch, tokens, hidden),
+            weight,
+            _meta(torch, tokens * topk, rank),
+            i32(tokens, topk),
+            i32(padded),
+            i32(-(-padded // block_m)),
+            i32(1),
+            topk,
+            config,
+        )
     else:
         raise SystemExit(f"unknown case kind {kind!r}")
 
@@ -137,9 +170,16 @@ def main() -> int:
                 run_case(torch, device.name, case)
             except Exception as exc:  # noqa: BLE001 - reported per case
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400]
-            kernels = [{"name": k.name, "shared": k.shared, "num_warps": k.num_warps, "num_stages": k.num_stages,
-                        "constexprs": {n: v for n, v in k.constexprs.items() if n.startswith("BLOCK")}}
-                       for k in recorder.take()]
+            kernels = [
+                {
+                    "name": k.name,
+                    "shared": k.shared,
+                    "num_warps": k.num_warps,
+                    "num_stages": k.num_stages,
+                    "constexprs": {n: v for n, v in k.constexprs.items() if n.startswith("BLOCK")},
+                }
+                for k in recorder.take()
+            ]
             out["cases"][case] = {"kernels": kernels, "error": error}
     print(json.dumps(out))
     return 0

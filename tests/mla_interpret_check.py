@@ -27,14 +27,23 @@ from pathlib import Path
 os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
+
 from sm120_attention import reference as ref  # noqa: E402
 
 try:  # the kernels' package from 0.5.16 on, and before
-    from sglang.kernels.ops.attention import decode_attention, extend_attention, sm120_mla  # noqa: E402
-    from sglang.kernels.ops.attention import sm120_mla_route  # noqa: E402
+    from sglang.kernels.ops.attention import (  # noqa: E402
+        decode_attention,
+        extend_attention,
+        sm120_mla,
+        sm120_mla_route,  # noqa: E402
+    )
 except ModuleNotFoundError:
-    from sglang.srt.layers.attention.triton_ops import decode_attention, extend_attention, sm120_mla  # noqa: E402
-    from sglang.srt.layers.attention.triton_ops import sm120_mla_route  # noqa: E402
+    from sglang.srt.layers.attention.triton_ops import (  # noqa: E402
+        decode_attention,
+        extend_attention,
+        sm120_mla,
+        sm120_mla_route,  # noqa: E402
+    )
 
 SHAPES = {  # name: (kv heads, qk head dim, v head dim, query heads)
     "mla": (1, 576, 512, 16),
@@ -54,13 +63,43 @@ def paged(case, page_size, seed=0):
     return case
 
 
-VERIFY_NAMES = ("q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr", "kv_indptr",
-                "kv_indices", "custom_mask", "is_causal", "mask_indptr", "max_len_extend", "k_scale", "v_scale")
+VERIFY_NAMES = (
+    "q_extend",
+    "k_extend",
+    "v_extend",
+    "o_extend",
+    "k_buffer",
+    "v_buffer",
+    "qo_indptr",
+    "kv_indptr",
+    "kv_indices",
+    "custom_mask",
+    "is_causal",
+    "mask_indptr",
+    "max_len_extend",
+    "k_scale",
+    "v_scale",
+)
 
 
 def verify_args(c, o):
-    return (c["q"], c["k_ext"], c["v_ext"], o, c["k_pool"], c["v_pool"], c["qo_indptr"], c["kv_indptr"],
-            c["kv_indices"], c["custom_mask"], False, c["mask_indptr"], c["max_len"], 1.0, 1.0)
+    return (
+        c["q"],
+        c["k_ext"],
+        c["v_ext"],
+        o,
+        c["k_pool"],
+        c["v_pool"],
+        c["qo_indptr"],
+        c["kv_indptr"],
+        c["kv_indices"],
+        c["custom_mask"],
+        False,
+        c["mask_indptr"],
+        c["max_len"],
+        1.0,
+        1.0,
+    )
 
 
 def release_call(fn, **kwargs):
@@ -90,30 +129,73 @@ def reference_checks(records: list) -> None:
     for name, (kvh, lk, lv, heads) in SHAPES.items():
         for dtype in (torch.float32, torch.float16):
             for tree, page in (("tree", 1), ("chain", 16)):
-                c = ref.make_verify_case([200, 75, 0], [8, 5, 3], heads=heads, kv_heads=kvh, lk=lk, lv=lv,
-                                         dtype=dtype, tree=tree, seed=lk + kvh, pool_extra=128)
+                c = ref.make_verify_case(
+                    [200, 75, 0],
+                    [8, 5, 3],
+                    heads=heads,
+                    kv_heads=kvh,
+                    lk=lk,
+                    lv=lv,
+                    dtype=dtype,
+                    tree=tree,
+                    seed=lk + kvh,
+                    pool_extra=128,
+                )
                 if page > 1:
                     c = paged(c, page)
                 o = torch.zeros(c["q"].shape[0], heads, lv, dtype=dtype)
                 ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o), page_size=page)
-                records.append({"check": "verify-reference", "shape": name, "dtype": str(dtype)[6:], "mask": tree,
-                                "page_size": page, "ran": ran, "max_abs_diff": diff(o, ref.reference_verify(c))})
+                records.append(
+                    {
+                        "check": "verify-reference",
+                        "shape": name,
+                        "dtype": str(dtype)[6:],
+                        "mask": tree,
+                        "page_size": page,
+                        "ran": ran,
+                        "max_abs_diff": diff(o, ref.reference_verify(c)),
+                    }
+                )
     # The draft tail as its own pass (_tail_kernel) instead of inside the merge: a route table that never
     # scores it in the merge, for the calls of the launcher's own entry point.
     with sm120_mla_route.using(sm120_mla_route.TABLE._replace(fuse_tail_max_rows=0)):
         for name, (kvh, lk, lv, heads) in SHAPES.items():
-            c = ref.make_verify_case([200, 75, 0], [8, 5, 3], heads=heads, kv_heads=kvh, lk=lk, lv=lv,
-                                     dtype=torch.float32, tree="tree", seed=lk + kvh, pool_extra=128)
+            c = ref.make_verify_case(
+                [200, 75, 0],
+                [8, 5, 3],
+                heads=heads,
+                kv_heads=kvh,
+                lk=lk,
+                lv=lv,
+                dtype=torch.float32,
+                tree="tree",
+                seed=lk + kvh,
+                pool_extra=128,
+            )
             o = torch.zeros(c["q"].shape[0], heads, lv, dtype=torch.float32)
             ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o))
-            records.append({"check": "verify-separate-tail", "shape": name, "dtype": "float32", "ran": ran,
-                            "max_abs_diff": diff(o, ref.reference_verify(c))})
+            records.append(
+                {
+                    "check": "verify-separate-tail",
+                    "shape": name,
+                    "dtype": "float32",
+                    "ran": ran,
+                    "max_abs_diff": diff(o, ref.reference_verify(c)),
+                }
+            )
     for dtype in (torch.float32, torch.float16):
         c = ref.make_decode_case([300, 17, 1], heads=16, dtype=dtype, seed=3)
         o = torch.zeros(3, 16, 512, dtype=dtype)
         ran = sm120_mla.sm120_mla_decode_fwd(c["q"], c["k_pool"], c["v_pool"], o, c["kv_indptr"], c["kv_indices"])
-        records.append({"check": "decode-reference", "shape": "mla", "dtype": str(dtype)[6:], "ran": ran,
-                        "max_abs_diff": diff(o, ref.reference_decode(c))})
+        records.append(
+            {
+                "check": "decode-reference",
+                "shape": "mla",
+                "dtype": str(dtype)[6:],
+                "ran": ran,
+                "max_abs_diff": diff(o, ref.reference_decode(c)),
+            }
+        )
     # fp8 scales: k_scale/v_scale applied to the pool (a scaled fp16 pool stands in for fp8 storage,
     # which the interpreter cannot load).
     c = ref.make_verify_case([150, 40], [6, 4], heads=16, dtype=torch.float16, seed=9)
@@ -123,8 +205,15 @@ def reference_checks(records: list) -> None:
     args = list(verify_args(c, o))
     args[13], args[14] = 0.5, 0.5
     ran = sm120_mla.sm120_tree_verify_fwd(*args)
-    records.append({"check": "verify-scales", "shape": "mla", "dtype": "float16", "ran": ran,
-                    "max_abs_diff": diff(o, ref.reference_verify(c, k_scale=0.5, v_scale=0.5))})
+    records.append(
+        {
+            "check": "verify-scales",
+            "shape": "mla",
+            "dtype": "float16",
+            "ran": ran,
+            "max_abs_diff": diff(o, ref.reference_verify(c, k_scale=0.5, v_scale=0.5)),
+        }
+    )
 
 
 def release_checks(records: list) -> None:
@@ -132,14 +221,22 @@ def release_checks(records: list) -> None:
     extend_fwd = sm120_mla.verify_first(extend_attention.extend_attention_fwd)
     for name in ("mla", "gqa"):
         kvh, lk, lv, heads = SHAPES[name]
-        c = ref.make_verify_case([120, 33], [8, 6], heads=heads, kv_heads=kvh, lk=lk, lv=lv, dtype=torch.float16,
-                                 tree="tree", seed=5)
+        c = ref.make_verify_case(
+            [120, 33], [8, 6], heads=heads, kv_heads=kvh, lk=lk, lv=lv, dtype=torch.float16, tree="tree", seed=5
+        )
         o_new = torch.zeros(c["q"].shape[0], heads, lv, dtype=torch.float16)
         o_old = torch.zeros_like(o_new)
         release_call(extend_fwd, **dict(zip(VERIFY_NAMES, verify_args(c, o_new))))
         release_call(extend_attention.extend_attention_fwd, **dict(zip(VERIFY_NAMES, verify_args(c, o_old))))
-        records.append({"check": "verify-release", "shape": name, "dtype": "float16", "ran": True,
-                        "max_abs_diff": diff(o_new, o_old)})
+        records.append(
+            {
+                "check": "verify-release",
+                "shape": name,
+                "dtype": "float16",
+                "ran": True,
+                "max_abs_diff": diff(o_new, o_old),
+            }
+        )
     # A prefill-style call (no custom mask) goes to the release's kernel untouched: bit-identical.
     c = ref.make_verify_case([64], [16], heads=8, kv_heads=2, lk=128, lv=128, dtype=torch.float16, seed=6)
     o_new = torch.zeros(16, 8, 128, dtype=torch.float16)
@@ -147,8 +244,16 @@ def release_checks(records: list) -> None:
     no_mask = dict(zip(VERIFY_NAMES, verify_args(c, o_new)), custom_mask=None, is_causal=True, mask_indptr=None)
     release_call(extend_fwd, **no_mask)
     release_call(extend_attention.extend_attention_fwd, **dict(no_mask, o_extend=o_old))
-    records.append({"check": "fallback-identical", "shape": "gqa", "dtype": "float16", "ran": False,
-                    "max_abs_diff": diff(o_new, o_old), "bit_identical": bool(torch.equal(o_new, o_old))})
+    records.append(
+        {
+            "check": "fallback-identical",
+            "shape": "gqa",
+            "dtype": "float16",
+            "ran": False,
+            "max_abs_diff": diff(o_new, o_old),
+            "bit_identical": bool(torch.equal(o_new, o_old)),
+        }
+    )
 
     decode_fwd = sm120_mla.decode_first(decode_attention.decode_attention_fwd)
     c = ref.make_decode_case([250, 40], heads=16, dtype=torch.float16, seed=7)
@@ -160,18 +265,50 @@ def release_checks(records: list) -> None:
         lse = torch.empty(2, 16, splits, dtype=torch.float32)
         nsplit = torch.full((2,), splits, dtype=torch.int32)
         fn = decode_fwd if o is o_new else decode_attention.decode_attention_fwd
-        release_call(fn, q=c["q"], k_buffer=c["k_pool"], v_buffer=c["v_pool"], o=o, kv_indptr=c["kv_indptr"],
-                     kv_indices=c["kv_indices"], attn_logits=logits, attn_lse=lse, num_kv_splits=nsplit,
-                     max_kv_splits=splits, sm_scale=1 / 576**0.5, k_scale=1.0, v_scale=1.0, has_mla=True)
-    records.append({"check": "decode-release", "shape": "mla", "dtype": "float16", "ran": True,
-                    "max_abs_diff": diff(o_new, o_old)})
+        release_call(
+            fn,
+            q=c["q"],
+            k_buffer=c["k_pool"],
+            v_buffer=c["v_pool"],
+            o=o,
+            kv_indptr=c["kv_indptr"],
+            kv_indices=c["kv_indices"],
+            attn_logits=logits,
+            attn_lse=lse,
+            num_kv_splits=nsplit,
+            max_kv_splits=splits,
+            sm_scale=1 / 576**0.5,
+            k_scale=1.0,
+            v_scale=1.0,
+            has_mla=True,
+        )
+    records.append(
+        {"check": "decode-release", "shape": "mla", "dtype": "float16", "ran": True, "max_abs_diff": diff(o_new, o_old)}
+    )
     # SGLang's backend sets enable_lean for MLA batches of 8+ under CUDA graphs on every GPU; its CUDA
     # kernel ignores it (ROCm only), so the split-KV decode must serve such calls too.
     o_lean = torch.zeros_like(o_new)
-    ran = sm120_mla.sm120_mla_decode_fwd(c["q"], c["k_pool"], c["v_pool"], o_lean, c["kv_indptr"], c["kv_indices"],
-                                         enable_lean=True, lean_Mp=torch.empty(1), lean_locks=torch.empty(1))
-    records.append({"check": "decode-release", "shape": "mla", "dtype": "float16", "ran": ran, "case": "enable_lean",
-                    "max_abs_diff": diff(o_lean, o_old)})
+    ran = sm120_mla.sm120_mla_decode_fwd(
+        c["q"],
+        c["k_pool"],
+        c["v_pool"],
+        o_lean,
+        c["kv_indptr"],
+        c["kv_indices"],
+        enable_lean=True,
+        lean_Mp=torch.empty(1),
+        lean_locks=torch.empty(1),
+    )
+    records.append(
+        {
+            "check": "decode-release",
+            "shape": "mla",
+            "dtype": "float16",
+            "ran": ran,
+            "case": "enable_lean",
+            "max_abs_diff": diff(o_lean, o_old),
+        }
+    )
 
 
 def decline_checks(records: list) -> None:
@@ -193,8 +330,9 @@ def decline_checks(records: list) -> None:
         kwargs = dict(zip(names, verify_args(c, o)))
         kwargs.update(change)
         ran = sm120_mla.sm120_tree_verify_fwd(**kwargs)
-        records.append({"check": "decline", "launcher": "verify", "case": label, "ran": ran,
-                        "untouched": bool((o == 7.0).all())})
+        records.append(
+            {"check": "decline", "launcher": "verify", "case": label, "ran": ran, "untouched": bool((o == 7.0).all())}
+        )
     gqa = ref.make_decode_case([30], heads=8, lk=128, lv=128, dtype=torch.float16)
     gqa["k_pool"] = gqa["k_pool"][:, :, :128]
     for label, (case, change) in {
@@ -204,10 +342,12 @@ def decline_checks(records: list) -> None:
     }.items():
         heads, lv = case["q"].shape[1], case["v_pool"].shape[-1]
         o = torch.full((1, heads, lv), 7.0, dtype=torch.float16)
-        ran = sm120_mla.sm120_mla_decode_fwd(case["q"], case["k_pool"], case["v_pool"], o, case["kv_indptr"],
-                                             case["kv_indices"], **change)
-        records.append({"check": "decline", "launcher": "decode", "case": label, "ran": ran,
-                        "untouched": bool((o == 7.0).all())})
+        ran = sm120_mla.sm120_mla_decode_fwd(
+            case["q"], case["k_pool"], case["v_pool"], o, case["kv_indptr"], case["kv_indices"], **change
+        )
+        records.append(
+            {"check": "decline", "launcher": "decode", "case": label, "ran": ran, "untouched": bool((o == 7.0).all())}
+        )
 
 
 if __name__ == "__main__":

@@ -27,8 +27,12 @@ HERE = Path(__file__).resolve().parent
 STANDIN = HERE / "data" / "flashinfer-standin"
 MODULE = "sglang.srt.distributed.device_communicators.sm120_pcie_ipc_ar"
 HIDDEN = 7168
-VARS = ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "SGLANG_ENABLE_DETERMINISTIC_INFERENCE", "SGLANG_USE_1STAGE_ALLREDUCE",
-        "SGLANG_PCIE_IPC_MAX_NUMEL")
+VARS = (
+    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE",
+    "SGLANG_ENABLE_DETERMINISTIC_INFERENCE",
+    "SGLANG_USE_1STAGE_ALLREDUCE",
+    "SGLANG_PCIE_IPC_MAX_NUMEL",
+)
 
 
 class Records(logging.Handler):
@@ -79,19 +83,28 @@ def run(rank: int, world: int, out: str, port: str) -> None:
         # -- the patched __init__ on the CPU: a real group, the switch on, the device not a GPU ------------
         params = inspect.signature(ps.GroupCoordinator.__init__).parameters
         flags = {name: False for name in params if name.startswith("use_")}
-        group = ps.GroupCoordinator(group_ranks=[list(range(world))], local_rank=rank,
-                                    torch_distributed_backend="gloo", group_name="tp", **flags)
+        group = ps.GroupCoordinator(
+            group_ranks=[list(range(world))],
+            local_rank=rank,
+            torch_distributed_backend="gloo",
+            group_name="tp",
+            **flags,
+        )
         x = torch.full((2, 8), float(rank + 1))
-        results["cpu_init"] = {"pcie_ipc_comm": repr(group.pcie_ipc_comm), "sum": group.all_reduce(x)[0, 0].item(),
-                               "log": list(records.lines)}
+        results["cpu_init"] = {
+            "pcie_ipc_comm": repr(group.pcie_ipc_comm),
+            "sum": group.all_reduce(x)[0, 0].item(),
+            "log": list(records.lines),
+        }
         importlib.import_module("sglang.srt.model_executor.runner.base_runner")
         results["base_runner_imported"] = True
 
         with faked_cuda(PRESETS["12.0"]):
             group.device = torch.device("cuda:0")  # the faked RTX PRO 6000 Blackwell (no tensor goes there)
 
-            def attach(name: str = "tp", world_size: int | None = None, flashinfer: str | None = "with-pcie-ipc",
-                       **env: str) -> dict:
+            def attach(
+                name: str = "tp", world_size: int | None = None, flashinfer: str | None = "with-pcie-ipc", **env: str
+            ) -> dict:
                 set_env(**env)
                 use_flashinfer(flashinfer)
                 fresh(module)
@@ -103,18 +116,25 @@ def run(rank: int, world: int, out: str, port: str) -> None:
                     comm = module.attach(group, name)
                 finally:
                     group.world_size = saved
-                return {"on": comm is not None, "log": list(records.lines),
-                        "flashinfer_imported": "flashinfer" in sys.modules}
+                return {
+                    "on": comm is not None,
+                    "log": list(records.lines),
+                    "flashinfer_imported": "flashinfer" in sys.modules,
+                }
 
             results["unset"] = attach()
             results["zero"] = attach(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="0")
             results["old_flashinfer"] = attach(flashinfer="without-pcie-ipc", SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="1")
             results["no_flashinfer"] = attach(flashinfer=None, SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="1")
-            results["deterministic"] = attach(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="1",
-                                              SGLANG_ENABLE_DETERMINISTIC_INFERENCE="1")
+            results["deterministic"] = attach(
+                SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="1", SGLANG_ENABLE_DETERMINISTIC_INFERENCE="1"
+            )
             results["one_stage_on"] = attach(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="1", SGLANG_USE_1STAGE_ALLREDUCE="1")
-            results["one_stage_off"] = attach(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="1", SGLANG_USE_1STAGE_ALLREDUCE="0",
-                                              SGLANG_ENABLE_DETERMINISTIC_INFERENCE="1")
+            results["one_stage_off"] = attach(
+                SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="1",
+                SGLANG_USE_1STAGE_ALLREDUCE="0",
+                SGLANG_ENABLE_DETERMINISTIC_INFERENCE="1",
+            )
             results["attention_group"] = attach("attention_tp", SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="1")
             results["three_ranks"] = attach(world_size=3, SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="1")
             results["not_a_boolean"] = attach(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="maybe")
@@ -127,9 +147,13 @@ def run(rank: int, world: int, out: str, port: str) -> None:
             group.pcie_ipc_comm = module.attach(group, "tp")
             ps._TP = group
             runner = SimpleNamespace(
-                capture_bs=[1, 2, 4, 8, 16, 24, 32], captured_req_width=2,
-                model_runner=SimpleNamespace(model_config=SimpleNamespace(hidden_size=HIDDEN),
-                                             server_args=SimpleNamespace(disable_flashinfer_autotune=False)))
+                capture_bs=[1, 2, 4, 8, 16, 24, 32],
+                captured_req_width=2,
+                model_runner=SimpleNamespace(
+                    model_config=SimpleNamespace(hidden_size=HIDDEN),
+                    server_args=SimpleNamespace(disable_flashinfer_autotune=False),
+                ),
+            )
             module.prepare_for_runner(runner)
             module.prepare_for_runner(runner)  # a second runner's warmup builds nothing more
             value = float(rank + 1)
@@ -150,7 +174,8 @@ def run(rank: int, world: int, out: str, port: str) -> None:
             picked = []
             real = ps.outplace_all_reduce
             ps.outplace_all_reduce = lambda t, group_name, outplace_all_reduce_method: (
-                picked.append(outplace_all_reduce_method) or t)
+                picked.append(outplace_all_reduce_method) or t
+            )
             try:
                 group.all_reduce(torch.empty((4, HIDDEN), dtype=torch.bfloat16, device="meta"))
             finally:
@@ -167,8 +192,11 @@ def run(rank: int, world: int, out: str, port: str) -> None:
             group.device_group = group.cpu_group = None  # the gloo world stays for the scenarios below
             group.destroy()
             group.device_group, group.cpu_group = saved_groups
-            results["destroy"] = {"workspace_destroyed": calls[-1][0] == "destroy",
-                                  "attribute": repr(group.pcie_ipc_comm), "comm_disabled": comm.disabled}
+            results["destroy"] = {
+                "workspace_destroyed": calls[-1][0] == "destroy",
+                "attribute": repr(group.pcie_ipc_comm),
+                "comm_disabled": comm.disabled,
+            }
 
             # -- SGLANG_PCIE_IPC_MAX_NUMEL, and a first reduction with no warmup (fallback width) -------------
             set_env(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE="1", SGLANG_PCIE_IPC_MAX_NUMEL=str(8 * HIDDEN))
@@ -186,8 +214,12 @@ def run(rank: int, world: int, out: str, port: str) -> None:
             calls = importlib.import_module("flashinfer.comm").CALLS
             comm = module.attach(group, "tp")
             first = comm.should_pcie_ipc_ar(torch.zeros((2, HIDDEN), dtype=torch.bfloat16))
-            results["lazy"] = {"first": first, "max_numel": comm.max_numel, "calls": [list(c) for c in calls],
-                               "log": list(records.lines)}
+            results["lazy"] = {
+                "first": first,
+                "max_numel": comm.max_numel,
+                "calls": [list(c) for c in calls],
+                "log": list(records.lines),
+            }
             comm.destroy()
             results["tune_rows"] = {str(n): list(module.tune_rows(n)) for n in (1, 6, 64, 96)}
         ps._TP = None

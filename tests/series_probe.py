@@ -36,8 +36,15 @@ from sglang_light import LightTree  # beside this file (run as a script)
 
 PRESET_KEYS = ("12.0", "12.1", "10.0", "9.0", "8.9", "hip-12")
 LAUNCH_PRESETS = ("12.0", "12.1", "10.0", "9.0")
-HELPERS = ("is_blackwell", "is_blackwell_supported", "is_sm120_supported", "is_sm120", "is_sm121",
-           "is_sm100_supported", "is_sm90_supported")
+HELPERS = (
+    "is_blackwell",
+    "is_blackwell_supported",
+    "is_sm120_supported",
+    "is_sm120",
+    "is_sm121",
+    "is_sm100_supported",
+    "is_sm90_supported",
+)
 RECORDED = ("BLOCK", "GROUP", "num_warps", "num_stages", "Lq", "Lk", "Lv")
 
 # name -> (launcher kind, parameters)
@@ -97,8 +104,7 @@ def recorded_launches(compile_kernels: bool, recorder=None):
         kernel = previous(self, *args, grid=grid, warmup=warmup, **kwargs)
         if len(recorder.kernels) > before:
             record = recorder.kernels[-1]
-            entry.update(shared=record.shared, compiled_stages=record.num_stages,
-                         compiled_warps=record.num_warps)
+            entry.update(shared=record.shared, compiled_stages=record.num_stages, compiled_warps=record.num_warps)
         return kernel
 
     JITFunction.run = run
@@ -130,6 +136,7 @@ def capabilities(root: Path) -> dict:
 
 
 # -- launches ------------------------------------------------------------------------------------------------
+
 
 def _call(fn, available: dict):
     params = inspect.signature(fn).parameters
@@ -163,8 +170,7 @@ def _moe(probe, case) -> dict:
     chooser = config_module.try_get_optimal_moe_config
     kwargs = {"block_shape": block_shape}
     if "return_down_config" in inspect.signature(chooser).parameters:
-        config, _ = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M, return_down_config=True,
-                            **kwargs)
+        config, _ = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M, return_down_config=True, **kwargs)
     else:
         config = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M, **kwargs)
     config = {k: v for k, v in dict(config).items() if k != "USE_TMA"}
@@ -174,17 +180,33 @@ def _moe(probe, case) -> dict:
         scales = torch.empty(E, dtype=torch.float32, **meta)
     elif quant == "fp8_block":
         scales = torch.empty(E, -(-2 * N // 128), -(-H // 128), dtype=torch.float32, **meta)
-    _call(kernels.invoke_fused_moe_kernel, dict(
-        A=torch.empty(M, H, dtype=torch.bfloat16, **meta), B=w1, bias=None,
-        C=torch.empty(M, topk, 2 * N, dtype=torch.bfloat16, **meta), A_scale=None, B_scale=scales, B_zp=None,
-        topk_weights=torch.empty(M, topk, dtype=torch.float32, **meta),
-        topk_ids=torch.empty(M, topk, dtype=torch.int32, **meta),
-        sorted_token_ids=torch.empty(padded, dtype=torch.int32, **meta),
-        expert_ids=torch.empty(-(-padded // config["BLOCK_SIZE_M"]), dtype=torch.int32, **meta),
-        num_tokens_post_padded=torch.empty(1, dtype=torch.int32, **meta),
-        mul_routed_weight=False, top_k=topk, config=config, compute_type=tl.bfloat16, use_fp8_w8a8=fp8,
-        use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False,
-        block_shape=block_shape))
+    _call(
+        kernels.invoke_fused_moe_kernel,
+        dict(
+            A=torch.empty(M, H, dtype=torch.bfloat16, **meta),
+            B=w1,
+            bias=None,
+            C=torch.empty(M, topk, 2 * N, dtype=torch.bfloat16, **meta),
+            A_scale=None,
+            B_scale=scales,
+            B_zp=None,
+            topk_weights=torch.empty(M, topk, dtype=torch.float32, **meta),
+            topk_ids=torch.empty(M, topk, dtype=torch.int32, **meta),
+            sorted_token_ids=torch.empty(padded, dtype=torch.int32, **meta),
+            expert_ids=torch.empty(-(-padded // config["BLOCK_SIZE_M"]), dtype=torch.int32, **meta),
+            num_tokens_post_padded=torch.empty(1, dtype=torch.int32, **meta),
+            mul_routed_weight=False,
+            top_k=topk,
+            config=config,
+            compute_type=tl.bfloat16,
+            use_fp8_w8a8=fp8,
+            use_int8_w8a8=False,
+            use_int8_w8a16=False,
+            use_int4_w4a16=False,
+            per_channel_quant=False,
+            block_shape=block_shape,
+        ),
+    )
     return config
 
 
@@ -197,10 +219,19 @@ def _double_sparsity(tree, case) -> None:  # noqa: D401
     batch, tokens = 2, 64
     i32 = lambda *shape: torch.empty(*shape, dtype=torch.int32, device="meta")  # noqa: E731
     module.extend_attention_fwd(
-        torch.empty(batch * tokens, 16, dq, **meta), torch.empty(batch * tokens, kv_heads, dq, **meta),
-        torch.empty(batch * tokens, kv_heads, dv, **meta), torch.empty(batch * tokens, 16, dv, **meta),
-        torch.empty(1024, kv_heads, dq, **meta), torch.empty(1024, kv_heads, dv, **meta),
-        i32(batch, 512), i32(batch), i32(batch), i32(batch), i32(batch), tokens)
+        torch.empty(batch * tokens, 16, dq, **meta),
+        torch.empty(batch * tokens, kv_heads, dq, **meta),
+        torch.empty(batch * tokens, kv_heads, dv, **meta),
+        torch.empty(batch * tokens, 16, dv, **meta),
+        torch.empty(1024, kv_heads, dq, **meta),
+        torch.empty(1024, kv_heads, dv, **meta),
+        i32(batch, 512),
+        i32(batch),
+        i32(batch),
+        i32(batch),
+        i32(batch),
+        tokens,
+    )
 
 
 def _inkling(tree, dtype_name) -> None:
@@ -213,9 +244,16 @@ def _inkling(tree, dtype_name) -> None:
     dtype = getattr(torch, dtype_name)
     E, N, K, M = 8, 2048, 1024, 256
     i32 = lambda *shape: torch.empty(*shape, dtype=torch.int32, device="meta")  # noqa: E731
-    module.grouped_gemm_triton(torch.empty(M, K, dtype=dtype, device="meta"),
-                               torch.empty(E, N, K, dtype=dtype, device="meta"), E, i32(E), i32(E + 1),
-                               i32(E + 1), i32(64), block_size_m=module.SMALL_M_BLOCK_SIZE_M)
+    module.grouped_gemm_triton(
+        torch.empty(M, K, dtype=dtype, device="meta"),
+        torch.empty(E, N, K, dtype=dtype, device="meta"),
+        E,
+        i32(E),
+        i32(E + 1),
+        i32(E + 1),
+        i32(64),
+        block_size_m=module.SMALL_M_BLOCK_SIZE_M,
+    )
 
 
 def cases_for(root: Path) -> dict:
@@ -231,14 +269,18 @@ def cases_for(root: Path) -> dict:
 
 def launches(root: Path, preset: str, compile_kernels: bool, only: set[str] | None) -> dict:
     """Run every case (or those in ``only``) with the tree loaded once under ``preset``."""
-    from sm120kit.hardware.fake_device import PRESETS, faked_cuda, faked_device
     from sm120kit.audit.kernel_probe import Probe
+    from sm120kit.hardware.fake_device import PRESETS, faked_cuda, faked_device
 
     device = PRESETS[preset]
     results = {}
     fake = faked_device(device) if compile_kernels else contextlib.nullcontext(None)
-    with faked_cuda(device), fake as recorder, LightTree(root, blocked=BLOCKED) as tree, \
-            recorded_launches(compile_kernels, recorder) as seen:
+    with (
+        faked_cuda(device),
+        fake as recorder,
+        LightTree(root, blocked=BLOCKED) as tree,
+        recorded_launches(compile_kernels, recorder) as seen,
+    ):
         probe = Probe(root, {})
         for name, case in cases_for(root).items():
             if only is not None and name not in only:
@@ -248,8 +290,13 @@ def launches(root: Path, preset: str, compile_kernels: bool, only: set[str] | No
             try:
                 if name in ATTENTION_CASES:
                     kind, params = case
-                    probe.run(kind, dict({"dtype": "bfloat16", "kv_cache_dtype": "auto",
-                                          "v_head_dim": params["qk_head_dim"]}, **params))
+                    probe.run(
+                        kind,
+                        dict(
+                            {"dtype": "bfloat16", "kv_cache_dtype": "auto", "v_head_dim": params["qk_head_dim"]},
+                            **params,
+                        ),
+                    )
                 elif name in MOE_CASES:
                     result["config"] = _moe(probe, case)
                 elif name in DS_CASES:
@@ -267,8 +314,12 @@ def launches(root: Path, preset: str, compile_kernels: bool, only: set[str] | No
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tree", action="append", required=True, help="LABEL=DIR (DIR holds sglang/)")
-    parser.add_argument("--compile", action="append", default=[],
-                        help="LABEL:CASE compiled on 12.0 (default: every case of the label 'patched')")
+    parser.add_argument(
+        "--compile",
+        action="append",
+        default=[],
+        help="LABEL:CASE compiled on 12.0 (default: every case of the label 'patched')",
+    )
     args = parser.parse_args(argv)
     out = {}
     for item in args.tree:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from packaging.version import Version
 
-from sm120kit.sglang import releases
 from sm120kit.patching.engine import apply_series
 from sm120kit.patching.series import load_series
+from sm120kit.sglang import releases
 from sm120kit.sglang.target import find_target
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -22,8 +22,8 @@ absent, and code that needs it fails with a NameError/ImportError that the test 
 """
 
 from __future__ import annotations
-
 import __future__ as future_module
+
 import ast
 import importlib
 import importlib.abc
@@ -53,7 +53,7 @@ class LightTree(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self._saved: dict[str, types.ModuleType] = {}
 
     # -- context ---------------------------------------------------------------------------------------
-    def __enter__(self) -> "LightTree":
+    def __enter__(self) -> LightTree:
         self._saved = {k: v for k, v in sys.modules.items() if k == "sglang" or k.startswith("sglang.")}
         for name in self._saved:
             del sys.modules[name]
@@ -94,8 +94,9 @@ class LightTree(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         source, package = self._source_of(fullname)
         if source is None and package is None:
             return None
-        spec = importlib.util.spec_from_loader(fullname, self, origin=str(source) if source else None,
-                                               is_package=package is not None)
+        spec = importlib.util.spec_from_loader(
+            fullname, self, origin=str(source) if source else None, is_package=package is not None
+        )
         if package is not None:
             spec.submodule_search_locations = [str(package)]
         return spec
@@ -141,8 +142,9 @@ class LightTree(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                     flags |= _FUTURE_FLAGS.get(alias.name, 0)
         skipped = self.skipped.setdefault(module.__name__, [])
         for node in tree.body:
-            code = compile(ast.Module(body=[node], type_ignores=[]), str(source), "exec", flags=flags,
-                           dont_inherit=True)
+            code = compile(
+                ast.Module(body=[node], type_ignores=[]), str(source), "exec", flags=flags, dont_inherit=True
+            )
             try:
                 exec(code, module.__dict__)
             except Exception as exc:  # an optional dependency (or something built on it) is missing

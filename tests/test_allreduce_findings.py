@@ -57,13 +57,19 @@ Legend:
 
 def link_matrix(labels: list[list[str]], numa: list[int], nics: int = 0) -> str:
     n = len(labels)
-    head = "\t\x1b[4m" + "\t".join([f"GPU{i}" for i in range(n)] + [f"NIC{i}" for i in range(nics)]) + \
-        "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    head = (
+        "\t\x1b[4m"
+        + "\t".join([f"GPU{i}" for i in range(n)] + [f"NIC{i}" for i in range(nics)])
+        + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    )
     rows = ""
     for i, row in enumerate(labels):
         cpus = "0-47,96-143" if numa[i] == 0 else "48-95,144-191"
-        rows += f"GPU{i}\t" + "\t".join(f" {c} " if c == "X" else c for c in row + ["NODE"] * nics) + \
-            f"\t{cpus}\t{numa[i]}\t\tN/A\n"
+        rows += (
+            f"GPU{i}\t"
+            + "\t".join(f" {c} " if c == "X" else c for c in row + ["NODE"] * nics)
+            + f"\t{cpus}\t{numa[i]}\t\tN/A\n"
+        )
     for k in range(nics):
         rows += f"NIC{k}\t" + "\t".join(["NODE"] * n + ["X" if j == k else "PIX" for j in range(nics)]) + "\n"
     return head + rows + LEGEND
@@ -71,8 +77,13 @@ def link_matrix(labels: list[list[str]], numa: list[int], nics: int = 0) -> str:
 
 def peer_matrix(status: list[list[str]]) -> str:
     n = len(status)
-    return " \t" + "\t".join(f"GPU{i}" for i in range(n)) + "\t\n" + "".join(
-        f" GPU{i}\t" + "\t".join(row) + "\t\n" for i, row in enumerate(status)) + PEER_LEGEND
+    return (
+        " \t"
+        + "\t".join(f"GPU{i}" for i in range(n))
+        + "\t\n"
+        + "".join(f" GPU{i}\t" + "\t".join(row) + "\t\n" for i, row in enumerate(status))
+        + PEER_LEGEND
+    )
 
 
 def square(n: int, same: str, other: str | None = None, split: int | None = None) -> list[list[str]]:
@@ -91,8 +102,9 @@ def square(n: int, same: str, other: str | None = None, split: int | None = None
     return rows
 
 
-EIGHT_PCIE = topology_from_text(link_matrix(square(8, "NODE", "SYS", 4), [0] * 4 + [1] * 4, nics=2),
-                                peer_matrix(square(8, "OK")))
+EIGHT_PCIE = topology_from_text(
+    link_matrix(square(8, "NODE", "SYS", 4), [0] * 4 + [1] * 4, nics=2), peer_matrix(square(8, "OK"))
+)
 TWO_5090 = topology_from_text(link_matrix(square(2, "PHB"), [0, 0]), peer_matrix(square(2, "GNS")))
 TWO_H200 = topology_from_text(link_matrix(square(2, "NV18"), [0, 0]), peer_matrix(square(2, "OK")))
 
@@ -107,8 +119,9 @@ def test_the_link_and_peer_matrices_are_read_nics_and_escapes_left_out():
     assert affinity[0] == "0-47,96-143" and affinity[7] == "48-95,144-191"
     assert EIGHT_PCIE.cross_numa_pairs() == [(i, j) for i in range(4) for j in range(4, 8)]
     assert not EIGHT_PCIE.any_nvlink and EIGHT_PCIE.pairs_without_peer_access() == []
-    assert EIGHT_PCIE.describe() == ("8 GPU(s); links NODE, SYS (PCIe only); peer access between every pair; "
-                                     "NUMA node(s) 0, 1")
+    assert EIGHT_PCIE.describe() == (
+        "8 GPU(s); links NODE, SYS (PCIe only); peer access between every pair; NUMA node(s) 0, 1"
+    )
     assert TWO_5090.pairs_without_peer_access() == [(0, 1)] and TWO_5090.peer_status(0, 1) == "GNS"
     assert "no peer access for 1 of 1 pair(s) (GNS)" in TWO_5090.describe()
     assert TWO_H200.all_nvlink and "(NVLink)" in TWO_H200.describe()
@@ -120,8 +133,9 @@ def test_real_output_of_one_h200():
     """What nvidia-smi printed on a one-GPU H200 machine (tests/data/nvidia-smi/: escape codes, tabs, the
     empty column before GPU NUMA ID, as printed)."""
     data = Path(__file__).resolve().parent / "data" / "nvidia-smi"
-    found = topology_from_text((data / "h200-1gpu-topo-m.txt").read_text(),
-                               (data / "h200-1gpu-topo-p2p-r.txt").read_text())
+    found = topology_from_text(
+        (data / "h200-1gpu-topo-m.txt").read_text(), (data / "h200-1gpu-topo-p2p-r.txt").read_text()
+    )
     assert found.gpus == ("GPU0",) and found.links == (("X",),) and found.peer == (("X",),)
     assert found.cpu_affinity == ("0-15",) and found.numa == (0,) and found.pairs == []
     assert not found.all_nvlink and found.describe() == "1 GPU(s); NUMA node(s) 0"
@@ -143,15 +157,18 @@ def test_the_probe_runs_nvidia_smi_through_the_runner(tmp_path, monkeypatch):
     (tmp_path / "p.txt").write_text(peer_matrix(square(2, "GNS")))
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
-    fake.write_text(f"#!/bin/sh\ncase \"$2\" in -m) cat {tmp_path}/m.txt;; -p2p) cat {tmp_path}/p.txt;; "
-                    "*) exit 2;; esac\n")
+    fake.write_text(
+        f'#!/bin/sh\ncase "$2" in -m) cat {tmp_path}/m.txt;; -p2p) cat {tmp_path}/p.txt;; *) exit 2;; esac\n'
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{path}")
     found, note = probe_topology()
     assert note == "" and found == TWO_5090
     fake.write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch' >&2; exit 9\n")
-    assert probe_topology() == (None, "nvidia-smi topo -m failed (exit 9: Failed to initialize NVML: "
-                                      "Driver/library version mismatch)")
+    assert probe_topology() == (
+        None,
+        "nvidia-smi topo -m failed (exit 9: Failed to initialize NVML: Driver/library version mismatch)",
+    )
 
 
 def test_no_12x_card_has_nvlink():
@@ -168,8 +185,9 @@ def flashinfer_dir(tmp_path: Path, with_pcie_ipc: bool) -> Path:
     (folder / "comm").mkdir(parents=True, exist_ok=True)
     if with_pcie_ipc:
         (folder / "comm" / "pcie_ipc_ar.py").write_text("class PcieIpcAllReduceWorkspace:\n    pass\n")
-        (folder / "comm" / "__init__.py").write_text("from .pcie_ipc_ar import (\n"
-                                                    "    PcieIpcAllReduceWorkspace as PcieIpcAllReduceWorkspace,\n)\n")
+        (folder / "comm" / "__init__.py").write_text(
+            "from .pcie_ipc_ar import (\n    PcieIpcAllReduceWorkspace as PcieIpcAllReduceWorkspace,\n)\n"
+        )
     else:
         (folder / "comm" / "__init__.py").write_text("from .trtllm_ar import trtllm_allreduce_fusion\n")
     return folder
@@ -193,25 +211,52 @@ def test_flashinfer_and_sglang_are_read_from_their_files(tmp_path, release_dir):
 
 
 def test_switch_values_are_read_as_sglang_reads_them():
-    assert [pcie_allreduce.env_bool(v) for v in ("1", "true", "YES", "y", "0", "no", "", None, "on")] == \
-        [True, True, True, True, False, False, None, None, None]
+    assert [pcie_allreduce.env_bool(v) for v in ("1", "true", "YES", "y", "0", "no", "", None, "on")] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        None,
+        None,
+        None,
+    ]
     assert pcie_allreduce.deterministic({"SGLANG_ENABLE_DETERMINISTIC_INFERENCE": "1"})
-    assert not pcie_allreduce.deterministic({"SGLANG_ENABLE_DETERMINISTIC_INFERENCE": "1",
-                                             "SGLANG_USE_1STAGE_ALLREDUCE": "0"})
+    assert not pcie_allreduce.deterministic(
+        {"SGLANG_ENABLE_DETERMINISTIC_INFERENCE": "1", "SGLANG_USE_1STAGE_ALLREDUCE": "0"}
+    )
     assert pcie_allreduce.deterministic({}, {"enable_deterministic_inference": True})
 
 
 # -- verify's findings under faked topologies -------------------------------------------------------------------
 
 
-def info(tmp_path, release_dir, *, topology=EIGHT_PCIE, release="0.5.23", sglang_dir=None, fi=True,
-         fi_version="0.7.2", env=None, count=None):
+def info(
+    tmp_path,
+    release_dir,
+    *,
+    topology=EIGHT_PCIE,
+    release="0.5.23",
+    sglang_dir=None,
+    fi=True,
+    fi_version="0.7.2",
+    env=None,
+    count=None,
+):
     return multi_gpu.from_facts(
-        topology=topology, topology_note="", gpu_count=count, nccl="2.27.3", nccl_note="",
-        nccl_package="nvidia-nccl-cu13 2.27.3", flashinfer_dir=flashinfer_dir(tmp_path, fi),
+        topology=topology,
+        topology_note="",
+        gpu_count=count,
+        nccl="2.27.3",
+        nccl_note="",
+        nccl_package="nvidia-nccl-cu13 2.27.3",
+        flashinfer_dir=flashinfer_dir(tmp_path, fi),
         flashinfer_version=fi_version,
-        sglang_dir=sglang_dir or (release_dir(release) / "sglang" if release else None), sglang_version=release,
-        env=env or {})
+        sglang_dir=sglang_dir or (release_dir(release) / "sglang" if release else None),
+        sglang_version=release,
+        env=env or {},
+    )
 
 
 def _warnings(flags):
@@ -229,8 +274,9 @@ def test_an_8x_12x_box_without_the_switch_is_told_to_set_it(tmp_path, release_di
     on = multi_gpu.assess(info(tmp_path, release_dir, env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}), (12, 0))
     assert _warnings(on) == []
     rows = dict(info(tmp_path, release_dir, env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}).rows())
-    assert rows["SGLang PCIe-IPC all-reduce"].startswith("yes (SGLang's own, 0.5.21 on); "
-                                                         "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE on")
+    assert rows["SGLang PCIe-IPC all-reduce"].startswith(
+        "yes (SGLang's own, 0.5.21 on); SGLANG_ENABLE_PCIE_IPC_ALLREDUCE on"
+    )
     assert rows["FlashInfer pcie_ipc_comm"].startswith("yes: flashinfer.comm.PcieIpcAllReduceWorkspace is there")
     assert rows["NCCL"] == "2.27.3 (torch), package nvidia-nccl-cu13 2.27.3"
 
@@ -239,16 +285,23 @@ def test_each_reason_to_fall_back_to_nccl_is_named(tmp_path, release_dir):
     env = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}
     old_fi = _warnings(multi_gpu.assess(info(tmp_path, release_dir, fi=False, fi_version="0.6.18", env=env), (12, 0)))
     assert len(old_fi) == 1 and "flashinfer 0.6.18 has no flashinfer.comm.PcieIpcAllReduceWorkspace" in old_fi[0]
-    det = multi_gpu.assess(info(tmp_path, release_dir, env={**env, "SGLANG_ENABLE_DETERMINISTIC_INFERENCE": "1"}),
-                           (12, 0))
+    det = multi_gpu.assess(
+        info(tmp_path, release_dir, env={**env, "SGLANG_ENABLE_DETERMINISTIC_INFERENCE": "1"}), (12, 0)
+    )
     assert any("deterministic inference is on" in m for m in _warnings(det))
-    (missing,) = [f for f in multi_gpu.assess(info(tmp_path, release_dir, release="0.5.18", env=env), (12, 0))
-                  if f.severity == WARNING]
+    (missing,) = [
+        f
+        for f in multi_gpu.assess(info(tmp_path, release_dir, release="0.5.18", env=env), (12, 0))
+        if f.severity == WARNING
+    ]
     assert "SGLang 0.5.18 has no PCIe-IPC all-reduce" in missing.message
     assert missing.fix.startswith("`sm120kit apply` adds it to this release (patch sm120-pcie-allreduce)")
     (old,) = _warnings(multi_gpu.assess(info(tmp_path, release_dir, release="0.5.10", env=env), (12, 0)))
-    fix = [f.fix for f in multi_gpu.assess(info(tmp_path, release_dir, release="0.5.10", env=env), (12, 0))
-           if f.message == old][0]
+    fix = [
+        f.fix
+        for f in multi_gpu.assess(info(tmp_path, release_dir, release="0.5.10", env=env), (12, 0))
+        if f.message == old
+    ][0]
     assert fix.startswith("SGLang 0.5.21 or newer has it")
     peerless = multi_gpu.assess(info(tmp_path, release_dir, topology=TWO_5090, env=env), (12, 0))
     (warning,) = _warnings(peerless)
@@ -262,8 +315,13 @@ def test_a_patched_0518_tree_counts_as_having_it(tmp_path, release_dir):
     shutil.copytree(release_dir("0.5.18"), site)
     assert apply_series(find_target(site / "sglang"), load_series()).exit_code == 0
     assert pcie_allreduce.tree_has(site / "sglang") == "backport"
-    got = info(tmp_path, release_dir, release="0.5.18", sglang_dir=site / "sglang",
-               env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"})
+    got = info(
+        tmp_path,
+        release_dir,
+        release="0.5.18",
+        sglang_dir=site / "sglang",
+        env={"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"},
+    )
     assert got.sglang_pcie_ipc == "backport" and _warnings(multi_gpu.assess(got, (12, 0))) == []
     assert dict(got.rows())["SGLang PCIe-IPC all-reduce"].startswith("yes (sm120kit's sm120-pcie-allreduce)")
 
@@ -279,8 +337,16 @@ def test_no_findings_off_12x_or_with_one_gpu(tmp_path, release_dir):
 
 
 def _ctx(package_dir, **kw):
-    base = dict(release=None, capability="12.0", package_dir=package_dir, given={}, values={}, env={},
-                attention="mla", sm_count=188)
+    base = dict(
+        release=None,
+        capability="12.0",
+        package_dir=package_dir,
+        given={},
+        values={},
+        env={},
+        attention="mla",
+        sm_count=188,
+    )
     base.update(kw)
     return slow_settings.Context(**base)
 
@@ -299,12 +365,15 @@ def test_rules_name_every_multi_gpu_12x_case_with_its_fix(tmp_path, release_dir)
     assert finding.fix.startswith("Set SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1") and "5.3 us" in finding.source
     assert "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py:" in finding.source
     assert not _found(_ctx(tree, release="0.5.23", given={"tp_size": 8}, env=on))
-    for det in ({"given": {"tp_size": 4, "enable_deterministic_inference": True}, "env": on},
-                {"given": {"tp_size": 4}, "env": {**on, "SGLANG_ENABLE_DETERMINISTIC_INFERENCE": "true"}}):
+    for det in (
+        {"given": {"tp_size": 4, "enable_deterministic_inference": True}, "env": on},
+        {"given": {"tp_size": 4}, "env": {**on, "SGLANG_ENABLE_DETERMINISTIC_INFERENCE": "true"}},
+    ):
         assert list(_found(_ctx(tree, release="0.5.23", **det))) == ["pcie-allreduce-deterministic"]
     missing = _found(_ctx(release_dir("0.5.18") / "sglang", release="0.5.18", given={"tp_size": 2}))
-    assert list(missing) == ["pcie-allreduce-missing"] and "sm120-pcie-allreduce" in missing[
-        "pcie-allreduce-missing"].fix
+    assert (
+        list(missing) == ["pcie-allreduce-missing"] and "sm120-pcie-allreduce" in missing["pcie-allreduce-missing"].fix
+    )
     assert list(_found(_ctx(tree, release="0.5.23", given={"tp_size": 6}, env=on))) == ["pcie-allreduce-tp-size"]
     # a single GPU, another GPU family, or no readable tree: nothing
     assert not _found(_ctx(tree, release="0.5.23", given={"tp_size": 1}))
@@ -322,15 +391,32 @@ def test_rules_name_every_multi_gpu_12x_case_with_its_fix(tmp_path, release_dir)
 
 @pytest.mark.slow
 def test_explain_reports_a_tp8_resolution_without_the_switch():
-    base = [sys.executable, "-m", "sm120kit", "explain", "--release", "0.5.23", "--model", "deepseek-v3-mla",
-            "--arch", "12.0", "--flashinfer", "yes", "--json"]
+    base = [
+        sys.executable,
+        "-m",
+        "sm120kit",
+        "explain",
+        "--release",
+        "0.5.23",
+        "--model",
+        "deepseek-v3-mla",
+        "--arch",
+        "12.0",
+        "--flashinfer",
+        "yes",
+        "--json",
+    ]
     proc = subprocess.run(base + ["--", "--tp-size", "8"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (res,) = json.loads(proc.stdout)["resolutions"]
     assert [f["rule"] for f in res["slow"]] == ["pcie-allreduce-off"]
     assert res["slow"][0]["fix"].startswith("Set SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1")
-    fixed = subprocess.run(base[:-1] + ["--env", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1", "--json", "--",
-                                        "--tp-size", "8"], capture_output=True, text=True, timeout=900)
+    fixed = subprocess.run(
+        base[:-1] + ["--env", "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1", "--json", "--", "--tp-size", "8"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert fixed.returncode == 0 and json.loads(fixed.stdout)["resolutions"][0]["slow"] == []
 
 
@@ -338,8 +424,10 @@ def test_explain_reports_a_tp8_resolution_without_the_switch():
 
 
 def test_multi_gpu_recipes_switch_it_on_and_say_whether_nccl_was_measured():
-    for name, hidden, layers in (("kimi-k2-thinking-8x-rtx-pro-6000", 7168, 61),
-                                 ("qwen3-30b-a3b-2x-rtx-pro-6000", 2048, 48)):
+    for name, hidden, layers in (
+        ("kimi-k2-thinking-8x-rtx-pro-6000", 7168, 61),
+        ("qwen3-30b-a3b-2x-rtx-pro-6000", 2048, 48),
+    ):
         recipe = find_recipe(name)
         env = {s.name: s.value for s in recipe.env}
         assert env["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
@@ -369,10 +457,15 @@ def test_recipes_check_fails_on_a_multi_gpu_recipe_without_the_switch(tmp_path):
     folder.mkdir()
     text = find_recipe("qwen3-30b-a3b-2x-rtx-pro-6000").path.read_text()
     text = text.replace('SGLANG_ENABLE_PCIE_IPC_ALLREDUCE = "1"\n', "")
-    text = text[:text.index("[notes.SGLANG_ENABLE_PCIE_IPC_ALLREDUCE]")]
+    text = text[: text.index("[notes.SGLANG_ENABLE_PCIE_IPC_ALLREDUCE]")]
     (folder / "qwen3-30b-a3b-2x-rtx-pro-6000.toml").write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "sm120kit", "recipes", "--check", "--dir", str(folder), "--json"],
-                          capture_output=True, text=True, timeout=900, env=dict(os.environ, NO_COLOR="1"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sm120kit", "recipes", "--check", "--dir", str(folder), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, NO_COLOR="1"),
+    )
     assert proc.returncode == 13, proc.stderr[-2000:]
     results = json.loads(proc.stdout)["checked"]
     assert results and all(not r["ok"] for r in results)

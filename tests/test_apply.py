@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import git
 import pytest
-
-from sm120kit.patching.engine import apply_series, release_of, revert_series, series_status
-from sm120kit.errors import DirtyTreeError
-from sm120kit.patching.series import load_series
-from sm120kit.patching.plan import plan_series
-from sm120kit.patching.state import STATE_DIR
-from sm120kit.sglang.target import find_target
-
 from apply_support import DEMO_EXPECTED, DEMO_FILES, DEMO_SERIES, tree_hashes
 from conftest import CORE_RELEASES, quick_on_one
+
+from sm120kit.errors import DirtyTreeError
+from sm120kit.patching.engine import apply_series, release_of, revert_series, series_status
+from sm120kit.patching.plan import plan_series
+from sm120kit.patching.series import load_series
+from sm120kit.patching.state import STATE_DIR
+from sm120kit.sglang.target import find_target
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +61,7 @@ def test_apply_again_status_and_revert_byte_identical(version, layout, series, i
     patched = tree_hashes(top)
     prefix = _prefix(layout)
     state_files = {p for p in _changed(pristine, patched) if f"/{STATE_DIR}/" in p}
-    assert {p for p in _changed(pristine, patched) if p not in state_files} == \
-        {prefix + f for f in DEMO_FILES[version]}
+    assert {p for p in _changed(pristine, patched) if p not in state_files} == {prefix + f for f in DEMO_FILES[version]}
     assert any(p.endswith(f"{STATE_DIR}/state.json") for p in state_files)
     demo = target.root / "sglang/srt/sm120kit_demo.py"
     compile(demo.read_text(), str(demo), "exec")

@@ -8,10 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
+from apply_support import DEMO_EXPECTED, DEMO_SERIES, REPO_ROOT, run_cli, run_json, tree_hashes
 
 from sm120kit.sglang import releases
-
-from apply_support import DEMO_EXPECTED, DEMO_SERIES, REPO_ROOT, run_cli, run_json, tree_hashes
 
 S = ("--series", str(DEMO_SERIES))
 
@@ -82,8 +81,11 @@ def test_exit_code_per_error_class(case, tmp_path, installed_tree, git_clone_tre
         src = DEMO_SERIES / "demo-capability-helper"
         (series / "only-old" / "0.5.2.diff").write_text((src / "0.5.2.diff").read_text())
         (series / "only-old" / "patch.toml").write_text(
-            (src / "patch.toml").read_text().replace('"demo-capability-helper"', '"only-old"')
-            .replace("is_sm120_supported\\b", "never_present_anywhere"))
+            (src / "patch.toml")
+            .read_text()
+            .replace('"demo-capability-helper"', '"only-old"')
+            .replace("is_sm120_supported\\b", "never_present_anywhere")
+        )
         package = installed_tree("0.5.23")
         assert run_cli("apply", str(package), "--series", str(series)).returncode == 0
         proc = run_cli("apply", str(package), "--series", str(series), "--strict")

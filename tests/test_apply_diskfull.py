@@ -34,9 +34,13 @@ def test_disk_full_mid_write_rolls_back_and_says_so(tmp_path):
     mount = tmp_path / "small-disk"
     mount.mkdir()
     ns = _namespace_argv(mount)
-    script = (f"mount -t tmpfs -o size={SIZE} tmpfs \"$1\" && exec \"$2\" \"$3\" \"$1\" \"$4\"")
-    proc = subprocess.run([*ns, "sh", "-c", script, "sh", str(mount), sys.executable, str(PROBE),
-                           str(tmp_path / "series")], capture_output=True, text=True, timeout=600)
+    script = f'mount -t tmpfs -o size={SIZE} tmpfs "$1" && exec "$2" "$3" "$1" "$4"'
+    proc = subprocess.run(
+        [*ns, "sh", "-c", script, "sh", str(mount), sys.executable, str(PROBE), str(tmp_path / "series")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
 

@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from sm120kit.patching.state import STATE_DIR
-
 from apply_support import REPO_ROOT, make_diff, run_cli, small_tree, tree_hashes, utils_series, write_series
 from hostile_support import give_away, run_cli_confined
+
+from sm120kit.patching.state import STATE_DIR
 
 UTILS = "sglang/srt/utils.py"
 DEEP = 100_000  # nesting levels: far past Python's recursion limit
@@ -47,8 +46,11 @@ def applied(tree):
 
 
 def _commands(package: Path, series: Path) -> list[list[str]]:
-    return [["status", str(package), "--series", str(series)], ["revert", str(package)],
-            ["apply", str(package), "--series", str(series)]]
+    return [
+        ["status", str(package), "--series", str(series)],
+        ["revert", str(package)],
+        ["apply", str(package), "--series", str(series)],
+    ]
 
 
 def _clean(proc: subprocess.CompletedProcess) -> None:
@@ -67,6 +69,7 @@ def _stopped(pid: int, timeout: float = 60) -> None:
 
 
 # -- untrusted state ----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["state.json", "journal.json"])
 def test_state_json_nested_too_deeply_is_state_damaged(applied, name):
@@ -144,10 +147,17 @@ def test_a_recipe_nested_too_deeply_is_a_recipe_error(tmp_path):
 
 # -- FIFOs and unreadable files ----------------------------------------------------------------------------
 
+
 def _no_hang(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([sys.executable, "-m", "sm120kit", *args], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=60, env=dict(os.environ, NO_COLOR="1", **(env or {})))
+        return subprocess.run(
+            [sys.executable, "-m", "sm120kit", *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, NO_COLOR="1", **(env or {})),
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"sm120kit {' '.join(args)} waited on a FIFO")
 
@@ -169,9 +179,18 @@ def test_a_fifo_at_a_journal_entry_is_reported_not_waited_on(applied):
     package, series, _ = applied
     os.mkfifo(package / "srt" / "pipe.py")
     state = hashlib.sha256((package / STATE_DIR / "state.json").read_bytes()).hexdigest()  # not yet finished
-    (package / STATE_DIR / "journal.json").write_text(json.dumps(
-        {"operation": "apply", "started": "", "pid": 1, "host": "h", "state_before": state,
-         "entries": [{"path": "sglang/srt/pipe.py", "from": None, "to": "0" * 64, "mode": "0o644"}]}))
+    (package / STATE_DIR / "journal.json").write_text(
+        json.dumps(
+            {
+                "operation": "apply",
+                "started": "",
+                "pid": 1,
+                "host": "h",
+                "state_before": state,
+                "entries": [{"path": "sglang/srt/pipe.py", "from": None, "to": "0" * 64, "mode": "0o644"}],
+            }
+        )
+    )
     status = _no_hang("status", str(package), "--series", str(series))
     assert status.returncode == 6 and "interrupted 'apply'" in status.stderr, status.stderr
     revert = _no_hang("revert", str(package))
@@ -183,9 +202,12 @@ def test_a_fifo_at_version_py_is_passed_over(tree):
     package, series, _ = tree
     (package / "version.py").unlink()
     os.mkfifo(package / "version.py")
-    for command in (["status", str(package), "--series", str(series)],
-                    ["apply", str(package), "--series", str(series), "--dry-run"],
-                    ["apply", str(package), "--series", str(series)], ["revert", str(package)]):
+    for command in (
+        ["status", str(package), "--series", str(series)],
+        ["apply", str(package), "--series", str(series), "--dry-run"],
+        ["apply", str(package), "--series", str(series)],
+        ["revert", str(package)],
+    ):
         proc = _no_hang(*command)
         assert proc.returncode == 0, (command, proc.stderr)
         _clean(proc)
@@ -209,6 +231,7 @@ def test_a_target_file_the_user_cannot_read_is_exit_7_naming_it(tree, command):
 
 # -- signals --------------------------------------------------------------------------------------------------
 
+
 def test_sigterm_in_the_final_clean_up_of_a_revert_finishes_it(applied):
     package, _, before = applied
     proc = run_cli("revert", str(package), env={"SM120KIT_FAULT_IN_CLEANUP": "1", "SM120KIT_FAULT_SIGNAL": "TERM"})
@@ -231,8 +254,13 @@ def test_a_clean_up_killed_half_way_stays_ignored_and_is_named(applied):
 @pytest.mark.parametrize("sig", ["TERM", "KILL"])
 def test_a_signal_in_the_writability_probe_leaves_no_probe_file(tree, sig):
     package, series, before = tree
-    proc = run_cli("apply", str(package), "--series", str(series),
-                   env={"SM120KIT_FAULT_IN_PROBE": "1", "SM120KIT_FAULT_SIGNAL": sig})
+    proc = run_cli(
+        "apply",
+        str(package),
+        "--series",
+        str(series),
+        env={"SM120KIT_FAULT_IN_PROBE": "1", "SM120KIT_FAULT_SIGNAL": sig},
+    )
     probes = sorted(p.name for p in package.rglob(".sm120kit-probe-*"))
     if sig == "TERM":
         assert proc.returncode == 130 and "nothing was changed" in proc.stderr, proc.stderr
@@ -250,13 +278,19 @@ def test_ctrl_c_before_the_lock_is_held_leaves_no_state_folder(tree):
     """The state folder is made just before the lock is taken; a Ctrl-C in between must not leave it (the
     timed trials of scripts/reliability_trials.py caught this once in 20)."""
     package, series, before = tree
-    proc = run_cli("apply", str(package), "--series", str(series),
-                   env={"SM120KIT_FAULT_IN_LOCK": "1", "SM120KIT_FAULT_SIGNAL": "INT"})
+    proc = run_cli(
+        "apply",
+        str(package),
+        "--series",
+        str(series),
+        env={"SM120KIT_FAULT_IN_LOCK": "1", "SM120KIT_FAULT_SIGNAL": "INT"},
+    )
     assert proc.returncode == 130, proc.stderr
     assert tree_hashes(package.parent) == before and not (package / STATE_DIR).exists()
 
 
 # -- other --------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
 def test_a_lock_wait_that_is_no_number_of_seconds_is_a_usage_error(applied, value):
@@ -275,10 +309,14 @@ def test_revert_keeps_a_folder_that_existed_empty_before_apply(tmp_path):
     root = package.parent
     diff = ""
     for rel in ("sglang/srt/existing/mod.py", "sglang/srt/brand/new/mod.py"):
-        diff += (f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n@@ -0,0 +1 @@\n"
-                 "+ADDED = True\n")
-    series = write_series(tmp_path / "series", [
-        {"id": "new-files", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}])
+        diff += (
+            f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n@@ -0,0 +1 @@\n"
+            "+ADDED = True\n"
+        )
+    series = write_series(
+        tmp_path / "series",
+        [{"id": "new-files", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}],
+    )
     before = tree_hashes(root)
     assert run_cli("apply", str(package), "--series", str(series)).returncode == 0
     assert (package / "srt" / "brand" / "new" / "mod.py").is_file()
@@ -297,17 +335,22 @@ def _two_folder_tree(tmp_path: Path) -> tuple[Path, Path]:
     root = package.parent
     diff = make_diff(root, "sglang/aaa/first.py", lambda t: t.replace("A_5 = 5\n", "A_5 = 55\n"))
     diff += make_diff(root, UTILS, lambda t: t.replace("return 3\n", "return 3  # sm120\n"))
-    series = write_series(tmp_path / "series", [
-        {"id": "two", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}])
+    series = write_series(
+        tmp_path / "series", [{"id": "two", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}]
+    )
     return package, series
 
 
 def test_status_during_a_live_apply_says_a_run_is_in_progress(tmp_path):
     package, series = _two_folder_tree(tmp_path)
-    child = subprocess.Popen([sys.executable, "-m", "sm120kit", "apply", str(package), "--series", str(series)],
-                             cwd=REPO_ROOT, env=dict(os.environ, SM120KIT_FAULT_AFTER_WRITES="1",
-                                                     SM120KIT_FAULT_SIGNAL="STOP"),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "sm120kit", "apply", str(package), "--series", str(series)],
+        cwd=REPO_ROOT,
+        env=dict(os.environ, SM120KIT_FAULT_AFTER_WRITES="1", SM120KIT_FAULT_SIGNAL="STOP"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _stopped(child.pid)
         proc = run_cli("status", str(package), "--series", str(series), env={"SM120KIT_LOCK_WAIT": "0.3"})
@@ -327,10 +370,14 @@ def test_a_folder_swapped_for_a_link_while_writing_is_not_written_through(tmp_pa
     root = package.parent
     before = tree_hashes(root)
     outside = tmp_path / "outside-srt"
-    child = subprocess.Popen([sys.executable, "-m", "sm120kit", "apply", str(package), "--series", str(series)],
-                             cwd=REPO_ROOT, env=dict(os.environ, SM120KIT_FAULT_AFTER_WRITES="1",
-                                                     SM120KIT_FAULT_SIGNAL="STOP", NO_COLOR="1"),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "sm120kit", "apply", str(package), "--series", str(series)],
+        cwd=REPO_ROOT,
+        env=dict(os.environ, SM120KIT_FAULT_AFTER_WRITES="1", SM120KIT_FAULT_SIGNAL="STOP", NO_COLOR="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _stopped(child.pid)  # first.py is written, utils.py is next
         os.rename(package / "srt", outside)

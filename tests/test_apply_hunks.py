@@ -61,8 +61,10 @@ def test_changed_line_itself_is_never_fuzzed():
 
 def test_no_newline_at_end_of_file():
     old, new = "a\nb\nc", "a\nb\nC"
-    text = ("--- a/sglang/x.py\n+++ b/sglang/x.py\n@@ -1,3 +1,3 @@\n a\n b\n-c\n"
-            "\\ No newline at end of file\n+C\n\\ No newline at end of file\n")
+    text = (
+        "--- a/sglang/x.py\n+++ b/sglang/x.py\n@@ -1,3 +1,3 @@\n a\n b\n-c\n"
+        "\\ No newline at end of file\n+C\n\\ No newline at end of file\n"
+    )
     diff = file_diffs(unidiff.PatchSet(split_lines(text)))[0]
     assert diff.hunks[0].source[-1] == "c" and diff.hunks[0].target[-1] == "C"
     placed = place_hunks(split_lines(old), diff)

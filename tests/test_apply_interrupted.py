@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from sm120kit.util.lock import TreeLock
-from sm120kit.patching.state import STATE_DIR, StateStore
-
 from apply_support import REPO_ROOT, make_diff, run_cli, small_tree, tree_hashes, write_series
+
+from sm120kit.patching.state import STATE_DIR, StateStore
+from sm120kit.util.lock import TreeLock
 
 SEED = 13
 
@@ -32,10 +31,13 @@ def _many_files_tree(folder: Path, count: int = 8) -> tuple[Path, Path]:
         rel = f"sglang/srt/mod{i}.py"
         (root / rel).write_text("".join(f"VALUE_{j} = {j}\n" for j in range(30)))
         diffs += make_diff(root, rel, lambda t, i=i: t.replace("VALUE_7 = 7\n", f"VALUE_7 = 7  # patched {i}\n"))
-    diffs += ("diff --git a/sglang/srt/added.py b/sglang/srt/added.py\nnew file mode 100644\n--- /dev/null\n"
-              "+++ b/sglang/srt/added.py\n@@ -0,0 +1 @@\n+ADDED = True\n")
-    series = write_series(folder / "series", [
-        {"id": "many", "diffs": {"a.diff": diffs}, "variants": [("a.diff", ">=0.5", "0.5.2")]}])
+    diffs += (
+        "diff --git a/sglang/srt/added.py b/sglang/srt/added.py\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/sglang/srt/added.py\n@@ -0,0 +1 @@\n+ADDED = True\n"
+    )
+    series = write_series(
+        folder / "series", [{"id": "many", "diffs": {"a.diff": diffs}, "variants": [("a.diff", ">=0.5", "0.5.2")]}]
+    )
     return package, series
 
 
@@ -57,13 +59,19 @@ def _applied_hashes(tmp_path: Path, count: int = 8) -> dict:
 
 # -- 6: Ctrl-C and SIGTERM roll back ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("sig", ["INT", "TERM"])
 @pytest.mark.parametrize("after", [1, 4, 8])
 def test_ctrl_c_during_apply_rolls_back(tmp_path, sig, after):
     package, series = _many_files_tree(tmp_path)
     pristine = tree_hashes(package.parent)
-    proc = run_cli("apply", str(package), "--series", str(series),
-                   env={"SM120KIT_FAULT_AFTER_WRITES": str(after), "SM120KIT_FAULT_SIGNAL": sig})
+    proc = run_cli(
+        "apply",
+        str(package),
+        "--series",
+        str(series),
+        env={"SM120KIT_FAULT_AFTER_WRITES": str(after), "SM120KIT_FAULT_SIGNAL": sig},
+    )
     assert proc.returncode == 130, proc.stderr
     assert f"Interrupted (SIG{sig}) after {after} of 9 file(s)" in proc.stderr
     assert f"the {after} file(s) it had written were put back" in proc.stderr
@@ -79,8 +87,9 @@ def test_ctrl_c_during_revert_rolls_back_to_the_patched_tree(tmp_path):
     proc = run_cli("revert", str(package), env={"SM120KIT_FAULT_AFTER_WRITES": "5", "SM120KIT_FAULT_SIGNAL": "INT"})
     assert proc.returncode == 130 and "put back" in proc.stderr, proc.stderr
     now = tree_hashes(package.parent)
-    assert {k: v for k, v in now.items() if "/blobs/" not in k} == \
-        {k: v for k, v in patched.items() if "/blobs/" not in k}  # the record included
+    assert {k: v for k, v in now.items() if "/blobs/" not in k} == {
+        k: v for k, v in patched.items() if "/blobs/" not in k
+    }  # the record included
     assert run_cli("status", str(package), "--series", str(series)).returncode == 0
     assert run_cli("revert", str(package)).returncode == 0
     assert tree_hashes(package.parent) == pristine
@@ -103,8 +112,13 @@ def test_ctrl_c_at_random_moments_never_leaves_a_half_patched_tree(tmp_path):
         if not timed:
             hook = rng.choice(["SM120KIT_FAULT_AFTER_WRITES", "SM120KIT_FAULT_IN_WRITE"])
             env.update({hook: str(rng.randint(1, 9)), "SM120KIT_FAULT_SIGNAL": sig})
-        child = subprocess.Popen([sys.executable, "-m", "sm120kit", "apply", str(package), "--series", str(series)],
-                                 cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "sm120kit", "apply", str(package), "--series", str(series)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         if timed:
             time.sleep(rng.uniform(0.2, 1.5))
             child.send_signal(getattr(signal, f"SIG{sig}"))
@@ -126,6 +140,7 @@ def test_ctrl_c_at_random_moments_never_leaves_a_half_patched_tree(tmp_path):
 
 
 # -- 8: SIGKILL anywhere, temporary files included ----------------------------------------------------------
+
 
 def test_kill_inside_an_atomic_write_leaves_no_temporary_file_after_repair(tmp_path):
     package, series = _many_files_tree(tmp_path)
@@ -170,6 +185,7 @@ def test_random_kills_are_always_repaired(tmp_path):
 
 # -- 9: a run waiting on the lock while a revert finishes ------------------------------------------------
 
+
 def test_waiter_sees_the_finished_revert(tmp_path):
     package, series = _many_files_tree(tmp_path)
     pristine = tree_hashes(package.parent)
@@ -177,11 +193,22 @@ def test_waiter_sees_the_finished_revert(tmp_path):
     store = StateStore(package.parent)
     env = dict(os.environ, NO_COLOR="1", SM120KIT_LOCK_WAIT="60")
     with TreeLock(store.lock_path, command="revert (the test)"):
-        waiter = subprocess.Popen([sys.executable, "-m", "sm120kit", "revert", str(package)], cwd=REPO_ROOT,
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        second = subprocess.Popen([sys.executable, "-m", "sm120kit", "apply", str(package), "--series",
-                                   str(series)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+        waiter = subprocess.Popen(
+            [sys.executable, "-m", "sm120kit", "revert", str(package)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        second = subprocess.Popen(
+            [sys.executable, "-m", "sm120kit", "apply", str(package), "--series", str(series)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for proc in (waiter, second):  # both are waiting on the lock now (however loaded the machine)
             _wait_until_open(proc, store.lock_path)
         # What a finishing revert does while it holds the lock: originals back, then the folder goes.
@@ -243,6 +270,7 @@ def _restore_by_hand(package: Path) -> None:
 
 # -- 10, 11: conflicts found before writing; refused runs leave nothing ---------------------------------------
 
+
 def test_file_planned_where_a_folder_is_is_a_conflict(tmp_path):
     package, series = _many_files_tree(tmp_path)
     (package / "srt" / "added.py").mkdir()
@@ -258,10 +286,13 @@ def test_file_planned_where_a_folder_is_is_a_conflict(tmp_path):
 
 def test_file_planned_below_a_regular_file_is_a_conflict(tmp_path):
     package = small_tree(tmp_path / "site")
-    diff = ("diff --git a/sglang/srt/utils.py/x.py b/sglang/srt/utils.py/x.py\nnew file mode 100644\n"
-            "--- /dev/null\n+++ b/sglang/srt/utils.py/x.py\n@@ -0,0 +1 @@\n+X = 1\n")
-    series = write_series(tmp_path / "series", [
-        {"id": "below", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}])
+    diff = (
+        "diff --git a/sglang/srt/utils.py/x.py b/sglang/srt/utils.py/x.py\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/sglang/srt/utils.py/x.py\n@@ -0,0 +1 @@\n+X = 1\n"
+    )
+    series = write_series(
+        tmp_path / "series", [{"id": "below", "diffs": {"a.diff": diff}, "variants": [("a.diff", ">=0.5", "0.5.2")]}]
+    )
     before = tree_hashes(package.parent)
     proc = run_cli("apply", str(package), "--series", str(series))
     assert proc.returncode == 4 and "regular file where one of its folders should be" in proc.stdout, proc.stdout

@@ -12,18 +12,25 @@ from pathlib import Path
 
 import git
 import pytest
+from apply_support import (
+    DEMO_FILES,
+    DEMO_SERIES,
+    make_diff,
+    run_cli,
+    small_tree,
+    tree_hashes,
+    utils_series,
+    write_series,
+)
+from conftest import CORE_RELEASES
 
-from sm120kit.patching.engine import apply_series, release_and_source, release_of, revert_series, series_status
 from sm120kit.errors import IOFailure, StateDamagedError
-from sm120kit.util.lock import TreeLock
-from sm120kit.patching.series import load_series
+from sm120kit.patching.engine import apply_series, release_and_source, release_of, revert_series, series_status
 from sm120kit.patching.plan import plan_series
+from sm120kit.patching.series import load_series
 from sm120kit.patching.state import STATE_DIR, StateStore, sha256
 from sm120kit.sglang.target import find_target
-
-from apply_support import (DEMO_FILES, DEMO_SERIES, make_diff, run_cli, small_tree, tree_hashes,
-                           utils_series, write_series)
-from conftest import CORE_RELEASES
+from sm120kit.util.lock import TreeLock
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +53,7 @@ def test_killed_mid_write_leaves_whole_files_and_next_run_repairs(version, serie
     old = _file_hashes(root, DEMO_FILES[version])
     new = {c.path: (sha256(c.after) if c.after is not None else None) for c in plan.changes}
 
-    proc = run_cli("apply", str(package), "--series", str(DEMO_SERIES),
-                   env={"SM120KIT_FAULT_AFTER_WRITES": "1"})
+    proc = run_cli("apply", str(package), "--series", str(DEMO_SERIES), env={"SM120KIT_FAULT_AFTER_WRITES": "1"})
     assert proc.returncode == -9, proc.stderr
     now = _file_hashes(root, DEMO_FILES[version])
     assert all(now[f] in (old[f], new[f]) for f in now), "a file is neither wholly old nor wholly new"
@@ -166,8 +172,9 @@ def test_edit_after_apply_is_refused_then_kept_on_force(series, installed_tree):
     assert not demo.exists()
     after = tree_hashes(root)
     assert {k: v for k, v in after.items() if STATE_DIR not in k} == pristine
-    assert all(f"{STATE_DIR}/kept/" in k or k.endswith(f"{STATE_DIR}/.gitignore")
-               for k in after.keys() - pristine.keys())
+    assert all(
+        f"{STATE_DIR}/kept/" in k or k.endswith(f"{STATE_DIR}/.gitignore") for k in after.keys() - pristine.keys()
+    )
 
 
 def test_patched_file_deleted_after_apply_is_named_not_kept(tmp_path):
@@ -224,8 +231,10 @@ def test_already_applied_is_found_without_a_state_record(series, installed_tree)
     shutil.rmtree(package / STATE_DIR)
     plan = plan_series(package.parent, series, version="0.5.23")
     assert {p.patch_id: p.status for p in plan.patches} == {
-        "demo-capability-helper": "present-upstream", "demo-extend-attention-note": "already-applied",
-        "demo-new-module": "already-applied"}
+        "demo-capability-helper": "present-upstream",
+        "demo-extend-attention-note": "already-applied",
+        "demo-new-module": "already-applied",
+    }
     assert all("no state record" in p.reason for p in plan.patches if p.status == "already-applied")
 
 
@@ -233,8 +242,10 @@ def test_patch_leaving_a_syntax_error_is_a_conflict(tmp_path, installed_tree):
     package = installed_tree("0.5.2")
     rel = "sglang/srt/utils.py"
     diff = make_diff(package.parent, rel, lambda t: t.replace("def is_sm90_supported(", "def is_sm90_supported(("))
-    folder = write_series(tmp_path / "series", [
-        {"id": "broken", "diffs": {"0.5.2.diff": diff}, "variants": [("0.5.2.diff", ">=0.5.2", "0.5.2")]}])
+    folder = write_series(
+        tmp_path / "series",
+        [{"id": "broken", "diffs": {"0.5.2.diff": diff}, "variants": [("0.5.2.diff", ">=0.5.2", "0.5.2")]}],
+    )
     before = tree_hashes(package.parent)
     result = apply_series(find_target(package), load_series(folder))
     [plan] = result.plan.patches
@@ -248,15 +259,18 @@ def test_patches_touching_one_file_in_sequence(tmp_path, installed_tree):
     package = installed_tree("0.5.6")
     root = package.parent
     rel = "sglang/srt/utils/common.py"
-    first = make_diff(root, rel, lambda t: t.replace("def is_sm90_supported(", "def is_sm90_supported(  # one\n"
-                                                                                 "    "))
+    first = make_diff(root, rel, lambda t: t.replace("def is_sm90_supported(", "def is_sm90_supported(  # one\n    "))
     original = (root / rel).read_text()
     (root / rel).write_text(original.replace("def is_sm90_supported(", "def is_sm90_supported(  # one\n    "))
     second = make_diff(root, rel, lambda t: t.replace("# one\n", "# one\n# two\n"))
     (root / rel).write_text(original)
-    folder = write_series(tmp_path / "series", [
-        {"id": "one", "diffs": {"a.diff": first}, "variants": [("a.diff", ">=0.5.2", "0.5.6")]},
-        {"id": "two", "diffs": {"b.diff": second}, "variants": [("b.diff", ">=0.5.2", "0.5.6")]}])
+    folder = write_series(
+        tmp_path / "series",
+        [
+            {"id": "one", "diffs": {"a.diff": first}, "variants": [("a.diff", ">=0.5.2", "0.5.6")]},
+            {"id": "two", "diffs": {"b.diff": second}, "variants": [("b.diff", ">=0.5.2", "0.5.6")]},
+        ],
+    )
     pristine = tree_hashes(root)
     result = apply_series(find_target(package), load_series(folder))
     assert result.statuses == {"one": "applied", "two": "applied"}
@@ -292,16 +306,16 @@ def _small_clone(folder: Path) -> git.Repo:
     main from 0.5.10 on: ``version.py`` computes it, ``_version.py`` is written at build time), with the
     release tag v0.5.2 on its first commit and one commit after it."""
     package = small_tree(folder / "python")
-    (package / "version.py").write_text("try:\n    from sglang._version import __version__\nexcept ImportError:\n"
-                                        "    __version__ = \"0.0.0.dev0\"\n")
+    (package / "version.py").write_text(
+        'try:\n    from sglang._version import __version__\nexcept ImportError:\n    __version__ = "0.0.0.dev0"\n'
+    )
     repo = git.Repo.init(folder)
     repo.git.config("user.email", "t@example.com")
     repo.git.config("user.name", "t")
     repo.git.add("-A")
     repo.git.commit("-q", "-m", "release")
     repo.git.tag("v0.5.2")
-    (folder / "python" / "pyproject.toml").write_text(
-        '[project]\nname = "sglang"\ndynamic = ["version"]\n')
+    (folder / "python" / "pyproject.toml").write_text('[project]\nname = "sglang"\ndynamic = ["version"]\n')
     repo.git.add("-A")
     repo.git.commit("-q", "-m", "later")
     return repo
@@ -358,8 +372,7 @@ def test_recorded_patch_whose_lines_were_edited_is_a_conflict_not_upstream(serie
     status = series_status(find_target(package), series)
     row = next(r for r in status.rows() if r["id"] == "demo-extend-attention-note")
     assert row["status"] == "conflict" and "state record lists it as applied" in row["reason"]
-    assert {f.path: f.condition for f in status.files}["sglang/kernels/ops/attention/extend_attention.py"] == \
-        "edited"
+    assert {f.path: f.condition for f in status.files}["sglang/kernels/ops/attention/extend_attention.py"] == "edited"
 
 
 def test_apply_refuses_to_rewrite_a_file_edited_after_apply(tmp_path, installed_tree):
@@ -368,14 +381,16 @@ def test_apply_refuses_to_rewrite_a_file_edited_after_apply(tmp_path, installed_
     root = package.parent
     rel = "sglang/srt/utils.py"
     one = make_diff(root, rel, lambda t: t.replace("def is_sm90_supported(", "def is_sm90_supported(  # one\n    "))
-    folder = write_series(tmp_path / "s1", [
-        {"id": "one", "diffs": {"a.diff": one}, "variants": [("a.diff", ">=0.5.2", "0.5.2")]}])
+    folder = write_series(
+        tmp_path / "s1", [{"id": "one", "diffs": {"a.diff": one}, "variants": [("a.diff", ">=0.5.2", "0.5.2")]}]
+    )
     assert apply_series(find_target(package), load_series(folder)).exit_code == 0
     (root / rel).write_text((root / rel).read_text() + "# my edit\n")
     two = make_diff(root, rel, lambda t: t.replace("def is_blackwell():", "def is_blackwell():  # two"))
     (folder / "series.toml").write_text('patches = ["one", "two"]\n')
-    write_series(tmp_path / "s2", [
-        {"id": "two", "diffs": {"b.diff": two}, "variants": [("b.diff", ">=0.5.2", "0.5.2")]}])
+    write_series(
+        tmp_path / "s2", [{"id": "two", "diffs": {"b.diff": two}, "variants": [("b.diff", ">=0.5.2", "0.5.2")]}]
+    )
     shutil.move(str(tmp_path / "s2" / "two"), folder / "two")
     before = tree_hashes(root)
     with pytest.raises(StateDamagedError, match="changed after sm120kit patched it"):

@@ -6,17 +6,15 @@ and nothing inside it, was changed."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import time
 from pathlib import Path
 
 import pytest
+from apply_support import DEMO_SERIES, run_cli, small_tree, tree_hashes, utils_series
+from conftest import quick_first
 
 from sm120kit.patching.state import STATE_DIR
-
-from apply_support import DEMO_SERIES, make_diff, run_cli, small_tree, tree_hashes, utils_series, write_series
-from conftest import quick_first
 
 UTILS = "sglang/srt/utils.py"
 
@@ -47,14 +45,22 @@ def _victim(tmp_path: Path) -> Path:
 
 
 def _journal_for(package: Path, entries: list[dict]) -> None:
-    (package / STATE_DIR / "journal.json").write_text(json.dumps(
-        {"operation": "apply", "started": "", "pid": 1, "host": "h", "state_before": None, "entries": entries}))
+    (package / STATE_DIR / "journal.json").write_text(
+        json.dumps(
+            {"operation": "apply", "started": "", "pid": 1, "host": "h", "state_before": None, "entries": entries}
+        )
+    )
 
 
 # -- 1: paths and modes in state.json and the journal ------------------------------------------------------
 
-@pytest.mark.parametrize("bad", quick_first(["ABSOLUTE", "sglang/../../outside/victim.txt",
-                                             "sglang/.sm120kit/state.json", 5, "sglang/srt/\x00utils.py"]))
+
+@pytest.mark.parametrize(
+    "bad",
+    quick_first(
+        ["ABSOLUTE", "sglang/../../outside/victim.txt", "sglang/.sm120kit/state.json", 5, "sglang/srt/\x00utils.py"]
+    ),
+)
 def test_state_record_path_outside_the_tree_is_refused(tmp_path, applied, bad):
     package, _, _ = applied
     victim = _victim(tmp_path)
@@ -98,6 +104,7 @@ def test_journal_path_outside_the_tree_is_not_repaired(tmp_path, applied):
     blobs = sorted((package / STATE_DIR / "blobs").iterdir())
     original = blobs[0].name
     import hashlib
+
     victim_hash = hashlib.sha256(victim.read_bytes()).hexdigest()
     for path in (str(victim), "sglang/../../outside/victim.txt"):
         _journal_for(package, [{"path": path, "from": original, "to": victim_hash, "mode": "0o644"}])
@@ -112,6 +119,7 @@ def test_journal_path_outside_the_tree_is_not_repaired(tmp_path, applied):
 def test_journal_mode_with_setuid_is_not_restored(tmp_path, applied):
     package, _, _ = applied
     import hashlib
+
     utils = package / "srt/utils.py"
     [blob] = [b for b in (package / STATE_DIR / "blobs").iterdir()]
     current = hashlib.sha256(utils.read_bytes()).hexdigest()
@@ -123,6 +131,7 @@ def test_journal_mode_with_setuid_is_not_restored(tmp_path, applied):
 
 
 # -- 2: symbolic links ---------------------------------------------------------------------------------
+
 
 def _tree_and_series(tmp_path):
     package = small_tree(tmp_path / "site")
@@ -155,6 +164,7 @@ def test_symlink_inside_the_state_folder_is_refused(tmp_path, applied, name):
     link = package / STATE_DIR / name
     if link.is_dir():
         import shutil
+
         shutil.rmtree(link)
     else:
         link.unlink(missing_ok=True)
@@ -207,9 +217,12 @@ def test_recorded_file_replaced_by_a_symlink_is_not_reverted_through_it(tmp_path
 
 # -- 3, 4: modes and paths in diffs ----------------------------------------------------------------------
 
+
 def _new_file_diff(path: str, mode: str) -> str:
-    return (f"diff --git a/{path} b/{path}\nnew file mode {mode}\nindex 0000000..1111111\n--- /dev/null\n"
-            f"+++ b/{path}\n@@ -0,0 +1 @@\n+X = 1\n")
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode {mode}\nindex 0000000..1111111\n--- /dev/null\n"
+        f"+++ b/{path}\n@@ -0,0 +1 @@\n+X = 1\n"
+    )
 
 
 @pytest.mark.parametrize("mode", ["104777", "120000", "100777", "160000"])
@@ -244,10 +257,13 @@ def test_diff_into_the_state_folder_is_a_series_error(tmp_path, path):
 
 # -- 5: marker cost ---------------------------------------------------------------------------------------
 
+
 def test_catastrophic_marker_does_not_hang(tmp_path):
     """'^(x+x+)+y' takes exponential time with a backtracking engine on a line of x's."""
-    package = small_tree(tmp_path / "site", utils="x" * 5000 + "\n" + "".join(
-        f"def helper_{i}():\n    return {i}\n\n\n" for i in range(40)))
+    package = small_tree(
+        tmp_path / "site",
+        utils="x" * 5000 + "\n" + "".join(f"def helper_{i}():\n    return {i}\n\n\n" for i in range(40)),
+    )
     series = utils_series(tmp_path / "series", package.parent, markers=[(UTILS, "^(x+x+)+y")])
     start = time.monotonic()
     proc = run_cli("apply", str(package), "--series", str(series), "--dry-run")

@@ -9,17 +9,20 @@ from sm120kit.errors import UsageError
 from sm120kit.hardware import arch
 
 
-@pytest.mark.parametrize("text, capability, variant, prefix", [
-    ("12.0", (12, 0), "", ""),
-    ("12.0a", (12, 0), "a", ""),
-    ("12.1f", (12, 1), "f", ""),
-    ("sm_120a", (12, 0), "a", "sm"),
-    ("120", (12, 0), "", ""),
-    ("compute_120a", (12, 0), "a", "compute"),
-    (" SM_121A ", (12, 1), "a", "sm"),
-    ("90a", (9, 0), "a", ""),
-    ("sm_75", (7, 5), "", "sm"),
-])
+@pytest.mark.parametrize(
+    "text, capability, variant, prefix",
+    [
+        ("12.0", (12, 0), "", ""),
+        ("12.0a", (12, 0), "a", ""),
+        ("12.1f", (12, 1), "f", ""),
+        ("sm_120a", (12, 0), "a", "sm"),
+        ("120", (12, 0), "", ""),
+        ("compute_120a", (12, 0), "a", "compute"),
+        (" SM_121A ", (12, 1), "a", "sm"),
+        ("90a", (9, 0), "a", ""),
+        ("sm_75", (7, 5), "", "sm"),
+    ],
+)
 def test_accepted_forms(text, capability, variant, prefix):
     parsed = arch.parse_arch(text)
     assert (parsed.capability, parsed.variant, parsed.prefix) == (capability, variant, prefix)

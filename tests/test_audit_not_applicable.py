@@ -25,10 +25,18 @@ pytest.importorskip("triton")
 
 from sm120kit.cli import main as cli_main  # noqa: E402
 
-FP8_BLOCK_FILE = "E=128,N=192,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Workstation_Edition,dtype=fp8_w8a8," \
-                 "block_shape=[128, 128].json"
-CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,
-          "num_stages": 3}
+FP8_BLOCK_FILE = (
+    "E=128,N=192,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Workstation_Edition,dtype=fp8_w8a8,"
+    "block_shape=[128, 128].json"
+)
+CONFIG = {
+    "BLOCK_SIZE_M": 16,
+    "BLOCK_SIZE_N": 64,
+    "BLOCK_SIZE_K": 128,
+    "GROUP_SIZE_M": 1,
+    "num_warps": 4,
+    "num_stages": 3,
+}
 
 
 @pytest.mark.parametrize("version", ["0.5.2", "0.5.8", "0.5.17", "0.5.23"])
@@ -80,11 +88,27 @@ def _tree_with_only(tmp_path: Path, version: str, files: dict[str, dict]) -> Pat
 def test_audit_reports_the_refused_shape_as_not_applicable_and_passes(tmp_path, capsys):
     site = _tree_with_only(tmp_path, "0.5.2", {FP8_BLOCK_FILE: {"1": CONFIG, "64": CONFIG}})
     matrix = tmp_path / "m.toml"
-    matrix.write_text('[[moe]]\nname = "glm-air-tp4"\nnum_experts = 128\ntop_k = 8\nhidden_size = 4096\n'
-                      'intermediate_size = 352\nquantizations = ["fp8_block"]\ntokens = [16]\n')
+    matrix.write_text(
+        '[[moe]]\nname = "glm-air-tp4"\nnum_experts = 128\ntop_k = 8\nhidden_size = 4096\n'
+        'intermediate_size = 352\nquantizations = ["fp8_block"]\ntokens = [16]\n'
+    )
     with pytest.raises(SystemExit) as audited:
-        cli_main(["audit", str(site / "sglang"), "--arch", "12.0", "--launcher", "moe", "--matrix", str(matrix),
-                  "--only", "glm-air-tp4", "--tuned-moe-configs", "--json"])
+        cli_main(
+            [
+                "audit",
+                str(site / "sglang"),
+                "--arch",
+                "12.0",
+                "--launcher",
+                "moe",
+                "--matrix",
+                str(matrix),
+                "--only",
+                "glm-air-tp4",
+                "--tuned-moe-configs",
+                "--json",
+            ]
+        )
     doc = json.loads(capsys.readouterr().out)
     assert audited.value.code == 0 and doc["ok"] is True
     assert doc["summary"]["not_applicable"] == 3 == len(doc["cases"]) and doc["summary"]["errors"] == 0
@@ -98,8 +122,21 @@ def test_audit_reports_the_refused_shape_as_not_applicable_and_passes(tmp_path, 
     assert "intermediate size per partition of 352" in by_model["glm-air-tp4"]["note"]
 
     with pytest.raises(SystemExit) as table:
-        cli_main(["audit", str(site / "sglang"), "--arch", "12.0", "--launcher", "moe", "--matrix", str(matrix),
-                  "--only", "glm-air-tp4", "--tuned-moe-configs"])
+        cli_main(
+            [
+                "audit",
+                str(site / "sglang"),
+                "--arch",
+                "12.0",
+                "--launcher",
+                "moe",
+                "--matrix",
+                str(matrix),
+                "--only",
+                "glm-air-tp4",
+                "--tuned-moe-configs",
+            ]
+        )
     out = capsys.readouterr().out
     assert table.value.code == 0
     assert "not-applicable: SGLang's FP8 block-quantized MoE loader refuses" in out

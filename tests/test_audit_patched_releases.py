@@ -24,9 +24,9 @@ import json
 import shutil
 
 import pytest
+from conftest import REPO_ROOT, SERIES_RELEASES
 from packaging.version import Version
 
-from conftest import REPO_ROOT, SERIES_RELEASES
 from sm120kit.patching.series import load_series
 
 pytest.importorskip("torch")
@@ -71,8 +71,13 @@ def patched_tree(tmp_path_factory, release_dir):
     return make
 
 
-@pytest.mark.parametrize("version", [v if v in QUICK else pytest.param(v, marks=pytest.mark.slow)
-                                     for v in sorted(AUDIT_RELEASES, key=Version, reverse=True)])
+@pytest.mark.parametrize(
+    "version",
+    [
+        v if v in QUICK else pytest.param(v, marks=pytest.mark.slow)
+        for v in sorted(AUDIT_RELEASES, key=Version, reverse=True)
+    ],
+)
 def test_audit_of_the_patched_release_exits_0(patched_tree, capsys, version):
     tree = patched_tree(version)
     capsys.readouterr()
@@ -80,8 +85,11 @@ def test_audit_of_the_patched_release_exits_0(patched_tree, capsys, version):
         cli_main(["audit", str(tree), "--json"])
     out, err = capsys.readouterr()
     doc = json.loads(out)
-    failed = [(c["arch"], c["id"], c["status"], c["error"]) for c in doc["cases"]
-              if c["status"] in ("compile-error", "import-error", "over-limit")]
+    failed = [
+        (c["arch"], c["id"], c["status"], c["error"])
+        for c in doc["cases"]
+        if c["status"] in ("compile-error", "import-error", "over-limit")
+    ]
     assert audited.value.code == 0 and doc["ok"] is True, (failed[:10], err[-2000:])
     summary = doc["summary"]
     assert summary["over_limit"] == 0 and summary["errors"] == 0

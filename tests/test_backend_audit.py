@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
+from sm120kit.audit import backend_support
+from sm120kit.audit import backends as backend_audit
+from sm120kit.audit.backends import audit_backends, resolve, resolve_many
 from sm120kit.errors import UsageError
 from sm120kit.ui import render_table
-from sm120kit.audit import backends as backend_audit
-from sm120kit.audit import backend_support
-from sm120kit.audit.backends import audit_backends, resolve, resolve_many
 
 # -- the rule table and input checks (no SGLang needed) -----------------------------------------------------
 
@@ -42,8 +42,12 @@ def test_rules_are_versioned_and_sourced():
 
 
 def test_backends_from_raw_falls_back_to_the_base_attention_backend():
-    raw = {"attention_backend": "triton", "decode_attention_backend": "flashinfer",
-           "moe_runner_backend": "auto", "enable_flashinfer_cutlass_moe": True}
+    raw = {
+        "attention_backend": "triton",
+        "decode_attention_backend": "flashinfer",
+        "moe_runner_backend": "auto",
+        "enable_flashinfer_cutlass_moe": True,
+    }
     backends = backend_audit.backends_from_raw(raw, deep_gemm=False)
     assert backends["attention_prefill"] == "triton"
     assert backends["attention_decode"] == "flashinfer"
@@ -69,13 +73,18 @@ def test_bad_model_and_capability_are_usage_errors(tmp_path):
 def audit_0523(release_dir):
     """0.5.23, three models x four faked capabilities, flashinfer installed (4 probe interpreters; the
     flashinfer-absent case runs through the CLI test)."""
-    return audit_backends(release_dir("0.5.23"), models=["llama-mha", "deepseek-v2-lite-mla", "deepseek-v3-mla"],
-                          capabilities=("12.0", "12.1", "9.0", "10.0"), flashinfer=(True,))
+    return audit_backends(
+        release_dir("0.5.23"),
+        models=["llama-mha", "deepseek-v2-lite-mla", "deepseek-v3-mla"],
+        capabilities=("12.0", "12.1", "9.0", "10.0"),
+        flashinfer=(True,),
+    )
 
 
 def _pick(result, model, capability, flashinfer=True):
-    (found,) = [r for r in result.resolutions
-                if r.model == model and r.capability == capability and r.flashinfer == flashinfer]
+    (found,) = [
+        r for r in result.resolutions if r.model == model and r.capability == capability and r.flashinfer == flashinfer
+    ]
     return found
 
 
@@ -96,8 +105,9 @@ def test_0523_matches_the_measured_choices(audit_0523):
     assert _pick(result, "deepseek-v3-mla", "10.0").attention == "trtllm_mla"  # DeepseekV3 override on SM100
     # fa3 on 9.0, never on 12.x
     on_12x = [r for r in result.resolutions if r.capability.startswith("12.")]
-    assert on_12x and not any("fa3" in (r.backends["attention_prefill"], r.backends["attention_decode"])
-                              for r in on_12x)
+    assert on_12x and not any(
+        "fa3" in (r.backends["attention_prefill"], r.backends["attention_decode"]) for r in on_12x
+    )
     assert not result.flagged and result.ok
     assert any("sgl_kernel" in s for s in result.stand_ins)
     data = result.to_json()
@@ -109,9 +119,11 @@ def test_0523_matches_the_measured_choices(audit_0523):
 def test_0523_explicit_arguments(release_dir):
     """Faked 12.0 device: an explicit fa3 is accepted at argument time by 0.5.23 (its check runs when the
     model runner starts) and flagged; an unknown backend is rejected by SGLang's argument parser."""
-    fa3, bogus = resolve_many(release_dir("0.5.23"), [("llama-mha", ["--attention-backend", "fa3"]),
-                                                      ("llama-mha", ["--attention-backend", "no-such-backend"])],
-                              "12.0")
+    fa3, bogus = resolve_many(
+        release_dir("0.5.23"),
+        [("llama-mha", ["--attention-backend", "fa3"]), ("llama-mha", ["--attention-backend", "no-such-backend"])],
+        "12.0",
+    )
     assert fa3.ok and fa3.status == "resolved"
     assert {"attention_prefill=fa3", "attention_decode=fa3"} <= set(fa3.flagged)
     assert all("SM" in d.reason or "sm_" in d.reason for d in fa3.details)
@@ -168,15 +180,27 @@ def test_explain_cli(release_dir):
     """Faked 12.0 device through the CLI, flashinfer not installed: 0.5.23 picks triton for Llama and exits 0
     with a table; an explicit fa3 exits 13 with the flag in the JSON (and the error object after it)."""
     root = str(release_dir("0.5.23"))
-    base = [sys.executable, "-m", "sm120kit", "explain", root, "--model", "llama-mha", "--capability", "12.0",
-            "--flashinfer", "no"]
+    base = [
+        sys.executable,
+        "-m",
+        "sm120kit",
+        "explain",
+        root,
+        "--model",
+        "llama-mha",
+        "--capability",
+        "12.0",
+        "--flashinfer",
+        "no",
+    ]
     clean = subprocess.run(base, capture_output=True, text=True, timeout=600)
     assert clean.returncode == 0, clean.stderr
     (row,) = [line for line in clean.stdout.splitlines() if line.startswith("llama-mha ")]
     assert row.split()[1:4] == ["12.0", "no", "triton"], row
     assert "faked device" in clean.stdout
-    bad = subprocess.run(base + ["--json", "--", "--attention-backend", "fa3"], capture_output=True, text=True,
-                         timeout=600)
+    bad = subprocess.run(
+        base + ["--json", "--", "--attention-backend", "fa3"], capture_output=True, text=True, timeout=600
+    )
     assert bad.returncode == 13, bad.stderr
     data = json.loads(bad.stdout)  # one document: the result, with the verdict in "ok"
     assert data["ok"] is False and data["summary"]["flagged_on_12x"] == 1

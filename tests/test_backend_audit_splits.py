@@ -15,13 +15,13 @@ import shutil
 
 import pytest
 
-from sm120kit.sglang import releases
-from sm120kit.patching.engine import apply_series
-from sm120kit.patching.series import load_series
-from sm120kit.sglang.target import find_target
 from sm120kit.audit import backends as backend_audit
 from sm120kit.audit.backends import audit_backends
 from sm120kit.hardware.fake_device import PRESETS
+from sm120kit.patching.engine import apply_series
+from sm120kit.patching.series import load_series
+from sm120kit.sglang import releases
+from sm120kit.sglang.target import find_target
 
 pytestmark = pytest.mark.slow
 
@@ -48,8 +48,13 @@ def _shape(model: str) -> dict:
     c = _config(model)
     mla = "kv_lora_rank" in c
     v = c["kv_lora_rank"] if mla else c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    return {"heads": c["num_attention_heads"], "kv": c["num_key_value_heads"], "v": v, "mla": mla,
-            "ctx": c["max_position_embeddings"]}
+    return {
+        "heads": c["num_attention_heads"],
+        "kv": c["num_key_value_heads"],
+        "v": v,
+        "mla": mla,
+        "ctx": c["max_position_embeddings"],
+    }
 
 
 def patched_cap(base: int, sms: int, shape: dict) -> int:
@@ -90,8 +95,15 @@ def audited(tmp_path_factory):
     def get(version: str, patched: bool, env: dict | None = None):
         key = (version, patched, tuple(sorted((env or {}).items())))
         if key not in done:
-            done[key] = audit_backends(_tree(tmp_path_factory, version, patched), models=[GQA, MLA],
-                                       capabilities=CAPS, args=ARGS, flashinfer=(True,), env=env, jobs=2)
+            done[key] = audit_backends(
+                _tree(tmp_path_factory, version, patched),
+                models=[GQA, MLA],
+                capabilities=CAPS,
+                args=ARGS,
+                flashinfer=(True,),
+                env=env,
+                jobs=2,
+            )
         return done[key]
 
     return get

@@ -14,17 +14,15 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
 from sm120kit.errors import MissingDependency, RecipeError
 from sm120kit.serve import recipe_edit
 from sm120kit.serve.recipe import find_recipe, load_recipe
 from sm120kit.tune import allreduce as bench
 from sm120kit.tune.allreduce_worker import bus_bandwidth, percentile
-
-from conftest import REPO_ROOT
 
 STANDIN = REPO_ROOT / "tests" / "data" / "flashinfer-standin"
 KIMI = "kimi-k2-thinking-8x-rtx-pro-6000"
@@ -35,9 +33,20 @@ CPU_PROBE = {"gpus": [], "sglang_custom_ar": "not timed on CPUs", "pcie_ipc": "n
 
 def cpu_plan(world: int = 2, **kw) -> bench.BenchPlan:
     """A plan for ``world`` CPU processes in a gloo group (the probe is run only where a test asks for it)."""
-    args = dict(hidden=512, tokens=(1, 16), world=world, backend="gloo", device="cpu", dtype="bfloat16",
-                warmup=3, samples=12, inner=4, quick_samples=3, topology={"summary": "CPU processes"},
-                probe_result=CPU_PROBE)
+    args = dict(
+        hidden=512,
+        tokens=(1, 16),
+        world=world,
+        backend="gloo",
+        device="cpu",
+        dtype="bfloat16",
+        warmup=3,
+        samples=12,
+        inner=4,
+        quick_samples=3,
+        topology={"summary": "CPU processes"},
+        probe_result=CPU_PROBE,
+    )
     args.update(kw)
     return bench.plan_bench(**args)
 
@@ -66,14 +75,21 @@ def test_two_processes_time_a_real_all_reduce_per_size():
 def test_each_variant_runs_in_fresh_processes_with_its_own_environment(tmp_path):
     plan = cpu_plan(tokens=(2,), samples=4)
     seen = []
-    for variant in (bench.nccl_variant({"NCCL_PROTO": "Simple", "NCCL_MAX_NCHANNELS": "2"}, "a"),
-                    bench.nccl_variant({}, "b")):
+    for variant in (
+        bench.nccl_variant({"NCCL_PROTO": "Simple", "NCCL_MAX_NCHANNELS": "2"}, "a"),
+        bench.nccl_variant({}, "b"),
+    ):
         spec = tmp_path / f"{len(seen)}.json"
         spec.write_text(json.dumps(plan.spec(variant, None)))
         out = tmp_path / f"{len(seen)}-out.json"
         env = dict(plan.base_env, **variant.env_dict(), **bench._worker_env(tmp_path))
-        proc = subprocess.run([plan.python, "-m", bench.WORKER, "measure", str(spec), str(out)], env=env,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [plan.python, "-m", bench.WORKER, "measure", str(spec), str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         seen.append(json.loads(out.read_text()))
     first, second = seen
@@ -97,15 +113,17 @@ def test_a_hopeless_variant_stops_after_its_quick_look():
 
 @pytest.mark.slow
 def test_the_pcie_ipc_variant_serves_up_to_its_workspace_and_a_missing_one_fails_clearly(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(STANDIN / "with-pcie-ipc"),
-                                                      os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(STANDIN / "with-pcie-ipc"), os.environ.get("PYTHONPATH", "")])
+    )
     plan = cpu_plan(probe_result=None)  # the probe finds the stand-in
     (ipc,) = [v for v in plan.extra if v.impl == "pcie-ipc"]
     result = bench.run_variant(plan, ipc)
     assert result.status == "measured", result.error
     assert result.impl_info == {"tuned": 1} and all(e["check"] == "ok" for e in result.sizes)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(STANDIN / "without-pcie-ipc"),
-                                                      os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(STANDIN / "without-pcie-ipc"), os.environ.get("PYTHONPATH", "")])
+    )
     plan = cpu_plan(probe_result=None)
     assert [v.impl for v in plan.extra] == []
     skipped = dict(plan.skipped)
@@ -133,9 +151,13 @@ def test_percentiles_and_bus_bandwidth():
 # -- the search (a cost table in place of the timings) -------------------------------------------------------------
 
 
-COST = {"NCCL_PROTO": {"LL": 0.5, "LL128": 0.9, "Simple": 3.0}, "NCCL_ALGO": {"Ring": 0.9, "Tree": 1.2},
-        "NCCL_MAX_NCHANNELS": {"2": 0.8, "16": 1.1}, "NCCL_NTHREADS": {"256": 1.05},
-        "NCCL_P2P_LEVEL": {"SYS": 0.95}}
+COST = {
+    "NCCL_PROTO": {"LL": 0.5, "LL128": 0.9, "Simple": 3.0},
+    "NCCL_ALGO": {"Ring": 0.9, "Tree": 1.2},
+    "NCCL_MAX_NCHANNELS": {"2": 0.8, "16": 1.1},
+    "NCCL_NTHREADS": {"256": 1.05},
+    "NCCL_P2P_LEVEL": {"SYS": 0.95},
+}
 
 
 class Table:
@@ -153,19 +175,39 @@ class Table:
             factor *= COST.get(key, {}).get(value, 1.0)
         if variant.name == self.fail:
             return bench.VariantResult(variant, "failed", error="NCCL error: invalid usage")
-        sizes = [{"tokens": t, "served": True, "p50_us": 10.0 * (1 + t / 64) * factor,
-                  "p99_us": 12.0 * (1 + t / 64) * factor} for t in plan.tokens]
+        sizes = [
+            {
+                "tokens": t,
+                "served": True,
+                "p50_us": 10.0 * (1 + t / 64) * factor,
+                "p99_us": 12.0 * (1 + t / 64) * factor,
+            }
+            for t in plan.tokens
+        ]
         hopeless = thresholds and all(s["p50_us"] > thresholds[s["tokens"]] for s in sizes)
         return bench.VariantResult(variant, "dropped" if hopeless else "measured", sizes)
 
 
 def table_plan(**kw) -> bench.BenchPlan:
-    probe = {"gpus": [{"index": i, "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-                       "capability": "12.0"} for i in range(2)], "torch": "2.14.1+cu130", "nccl": "2.28.3",
-             "sglang": "0.5.23", "flashinfer": "0.7.2", "sglang_custom_ar": None, "pcie_ipc": None}
-    args = dict(hidden=7168, tokens=(1, 8, 64), probe_result=probe, environ={},
-                topology={"summary": "2 GPU(s); links PHB (PCIe only); peer access between every pair",
-                          "all_nvlink": False})
+    probe = {
+        "gpus": [
+            {"index": i, "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "capability": "12.0"}
+            for i in range(2)
+        ],
+        "torch": "2.14.1+cu130",
+        "nccl": "2.28.3",
+        "sglang": "0.5.23",
+        "flashinfer": "0.7.2",
+        "sglang_custom_ar": None,
+        "pcie_ipc": None,
+    }
+    args = dict(
+        hidden=7168,
+        tokens=(1, 8, 64),
+        probe_result=probe,
+        environ={},
+        topology={"summary": "2 GPU(s); links PHB (PCIe only); peer access between every pair", "all_nvlink": False},
+    )
     args.update(kw)
     return bench.plan_bench(**args)
 
@@ -176,17 +218,28 @@ def test_the_staged_search_walks_the_settings_and_drops_the_hopeless():
     names = [name for name, _ in table.asked]
     assert names[:4] == ["NCCL defaults", "PROTO=LL", "PROTO=LL128", "PROTO=Simple"]
     assert names[4:6] == ["SGLang's custom all-reduce", "FlashInfer's PCIe-IPC all-reduce"]
-    assert names[6:] == ["PROTO=LL ALGO=Ring", "PROTO=LL ALGO=Tree", "PROTO=LL ALGO=Ring MAX_NCHANNELS=2",
-                         "PROTO=LL ALGO=Ring MAX_NCHANNELS=16", "PROTO=LL ALGO=Ring MAX_NCHANNELS=2 NTHREADS=256",
-                         "PROTO=LL ALGO=Ring MAX_NCHANNELS=2 P2P_LEVEL=SYS"]
+    assert names[6:] == [
+        "PROTO=LL ALGO=Ring",
+        "PROTO=LL ALGO=Tree",
+        "PROTO=LL ALGO=Ring MAX_NCHANNELS=2",
+        "PROTO=LL ALGO=Ring MAX_NCHANNELS=16",
+        "PROTO=LL ALGO=Ring MAX_NCHANNELS=2 NTHREADS=256",
+        "PROTO=LL ALGO=Ring MAX_NCHANNELS=2 P2P_LEVEL=SYS",
+    ]
     assert table.asked[0][1] is None  # the first has nothing to compare with
     assert table.asked[1][1] == {t: bench.DROP_FACTOR * 10.0 * (1 + t / 64) for t in (1, 8, 64)}
     assert {r.variant.name: r.status for r in result.results}["PROTO=Simple"] == "dropped"
     assert result.pick().variant.name == "PROTO=LL ALGO=Ring MAX_NCHANNELS=2 P2P_LEVEL=SYS"
-    assert result.recipe_settings() == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "2",
-                                        "NCCL_NTHREADS": None, "NCCL_P2P_LEVEL": "SYS"}
-    assert {t: r.variant.name for t, (r, _) in result.best_per_size().items()} == \
-        {t: "FlashInfer's PCIe-IPC all-reduce" for t in (1, 8, 64)}
+    assert result.recipe_settings() == {
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Ring",
+        "NCCL_MAX_NCHANNELS": "2",
+        "NCCL_NTHREADS": None,
+        "NCCL_P2P_LEVEL": "SYS",
+    }
+    assert {t: r.variant.name for t, (r, _) in result.best_per_size().items()} == {
+        t: "FlashInfer's PCIe-IPC all-reduce" for t in (1, 8, 64)
+    }
     doc = result.to_json()
     assert doc["pick"]["variant"]["env"]["NCCL_PROTO"] == "LL" and doc["exhaustive"] is None
     assert [b["variant"] for b in doc["best_per_size"]] == ["FlashInfer's PCIe-IPC all-reduce"] * 3
@@ -201,7 +254,7 @@ def test_exhaustive_sweep_and_the_staged_pick_within_5_percent():
     assert ex["best"]["name"] == "PROTO=LL ALGO=Ring MAX_NCHANNELS=2 P2P_LEVEL=SYS"
     assert ex["within_5_percent"] is True and ex["staged_over_best"] == pytest.approx(1.0)
     assert len({name for name, _ in table.asked}) == len(table.asked)  # nothing timed twice
-    assert all(th is None for name, th in table.asked[ex["staged_variants"]:])  # the sweep drops nothing
+    assert all(th is None for name, th in table.asked[ex["staged_variants"] :])  # the sweep drops nothing
 
 
 def test_peer_access_off_skips_sglang_and_the_p2p_level():
@@ -252,9 +305,16 @@ def test_the_pick_is_written_into_the_recipe_with_its_provenance(tmp_path):
     assert env["NCCL_BUFFSIZE"] == "16777216" and env["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] == "1"
     measured = written.notes["NCCL_PROTO"].measured
     assert measured.startswith("measured by sm120kit ") and "bench-allreduce on 20" in measured
-    for part in ("2x NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "links PHB (PCIe only)", "NCCL 2.28.3",
-                 "torch 2.14.1+cu130", "SGLang 0.5.23", "FlashInfer 0.7.2", "1, 8, 64 tokens x 7168",
-                 "NCCL_NVLS_ENABLE=0"):
+    for part in (
+        "2x NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        "links PHB (PCIe only)",
+        "NCCL 2.28.3",
+        "torch 2.14.1+cu130",
+        "SGLang 0.5.23",
+        "FlashInfer 0.7.2",
+        "1, 8, 64 tokens x 7168",
+        "NCCL_NVLS_ENABLE=0",
+    ):
         assert part in measured, part
     assert written.notes["NCCL_BUFFSIZE"].measured.startswith("not measured")  # not varied: left as it was
     assert "NCCL_NTHREADS" not in written.notes
@@ -283,8 +343,13 @@ def test_a_recipe_update_that_would_not_load_writes_nothing(tmp_path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sm120kit", "bench-allreduce", *args], capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, NO_COLOR="1"))
+    return subprocess.run(
+        [sys.executable, "-m", "sm120kit", "bench-allreduce", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, NO_COLOR="1"),
+    )
 
 
 @pytest.mark.slow

@@ -9,10 +9,9 @@ import sys
 
 import pytest
 import torch
+from conftest import REPO_ROOT
 
 from sm120kit.sglang import releases
-
-from conftest import REPO_ROOT
 
 _spec = importlib.util.spec_from_file_location("bench_decode", REPO_ROOT / "scripts" / "bench_decode.py")
 bench = importlib.util.module_from_spec(_spec)
@@ -98,7 +97,7 @@ def test_page_only_conversion_is_bit_identical(page_size):
     def decode(buf):
         outs = []
         for b in range(2):
-            kv = buf[read[indptr[b]:indptr[b + 1]], 0].float()
+            kv = buf[read[indptr[b] : indptr[b + 1]], 0].float()
             p = torch.softmax(q[b].float() @ kv.T / lk**0.5, dim=-1)
             outs.append(p @ kv[:, :lv])
         return torch.stack(outs)

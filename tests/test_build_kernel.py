@@ -13,9 +13,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from build_support import FIXTURE_MAGIC, copy_fixture, cuobjdump, cuobjdump_archs, make_dependency_mirror, nvcc, run_cli
 
-from build_support import (FIXTURE_MAGIC, copy_fixture, cuobjdump, cuobjdump_archs, make_dependency_mirror, nvcc,
-                           run_cli)
 from sm120kit.hardware import fatbin
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(nvcc() is None, reason="nvcc (CUDA >= 12.8) is not on PATH")]
@@ -32,10 +31,25 @@ def workspace(tmp_path_factory):
     mirror = make_dependency_mirror(root)
     src = copy_fixture(root / "src")
     env = {"CCACHE_DIR": str(root / "ccache")}
-    fetched = _json(run_cli("fetch-deps", str(src), "--into", str(root / "deps"), "--set",
-                            f"MINI_DEPS_URL={mirror.as_uri()}", "--json"))
-    built = _json(run_cli("build-kernel", str(src), "--arch", "12.0a", "--out", str(root / "out"),
-                          "--deps-dir", str(root / "deps"), "--json", env=env))
+    fetched = _json(
+        run_cli(
+            "fetch-deps", str(src), "--into", str(root / "deps"), "--set", f"MINI_DEPS_URL={mirror.as_uri()}", "--json"
+        )
+    )
+    built = _json(
+        run_cli(
+            "build-kernel",
+            str(src),
+            "--arch",
+            "12.0a",
+            "--out",
+            str(root / "out"),
+            "--deps-dir",
+            str(root / "deps"),
+            "--json",
+            env=env,
+        )
+    )
     return {"root": root, "src": src, "env": env, "fetched": fetched, "built": built, "mirror": mirror}
 
 
@@ -46,8 +60,17 @@ def test_fetch_deps_fetches_git_and_archive_dependencies(workspace):
     root = workspace["root"]
     assert (root / "deps" / "repo-minidep" / "include" / "minidep" / "minidep.h").is_file()
     assert (root / "deps" / "repo-minidata" / "minidata.h").is_file()  # the archive's top folder is stripped
-    again = _json(run_cli("fetch-deps", str(workspace["src"]), "--into", str(root / "deps"), "--set",
-                          f"MINI_DEPS_URL={workspace['mirror'].as_uri()}", "--json"))
+    again = _json(
+        run_cli(
+            "fetch-deps",
+            str(workspace["src"]),
+            "--into",
+            str(root / "deps"),
+            "--set",
+            f"MINI_DEPS_URL={workspace['mirror'].as_uri()}",
+            "--json",
+        )
+    )
     assert {d["status"] for d in again["dependencies"]} == {"present"}
 
 
@@ -68,8 +91,12 @@ def test_wheel_holds_only_sm120a_in_every_library_loaded_on_12x(workspace):
     assert built["steps"][0] == built["steps"][1] > 0
     launcher_log = Path(built["plan"]["out_dir"]) / "sm120kit-launcher.log"
     lines = launcher_log.read_text().splitlines()
-    assert any(line.startswith("replaced\tsm_90,sm_100f,sm_120a\tarch=compute_120a,code=sm_120a")  # 80/89: ENABLE_BELOW_SM90=OFF
-               for line in lines), lines
+    assert any(
+        line.startswith(
+            "replaced\tsm_90,sm_100f,sm_120a\tarch=compute_120a,code=sm_120a"
+        )  # 80/89: ENABLE_BELOW_SM90=OFF
+        for line in lines
+    ), lines
 
 
 @pytest.mark.skipif(cuobjdump() is None, reason="cuobjdump not installed (build extra)")
@@ -86,11 +113,29 @@ def test_reader_agrees_with_cuobjdump_on_the_built_wheel(workspace, tmp_path):
 
 def test_wheel_installs_and_imports(workspace, tmp_path):
     wheel = workspace["built"]["wheel"]
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
-                    str(tmp_path / "site"), wheel], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(tmp_path / "site"),
+            wheel,
+        ],
+        check=True,
+    )
     code = "import mini_kernel; m = mini_kernel.load_common_ops(); print(m.magic(), m.__file__)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )
     assert proc.returncode == 0, proc.stderr
     magic, path = proc.stdout.split()
     assert int(magic) == FIXTURE_MAGIC  # both dependencies' headers were compiled in
@@ -101,7 +146,9 @@ def test_dependencies_came_from_deps_dir_without_network(workspace, tmp_path):
     cache = (Path(workspace["built"]["plan"]["build_dir"]) / "CMakeCache.txt").read_text()
     deps = workspace["root"] / "deps"
     assert re.search(r"^FETCHCONTENT_FULLY_DISCONNECTED:\w+=ON$", cache, re.M)
-    assert re.search(rf"^FETCHCONTENT_SOURCE_DIR_REPO-MINIDEP:\w+={re.escape(str(deps / 'repo-minidep'))}$", cache, re.M)
+    assert re.search(
+        rf"^FETCHCONTENT_SOURCE_DIR_REPO-MINIDEP:\w+={re.escape(str(deps / 'repo-minidep'))}$", cache, re.M
+    )
     # without --deps-dir, CMake would have to reach the declared (unresolvable) host: the build fails,
     # and the error names the log file
     proc = run_cli("build-kernel", str(workspace["src"]), "--out", str(tmp_path / "out"), "--no-ccache")
@@ -113,7 +160,15 @@ def test_dependencies_came_from_deps_dir_without_network(workspace, tmp_path):
 
 def test_build_folder_reuse_arch_change_and_ccache(workspace, tmp_path):
     root, env = workspace["root"], workspace["env"]
-    args = ["build-kernel", str(workspace["src"]), "--out", str(root / "out"), "--deps-dir", str(root / "deps"), "--json"]
+    args = [
+        "build-kernel",
+        str(workspace["src"]),
+        "--out",
+        str(root / "out"),
+        "--deps-dir",
+        str(root / "deps"),
+        "--json",
+    ]
     again = _json(run_cli(*args, env=env))
     assert again["reused_build_dir"] is True and again["cleared_build_dir"] is None and again["ok"]
 
@@ -127,15 +182,26 @@ def test_build_folder_reuse_arch_change_and_ccache(workspace, tmp_path):
     # a fresh output folder compiles nothing new: every object comes from ccache
     ccache = spark["plan"]["toolchain"]["ccache"]
     before = _ccache_hits(ccache, env)
-    fresh = _json(run_cli("build-kernel", str(workspace["src"]), "--out", str(tmp_path / "fresh"), "--deps-dir",
-                          str(root / "deps"), "--json", env=env))
+    fresh = _json(
+        run_cli(
+            "build-kernel",
+            str(workspace["src"]),
+            "--out",
+            str(tmp_path / "fresh"),
+            "--deps-dir",
+            str(root / "deps"),
+            "--json",
+            env=env,
+        )
+    )
     assert fresh["ok"] and fresh["reused_build_dir"] is False
     assert _ccache_hits(ccache, env) - before >= 3  # the three CUDA objects (and the C++ ones)
 
 
 def _ccache_hits(ccache: str, env: dict) -> int:
-    proc = subprocess.run([ccache, "--print-stats"], capture_output=True, text=True, env={**os.environ, **env},
-                          check=True)
+    proc = subprocess.run(
+        [ccache, "--print-stats"], capture_output=True, text=True, env={**os.environ, **env}, check=True
+    )
     stats = dict(line.split("\t") for line in proc.stdout.splitlines() if "\t" in line)
     return int(stats.get("direct_cache_hit", 0)) + int(stats.get("preprocessed_cache_hit", 0))
 
@@ -148,8 +214,8 @@ def test_archive_with_a_link_out_of_the_folder_is_refused(tmp_path, link_target)
     import tarfile
     from types import SimpleNamespace
 
-    from sm120kit.kernel import deps
     from sm120kit.errors import DownloadError
+    from sm120kit.kernel import deps
 
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -7,10 +7,25 @@ import pytest
 from sm120kit.kernel.nvcc_launcher import filter_args, gencode_for
 
 SGL_KERNEL_FLAGS = [  # the shape of sgl-kernel's common_ops compile line on x86-64 with CUDA 13
-    "-DNDEBUG", "-O3", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90,code=sm_90", "-std=c++17",
-    "--threads=32", "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_89,code=sm_89",
-    "-gencode=arch=compute_100f,code=sm_100f", "-gencode=arch=compute_120a,code=sm_120a", "--compress-mode=size",
-    "-gencode=arch=compute_90a,code=sm_90a", "-x", "cu", "-c", "csrc/gemm/fp8_gemm_kernel.cu", "-o", "x.o",
+    "-DNDEBUG",
+    "-O3",
+    "-Xcompiler",
+    "-fPIC",
+    "-gencode=arch=compute_90,code=sm_90",
+    "-std=c++17",
+    "--threads=32",
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_89,code=sm_89",
+    "-gencode=arch=compute_100f,code=sm_100f",
+    "-gencode=arch=compute_120a,code=sm_120a",
+    "--compress-mode=size",
+    "-gencode=arch=compute_90a,code=sm_90a",
+    "-x",
+    "cu",
+    "-c",
+    "csrc/gemm/fp8_gemm_kernel.cu",
+    "-o",
+    "x.o",
 ]
 
 
@@ -35,13 +50,16 @@ def test_two_requested_targets_and_a_target_upstream_lacks():
     assert _targets(out) == ["-gencode=arch=compute_120a,code=sm_120a", "-gencode=arch=compute_121a,code=sm_121a"]
 
 
-@pytest.mark.parametrize("flags", [
-    ["-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_120a,code=sm_120a"],
-    ["--generate-code=arch=compute_75,code=[compute_75,sm_75]"],  # CMake's own form; PTX runs on 12.x
-    ["-arch=sm_90", "-gencode=arch=compute_120,code=sm_120"],
-    ["-arch", "native"],
-    ["--gpu-architecture=compute_80", "--gpu-code=sm_80,compute_80"],
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_120a,code=sm_120a"],
+        ["--generate-code=arch=compute_75,code=[compute_75,sm_75]"],  # CMake's own form; PTX runs on 12.x
+        ["-arch=sm_90", "-gencode=arch=compute_120,code=sm_120"],
+        ["-arch", "native"],
+        ["--gpu-architecture=compute_80", "--gpu-code=sm_80,compute_80"],
+    ],
+)
 def test_every_spelling_of_a_target_is_replaced(flags):
     out, decision = filter_args(["-O2", *flags, "-c", "k.cu", "-o", "k.o"], ["sm_120a"])
     assert _targets(out) == ["-gencode=arch=compute_120a,code=sm_120a"], out

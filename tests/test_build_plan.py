@@ -12,11 +12,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from build_support import FIXTURE, copy_fixture, nvcc, run_cli
-from sm120kit.kernel import build
-from sm120kit.kernel import deps
+
 from sm120kit.errors import IOFailure, MissingDependency, UsageError
+from sm120kit.kernel import build, deps
 from sm120kit.kernel.source import find_kernel_source
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc is not on PATH")
@@ -26,8 +25,10 @@ A120 = (build.parse_build_arch("12.0a"),)
 def _fake_nvcc(folder: Path, release: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "nvcc"
-    script.write_text(f"#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
-                      f"echo 'Cuda compilation tools, release {release}, V{release}.99'\n")
+    script.write_text(
+        f"#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+        f"echo 'Cuda compilation tools, release {release}, V{release}.99'\n"
+    )
     script.chmod(0o755)
     return script
 
@@ -40,14 +41,23 @@ def _torch_kernel(dest: Path) -> Path:
     """The fixture with torch in its build requirements, as sgl-kernel has."""
     src = copy_fixture(dest)
     pyproject = src / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('requires = ["scikit-build-core>=0.10"]',
-                                                        'requires = ["scikit-build-core>=0.10", "torch>=2.8.0"]'))
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            'requires = ["scikit-build-core>=0.10"]', 'requires = ["scikit-build-core>=0.10", "torch>=2.8.0"]'
+        )
+    )
     return src
 
 
 def test_arch_parsing():
-    assert [build.parse_build_arch(t).sass for t in ("12.0a", "12.1a", "sm_120a", "120a", "12.0f", "12.0")] == \
-        ["sm_120a", "sm_121a", "sm_120a", "sm_120a", "sm_120f", "sm_120"]
+    assert [build.parse_build_arch(t).sass for t in ("12.0a", "12.1a", "sm_120a", "120a", "12.0f", "12.0")] == [
+        "sm_120a",
+        "sm_121a",
+        "sm_120a",
+        "sm_120a",
+        "sm_120f",
+        "sm_120",
+    ]
     assert build.parse_build_arch("12.0a").min_cuda("x86_64") == (12, 8)
     assert build.parse_build_arch("12.0f").min_cuda("x86_64") == (12, 9)
     assert build.parse_build_arch("12.1a").min_cuda("x86_64") == (13, 0)
@@ -63,8 +73,14 @@ def test_no_nvcc_is_a_clear_error(tmp_path):
     with pytest.raises(MissingDependency, match=r"nvcc \(the CUDA compiler\) was not found"):
         build.plan_build(source, A120, tmp_path / "out", env=_env_with_path(tmp_path / "empty"))
     # and through the CLI: exit code 9, the message, no traceback
-    proc = run_cli("build-kernel", str(FIXTURE), "--out", str(tmp_path / "out"), "--dry-run",
-                   env=_env_with_path(tmp_path / "empty"))
+    proc = run_cli(
+        "build-kernel",
+        str(FIXTURE),
+        "--out",
+        str(tmp_path / "out"),
+        "--dry-run",
+        env=_env_with_path(tmp_path / "empty"),
+    )
     assert proc.returncode == 9, proc.stderr
     assert "nvcc (the CUDA compiler) was not found" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -77,15 +93,27 @@ def test_old_nvcc_is_a_clear_error(tmp_path):
     _fake_nvcc(tmp_path / "cuda-12.9", "12.9")
     if __import__("platform").machine() == "x86_64":
         with pytest.raises(MissingDependency, match=r"cannot build 12\.1a \(sm_121a\): it needs CUDA 13\.0"):
-            build.plan_build(source, (build.parse_build_arch("12.1a"),), tmp_path / "out",
-                             env=_env_with_path(tmp_path / "cuda-12.9"))
-    proc = run_cli("build-kernel", str(FIXTURE), "--out", str(tmp_path / "out"), "--dry-run",
-                   env={"CUDACXX": str(tmp_path / "cuda-12.4" / "nvcc")})
+            build.plan_build(
+                source, (build.parse_build_arch("12.1a"),), tmp_path / "out", env=_env_with_path(tmp_path / "cuda-12.9")
+            )
+    proc = run_cli(
+        "build-kernel",
+        str(FIXTURE),
+        "--out",
+        str(tmp_path / "out"),
+        "--dry-run",
+        env={"CUDACXX": str(tmp_path / "cuda-12.4" / "nvcc")},
+    )
     assert proc.returncode == 9 and "it needs CUDA 12.8 or newer" in proc.stderr
     assert "command:" in proc.stdout, "a dry run prints the plan before the failure"
     # a build stops at the preflight, before any plan is printed
-    proc = run_cli("build-kernel", str(FIXTURE), "--out", str(tmp_path / "out"),
-                   env={"CUDACXX": str(tmp_path / "cuda-12.4" / "nvcc")})
+    proc = run_cli(
+        "build-kernel",
+        str(FIXTURE),
+        "--out",
+        str(tmp_path / "out"),
+        env={"CUDACXX": str(tmp_path / "cuda-12.4" / "nvcc")},
+    )
     assert proc.returncode == 9 and "it needs CUDA 12.8 or newer" in proc.stderr and "command:" not in proc.stdout
 
 
@@ -104,8 +132,20 @@ def test_cpu_only_torch_is_a_clear_error_for_a_kernel_that_builds_against_torch(
 @needs_nvcc
 def test_dry_run_prints_the_exact_command_and_environment(tmp_path):
     out = tmp_path / "out"
-    proc = run_cli("build-kernel", str(FIXTURE), "--out", str(out), "--arch", "12.0a", "--arch", "12.1a",
-                   "--jobs", "3", "--no-ccache", "--dry-run")
+    proc = run_cli(
+        "build-kernel",
+        str(FIXTURE),
+        "--out",
+        str(out),
+        "--arch",
+        "12.0a",
+        "--arch",
+        "12.1a",
+        "--jobs",
+        "3",
+        "--no-ccache",
+        "--dry-run",
+    )
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert "targets: sm_120a, sm_121a" in text
@@ -135,7 +175,8 @@ def test_dry_run_prints_the_plan_then_the_preflight_failures(tmp_path):
     assert proc.returncode == 9, proc.stderr
     assert "targets: sm_120a" in proc.stdout and "CUDACXX=" in proc.stdout and "MAX_JOBS=3" in proc.stdout
     assert "pip wheel --no-build-isolation --no-deps" in proc.stdout and proc.stdout.rstrip().endswith(
-        f"log file: {out / build.LOG_FILE}")
+        f"log file: {out / build.LOG_FILE}"
+    )
     assert "error: torch" in proc.stderr and "is a CPU-only build" in proc.stderr
     assert "https://download.pytorch.org/whl/cu" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists(), "a dry run builds and writes nothing"
@@ -170,8 +211,13 @@ def test_missing_dependency_in_deps_dir_names_itself_and_the_variable(tmp_path):
     assert "'repo-minidata'" in message and "FETCHCONTENT_SOURCE_DIR_REPO-MINIDATA" in message
     assert "sm120kit fetch-deps" in message
     with pytest.raises(MissingDependency, match="--ccache was given"):
-        build.plan_build(find_kernel_source(FIXTURE), A120, tmp_path / "out", ccache=True,
-                         env={**_env_with_path(Path(shutil.which("nvcc")).parent), "CUDACXX": shutil.which("nvcc")})
+        build.plan_build(
+            find_kernel_source(FIXTURE),
+            A120,
+            tmp_path / "out",
+            ccache=True,
+            env={**_env_with_path(Path(shutil.which("nvcc")).parent), "CUDACXX": shutil.which("nvcc")},
+        )
 
 
 @needs_nvcc
@@ -195,9 +241,15 @@ def test_stale_build_folder_is_cleared_when_archs_or_settings_change(tmp_path):
 
 
 def test_progress_lines_from_ninja():
-    assert build.parse_progress("[12/345] Building CUDA object CMakeFiles/x.dir/csrc/gemm/a.cu.o") == \
-        (12, 345, "a.cu.o")
-    assert build.parse_progress("  [3/9] /usr/bin/python launcher.py -- nvcc -c k.cu -o CMakeFiles/k.cu.o")[:2] == (3, 9)
+    assert build.parse_progress("[12/345] Building CUDA object CMakeFiles/x.dir/csrc/gemm/a.cu.o") == (
+        12,
+        345,
+        "a.cu.o",
+    )
+    assert build.parse_progress("  [3/9] /usr/bin/python launcher.py -- nvcc -c k.cu -o CMakeFiles/k.cu.o")[:2] == (
+        3,
+        9,
+    )
     assert build.parse_progress("-- Configuring done") is None
 
 
@@ -205,8 +257,11 @@ def test_progress_lines_from_ninja():
 def _kernel_folder(dest: Path, version: str = "0.4.10") -> Path:
     shutil.copytree(FIXTURE, dest)
     text = (dest / "pyproject.toml").read_text()
-    (dest / "pyproject.toml").write_text(text.replace('name = "mini-kernel"', 'name = "sglang-kernel"')
-                                         .replace('version = "0.1.0"', f'version = "{version}"'))
+    (dest / "pyproject.toml").write_text(
+        text.replace('name = "mini-kernel"', 'name = "sglang-kernel"').replace(
+            'version = "0.1.0"', f'version = "{version}"'
+        )
+    )
     return dest
 
 
@@ -216,7 +271,12 @@ def test_source_layouts_are_detected(tmp_path):
     (old / "python" / "sglang").mkdir(parents=True)
     (old / "python" / "sglang" / "version.py").write_text('__version__ = "0.5.2"\n')
     src = find_kernel_source(old)
-    assert (src.layout, src.name, src.version, src.sglang_version) == ("sgl-kernel", "sglang-kernel", "0.3.9.post2", "0.5.2")
+    assert (src.layout, src.name, src.version, src.sglang_version) == (
+        "sgl-kernel",
+        "sglang-kernel",
+        "0.3.9.post2",
+        "0.5.2",
+    )
     assert find_kernel_source(old / "sgl-kernel").layout == "sgl-kernel"
 
     new = tmp_path / "new_clone"
@@ -268,8 +328,10 @@ def test_fetchcontent_declarations_are_read(tmp_path):
     assert list(found)[0] == "repo-minidep" and "repo-minidata" in found
     assert found["repo-cutlass"].url == "https://github.com/NVIDIA/cutlass/archive/0123abc.tar.gz"
     assert found["repo-cutlass"].url_hash == "SHA256=00ff"
-    assert (found["repo-deepgemm"].git_repository, found["repo-deepgemm"].git_tag) == \
-        ("https://github.com/example/deepgemm", "v1.2")
+    assert (found["repo-deepgemm"].git_repository, found["repo-deepgemm"].git_tag) == (
+        "https://github.com/example/deepgemm",
+        "v1.2",
+    )
     nested = found["repo-flashmla-cutlass"]
     assert (nested.parent, nested.subdir) == ("repo-flashmla", "csrc/cutlass")
     assert nested.folder(Path("/d")) == Path("/d/repo-flashmla/csrc/cutlass")

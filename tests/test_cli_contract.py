@@ -71,12 +71,17 @@ def _documented_exit_codes() -> dict[int, str]:
 
 # -- introspection ----------------------------------------------------------------------------------------
 
+
 def test_every_command_takes_json():
     commands = _commands()
     assert {"apply", "status", "audit", "verify", "build-kernel", "serve", "tune-moe"} <= set(commands)
     assert set(NO_JSON) <= set(commands), "NO_JSON names commands that do not exist"
-    lacking = [name for name, command in commands.items() if name not in NO_JSON and not any(
-        isinstance(p, click.Option) and "--json" in p.opts and p.is_flag for p in command.params)]
+    lacking = [
+        name
+        for name, command in commands.items()
+        if name not in NO_JSON
+        and not any(isinstance(p, click.Option) and "--json" in p.opts and p.is_flag for p in command.params)
+    ]
     assert not lacking, f"commands without a --json flag: {lacking}"
 
 
@@ -88,13 +93,19 @@ def test_error_classes_have_unique_codes_and_kinds():
     for cls in classes:
         assert isinstance(cls.exit_code, int) and cls.exit_code not in (0, 130), cls.__name__
         assert re.fullmatch(r"[a-z][a-z-]*", cls.kind), f"{cls.__name__}.kind {cls.kind!r}"
-        assert by_code.setdefault(cls.exit_code, cls.__name__) == cls.__name__, \
+        assert by_code.setdefault(cls.exit_code, cls.__name__) == cls.__name__, (
             f"{cls.__name__} and {by_code[cls.exit_code]} share exit code {cls.exit_code}"
-        assert by_kind.setdefault(cls.kind, cls.__name__) == cls.__name__, \
+        )
+        assert by_kind.setdefault(cls.kind, cls.__name__) == cls.__name__, (
             f"{cls.__name__} and {by_kind[cls.kind]} share kind {cls.kind!r}"
+        )
         doc = cls("m", hint="h").to_json()
-        assert {k: doc[k] for k in ("error", "exit_code", "message", "hint")} == \
-            {"error": cls.kind, "exit_code": cls.exit_code, "message": "m", "hint": "h"}
+        assert {k: doc[k] for k in ("error", "exit_code", "message", "hint")} == {
+            "error": cls.kind,
+            "exit_code": cls.exit_code,
+            "message": "m",
+            "hint": "h",
+        }
     assert errors.UsageError.exit_code == 2  # the code click gives its own usage errors
 
 
@@ -103,14 +114,19 @@ def test_documented_exit_code_table_matches_errors_py():
     classes = {cls.exit_code: cls.kind for cls in _error_classes()}
     documented = {code: kind for code, kind in table.items() if kind}
     assert documented == classes, (
-        f"docs/cli.md lists {sorted(documented.items())}; sm120kit/errors.py has {sorted(classes.items())}")
+        f"docs/cli.md lists {sorted(documented.items())}; sm120kit/errors.py has {sorted(classes.items())}"
+    )
     assert {code for code, kind in table.items() if not kind} == {0, 130}  # success and interrupted
 
 
 def test_json_schema_documents_every_command():
     text = (REPO / "docs" / "json-schema.md").read_text(encoding="utf-8")
-    documented = {m for line in text.splitlines() if line.startswith("#")
-                  for m in re.findall(r"`sm120kit ([a-z][a-z0-9-]*)", line)}
+    documented = {
+        m
+        for line in text.splitlines()
+        if line.startswith("#")
+        for m in re.findall(r"`sm120kit ([a-z][a-z0-9-]*)", line)
+    }
     commands = set(_commands())
     assert set(SCHEMA_PENDING) <= commands, "SCHEMA_PENDING names commands that do not exist"
     missing = sorted(commands - documented - set(SCHEMA_PENDING))
@@ -127,6 +143,7 @@ def test_help_runs(name, capsys):
 
 
 # -- bad input through `python -m sm120kit` --------------------------------------------------------------
+
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sm120kit", *args], capture_output=True, text=True, timeout=300)
@@ -147,8 +164,10 @@ BAD_INPUT = {
     "audit-plain-folder": (["audit", "{plain}", "--json"], "not-sglang-tree"),
     "explain-plain-folder": (["explain", "{plain}", "--json"], "not-sglang-tree"),
     "verify-plain-folder": (["verify", "--sglang", "{plain}", "--no-audits", "--json"], "not-sglang-tree"),
-    "serve-plain-folder": (["serve", "--recipe", "qwen3-8b-rtx5090", "--sglang", "{plain}", "--dry-run", "--json"],
-                           "not-sglang-tree"),
+    "serve-plain-folder": (
+        ["serve", "--recipe", "qwen3-8b-rtx5090", "--sglang", "{plain}", "--dry-run", "--json"],
+        "not-sglang-tree",
+    ),
     "fetch-release-bad-version": (["fetch-release", "0.5.x", "--json"], "usage"),
     "patches-bad-version": (["patches", "--release", "0.5.x", "--json"], "usage"),
     "audit-bad-version": (["audit", "--release", "0.5.x", "--json"], "usage"),
@@ -164,10 +183,40 @@ BAD_INPUT = {
     "fetch-release-no-version": (["fetch-release", "--json"], "usage"),
     "serve-no-recipe": (["serve", "--json"], "usage"),
     "audit-bad-launcher": (["audit", "--launcher", "bogus", "--json"], "usage"),
-    "tune-moe-plain-folder": (["tune-moe", "{plain}", "-E", "8", "--intermediate-size", "14336", "--topk", "2",
-                               "--hidden-size", "4096", "--dry-run", "--json"], "not-sglang-tree"),
-    "tune-moe-bad-block-shape": (["tune-moe", "{plain}", "-E", "8", "--intermediate-size", "14336", "--topk", "2",
-                                  "--block-shape", "128", "--dry-run", "--json"], "usage"),
+    "tune-moe-plain-folder": (
+        [
+            "tune-moe",
+            "{plain}",
+            "-E",
+            "8",
+            "--intermediate-size",
+            "14336",
+            "--topk",
+            "2",
+            "--hidden-size",
+            "4096",
+            "--dry-run",
+            "--json",
+        ],
+        "not-sglang-tree",
+    ),
+    "tune-moe-bad-block-shape": (
+        [
+            "tune-moe",
+            "{plain}",
+            "-E",
+            "8",
+            "--intermediate-size",
+            "14336",
+            "--topk",
+            "2",
+            "--block-shape",
+            "128",
+            "--dry-run",
+            "--json",
+        ],
+        "usage",
+    ),
 }
 
 
@@ -233,10 +282,24 @@ def test_backend_audits_on_a_broken_tree_keep_one_document(tmp_path):
     broken = _broken_tree(tmp_path / "raises", 'raise RuntimeError("broken on purpose")\n')
     missing = _broken_tree(tmp_path / "imports", "import sm120kit_contract_absent_module\n")
     with ThreadPoolExecutor(2) as pool:
-        explain, audit = pool.map(_run, (
-            ["explain", str(broken), "--model", "llama-mha", "--capability", "12.0", "--flashinfer", "no",
-             "--no-release-pins", "--json"],
-            ["audit", str(missing), "--backends", "--arch", "12.0", "--json"]))
+        explain, audit = pool.map(
+            _run,
+            (
+                [
+                    "explain",
+                    str(broken),
+                    "--model",
+                    "llama-mha",
+                    "--capability",
+                    "12.0",
+                    "--flashinfer",
+                    "no",
+                    "--no-release-pins",
+                    "--json",
+                ],
+                ["audit", str(missing), "--backends", "--arch", "12.0", "--json"],
+            ),
+        )
     assert explain.returncode == errors.CheckFailed.exit_code, explain.stderr[-2000:]
     doc = json.loads(explain.stdout)
     assert doc["ok"] is False and doc["summary"]["not_run"] == 1

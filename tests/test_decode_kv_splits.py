@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import gen_decode_splits_patch as gen  # scripts/ (pytest's pythonpath)
 import pytest
 import torch
-
-from sm120kit.hardware.fake_device import PRESETS, faked_cuda
-
 from conftest import REPO_ROOT, SERIES_RELEASES
 from series_support import patched_file_reader
-from sm120kit.audit.resolve_probe import split_cap_functions
 
-import gen_decode_splits_patch as gen  # scripts/ (pytest's pythonpath)
+from sm120kit.audit.resolve_probe import split_cap_functions
+from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 
 PATCH_ID = "sm120-decode-kv-splits"
 BACKEND = "sglang/srt/layers/attention/triton_backend.py"
@@ -41,13 +39,29 @@ def _helpers(text: str) -> dict:
     return split_cap_functions(text, BACKEND)
 
 
-def _backend(heads=64, kv_heads=8, v_dim=128, ctx=131072, sms=188, base=8, static=False, swa_v=None,
-             decode_name="decode_attention_fwd"):
+def _backend(
+    heads=64,
+    kv_heads=8,
+    v_dim=128,
+    ctx=131072,
+    sms=188,
+    base=8,
+    static=False,
+    swa_v=None,
+    decode_name="decode_attention_fwd",
+):
     fn = lambda *a, **k: None  # noqa: E731
     fn.__name__ = decode_name
-    backend = SimpleNamespace(max_kv_splits=base, static_kv_splits=static, device_core_count=sms,
-                              max_context_len=ctx, num_head=heads, num_kv_head=kv_heads, v_head_dim=v_dim,
-                              decode_attention_fwd=fn)
+    backend = SimpleNamespace(
+        max_kv_splits=base,
+        static_kv_splits=static,
+        device_core_count=sms,
+        max_context_len=ctx,
+        num_head=heads,
+        num_kv_head=kv_heads,
+        v_head_dim=v_dim,
+        decode_attention_fwd=fn,
+    )
     if swa_v is not None:
         backend.swa_v_head_dim = swa_v
     return backend
@@ -113,7 +127,6 @@ def test_only_12x_changes(patched_backends, version):
             for b in (_backend(sms=PRESETS[key].multi_processor_count), _backend(heads=32, kv_heads=4)):
                 assert limit(b, runner) == 8, key
             assert limit(_backend(heads=16, kv_heads=1, v_dim=512), mla_runner) == 8
-
 
 
 def test_mla_kernel_wrapper_is_recognised():

@@ -37,7 +37,9 @@ def _pins(text: str) -> dict[str, Requirement]:
         name = canonicalize_name(req.name)
         assert name not in pins, f"{CONSTRAINTS.name}:{number}: {req.name} is pinned twice"
         specs = list(req.specifier)
-        assert len(specs) == 1 and specs[0].operator == "==", f"{CONSTRAINTS.name}:{number}: {line!r} is not an exact pin"
+        assert len(specs) == 1 and specs[0].operator == "==", (
+            f"{CONSTRAINTS.name}:{number}: {line!r} is not an exact pin"
+        )
         pins[name] = req
     return pins
 
@@ -69,15 +71,22 @@ def test_every_extra_package_has_a_pin_inside_its_range():
 
 
 def test_pin_check_reports_each_kind_of_mismatch():
-    extras = {"dependencies": [Requirement("tomlkit>=0.12")], "audit": [Requirement("torch>=2.11"), Requirement("numpy==2.4.6"),
-                        Requirement("tomli>=2.0.1; python_version < '3.11'")],
-              "build": [Requirement("cmake>=3.31")], "test": [Requirement("pytest>=8")]}
+    extras = {
+        "dependencies": [Requirement("tomlkit>=0.12")],
+        "audit": [
+            Requirement("torch>=2.11"),
+            Requirement("numpy==2.4.6"),
+            Requirement("tomli>=2.0.1; python_version < '3.11'"),
+        ],
+        "build": [Requirement("cmake>=3.31")],
+        "test": [Requirement("pytest>=8")],
+    }
     pins = _pins("torch==2.10.0\nnumpy==2.4.6\ntomli==2.2.1\npytest==9.2.0  # the runner\nnotused==1.0\n")
     assert _pin_problems(extras, pins) == [
         f"[dependencies] tomlkit>=0.12 has no pin in {CONSTRAINTS.name}",
         "[audit] torch>=2.11: the pin torch==2.10.0 is outside the range",
         f"[audit] numpy==2.4.6 is an exact pin; give a range and pin it in {CONSTRAINTS.name}",
-        "[audit] tomli>=2.0.1; python_version < \"3.11\": the pin tomli==2.2.1 has another environment marker",
+        '[audit] tomli>=2.0.1; python_version < "3.11": the pin tomli==2.2.1 has another environment marker',
         f"[build] cmake>=3.31 has no pin in {CONSTRAINTS.name}",
         "notused==1.0 pins no package of an extra",
     ]

@@ -4,14 +4,12 @@ paths."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from apply_support import run_cli, small_tree, tree_hashes, utils_series, write_series
 
 from sm120kit.patching.hunks import unquote_path
-
-from apply_support import make_diff, run_cli, small_tree, tree_hashes, utils_series, write_series
 
 
 def _series_with(tmp_path: Path, diff: str, name: str = "series") -> Path:
@@ -22,9 +20,11 @@ def _series_with(tmp_path: Path, diff: str, name: str = "series") -> Path:
 
 
 def _new_file(header_path: str, body: str = "+X = 1\n") -> str:
-    return (f"diff --git {header_path.replace('sglang/', 'a/sglang/', 1)} {header_path.replace('sglang/', 'b/sglang/', 1)}\n"
-            "new file mode 100644\n--- /dev/null\n"
-            f"+++ {header_path.replace('sglang/', 'b/sglang/', 1)}\n@@ -0,0 +1 @@\n{body}")
+    return (
+        f"diff --git {header_path.replace('sglang/', 'a/sglang/', 1)} {header_path.replace('sglang/', 'b/sglang/', 1)}\n"
+        "new file mode 100644\n--- /dev/null\n"
+        f"+++ {header_path.replace('sglang/', 'b/sglang/', 1)}\n@@ -0,0 +1 @@\n{body}"
+    )
 
 
 def test_crlf_diff_is_a_series_error_not_silently_not_applicable(tmp_path):
@@ -47,9 +47,13 @@ def test_a_file_with_crlf_lines_is_still_patched_exactly(tmp_path):
     pristine = tree_hashes(root)
     text = (package / "srt" / "dos.py").read_bytes().decode()
     import difflib
+
     new = text.replace("LINE_4 = 4\r\n", "LINE_4 = 40\r\n")
-    diff = "".join(difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        "a/sglang/srt/dos.py", "b/sglang/srt/dos.py"))
+    diff = "".join(
+        difflib.unified_diff(
+            text.splitlines(keepends=True), new.splitlines(keepends=True), "a/sglang/srt/dos.py", "b/sglang/srt/dos.py"
+        )
+    )
     diff = diff.replace("--- a/sglang/srt/dos.py\r\n", "--- a/sglang/srt/dos.py\n")  # headers in LF
     series = _series_with(tmp_path, diff)
     proc = run_cli("apply", str(package), "--series", str(series))
@@ -59,8 +63,15 @@ def test_a_file_with_crlf_lines_is_still_patched_exactly(tmp_path):
     assert tree_hashes(root) == pristine
 
 
-@pytest.mark.parametrize("path,shown", [("sglang/srt/a\x00b.py", "\\x00"), ('"sglang/srt/a\\000b.py"', "\\x00"),
-                                        ('"sglang/srt/a\\nb.py"', "\\n"), ('"sglang/srt/a\\tb.py"', "\\t")])
+@pytest.mark.parametrize(
+    "path,shown",
+    [
+        ("sglang/srt/a\x00b.py", "\\x00"),
+        ('"sglang/srt/a\\000b.py"', "\\x00"),
+        ('"sglang/srt/a\\nb.py"', "\\n"),
+        ('"sglang/srt/a\\tb.py"', "\\t"),
+    ],
+)
 def test_control_characters_in_diff_paths_are_a_series_error(tmp_path, path, shown):
     package = small_tree(tmp_path / "site")
     series = _series_with(tmp_path, _new_file(path))

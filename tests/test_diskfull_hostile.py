@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_apply_diskfull import SIZE, _namespace_argv
 
 from sm120kit.util.cache import cache_dir
-
-from test_apply_diskfull import SIZE, _namespace_argv
 
 PROBE = Path(__file__).resolve().parent / "diskfull_hostile_probe.py"
 
@@ -27,9 +26,25 @@ def seen(tmp_path_factory, release_dir):
     ns = _namespace_argv(mount)
     release = release_dir("0.5.2")
     [wheel] = (cache_dir() / "wheels").glob("sglang-0.5.2-*.whl")
-    script = 'mount -t tmpfs -o size=' + SIZE + ' tmpfs "$1" && exec "$2" "$3" "$1" "$4" "$5" "$6"'
-    proc = subprocess.run([*ns, "sh", "-c", script, "sh", str(mount), sys.executable, str(PROBE), str(tmp / "series"),
-                           str(wheel), str(release)], capture_output=True, text=True, timeout=600)
+    script = "mount -t tmpfs -o size=" + SIZE + ' tmpfs "$1" && exec "$2" "$3" "$1" "$4" "$5" "$6"'
+    proc = subprocess.run(
+        [
+            *ns,
+            "sh",
+            "-c",
+            script,
+            "sh",
+            str(mount),
+            sys.executable,
+            str(PROBE),
+            str(tmp / "series"),
+            str(wheel),
+            str(release),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -148,7 +148,7 @@ def _calls(build_args: dict[str, str] | None = None) -> list[Sm120kitCall]:
                 redirect = None
                 start = _find(tokens, command)
                 if start is not None:
-                    rest = tokens[start + len(command):]
+                    rest = tokens[start + len(command) :]
                     if len(rest) >= 2 and rest[0] == ">":
                         redirect = rest[1]
                     elif len(rest) >= 3 and rest[0] == "|" and rest[1] == "tee":
@@ -159,7 +159,7 @@ def _calls(build_args: dict[str, str] | None = None) -> list[Sm120kitCall]:
 
 def _find(tokens: list[str], command: list[str]) -> int | None:
     for i in range(len(tokens) - len(command) + 1):
-        if tokens[i:i + len(command)] == command:
+        if tokens[i : i + len(command)] == command:
             return i
     return None
 
@@ -193,7 +193,8 @@ def _resolve(call: Sm120kitCall) -> tuple[click.Command, list[str]]:
     name = args.pop(0)
     assert name in group.commands, (
         f"{call.label}: the command `sm120kit {name}` does not exist in the CLI "
-        f"(commands: {', '.join(sorted(group.commands))})")
+        f"(commands: {', '.join(sorted(group.commands))})"
+    )
     return group.commands[name], args
 
 
@@ -223,8 +224,9 @@ def test_every_build_argument_has_a_default():
     parser = _parser()
     for inst in parser.structure:
         if inst["instruction"] == "ARG":
-            assert "=" in inst["value"], (f"line {inst['startline'] + 1}: ARG {inst['value']} has no default; "
-                                          "every build argument needs one")
+            assert "=" in inst["value"], (
+                f"line {inst['startline'] + 1}: ARG {inst['value']} has no default; every build argument needs one"
+            )
 
 
 def test_sglang_is_pinned_by_a_build_argument_and_installed_with_it():
@@ -243,8 +245,13 @@ def test_labels_record_sglang_version_commit_patch_set_and_arch():
     labels = runtime.labels
     assert labels["io.sm120kit.sglang.version"] == "0.5.23"
     assert labels["io.sm120kit.arch"] == "12.0a"
-    for key in ("io.sm120kit.sglang.commit", "io.sm120kit.patchset", "io.sm120kit.patchset.sha256",
-                "io.sm120kit.version", "io.sm120kit.kernel-built"):
+    for key in (
+        "io.sm120kit.sglang.commit",
+        "io.sm120kit.patchset",
+        "io.sm120kit.patchset.sha256",
+        "io.sm120kit.version",
+        "io.sm120kit.kernel-built",
+    ):
         assert key in labels, f"label {key} missing"
     args = docker_build_args()
     given = {s.name: s for s in _stages(args)}["runtime"].labels
@@ -255,8 +262,9 @@ def test_labels_record_sglang_version_commit_patch_set_and_arch():
 
 
 def test_docker_args_printed_by_the_cli_are_build_arguments_of_the_image():
-    out = subprocess.run([sys.executable, "-m", "sm120kit", "recipes", "--docker-args"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "sm120kit", "recipes", "--docker-args"], capture_output=True, text=True, check=True
+    ).stdout
     pairs = [line.split(" ", 1)[1].split("=", 1) for line in out.splitlines() if line.startswith("--build-arg ")]
     assert pairs, out
     runtime = {s.name: s for s in _stages()}["runtime"]
@@ -264,8 +272,11 @@ def test_docker_args_printed_by_the_cli_are_build_arguments_of_the_image():
         assert key in runtime.args, f"`sm120kit recipes --docker-args` prints {key}, which the image does not take"
 
 
-@pytest.mark.parametrize("build_args", [{}, {"BUILD_KERNEL": "1", "SM120_ARCH": "12.1a", "KERNEL_JOBS": "4"}],
-                         ids=["defaults", "kernel-12.1a-jobs"])
+@pytest.mark.parametrize(
+    "build_args",
+    [{}, {"BUILD_KERNEL": "1", "SM120_ARCH": "12.1a", "KERNEL_JOBS": "4"}],
+    ids=["defaults", "kernel-12.1a-jobs"],
+)
 def test_every_sm120kit_command_exists_with_exactly_those_options(build_args):
     calls = _calls(build_args)
     names = {c.argv[0] for c in calls if c.argv and not c.argv[0].startswith("-")}
@@ -281,8 +292,9 @@ def test_every_sm120kit_command_exists_with_exactly_those_options(build_args):
         for token in args:
             if token.startswith("--") or (token.startswith("-") and len(token) == 2):
                 if token.split("=", 1)[0] not in known:
-                    problems.append(f"{call.label}: `{command.name}` has no option {token} "
-                                    f"(it has {', '.join(sorted(known))})")
+                    problems.append(
+                        f"{call.label}: `{command.name}` has no option {token} (it has {', '.join(sorted(known))})"
+                    )
         try:
             command.make_context(command.name or "sm120kit", list(args), resilient_parsing=True)
         except click.ClickException as exc:
@@ -305,8 +317,10 @@ def test_the_image_commands_run_on_sglang_0_5_23_laid_out_as_in_the_image(instal
         _resolve(call)  # fails clearly when the command is missing
         argv = [sys.executable, "-m", "sm120kit", *call.argv]
         proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-        failure = (f"{call.label} (stage {call.stage}) exited {proc.returncode}\n"
-                   f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+        failure = (
+            f"{call.label} (stage {call.stage}) exited {proc.returncode}\n"
+            f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+        )
         if call.argv[0] == "verify":
             _assert_gate_passes_but_for_this_machine(proc, failure)
         else:
@@ -330,7 +344,8 @@ def _assert_gate_passes_but_for_this_machine(proc: subprocess.CompletedProcess, 
     assert not result["kernels_ran"], "no GPU here: verify must say that no kernel ran"
     flagged = [a for a in result["audits"] if a["status"] != "ok"]
     assert not flagged, "static SM120 audits flagged the patched tree:\n" + "\n".join(
-        f"{a['name']}: {a['summary']}" for a in flagged)
+        f"{a['name']}: {a['summary']}" for a in flagged
+    )
     assert not [c for c in result["checks"] if c.get("status") == "fail"], failure
     errors = [f for f in result["report"]["flags"] if f["severity"] == "error"]
     unexpected = [f for f in errors if not (f["component"] == "torch" and "CPU-only" in f["message"])]

@@ -84,8 +84,14 @@ def test_every_relative_link_leads_somewhere():
 def test_link_check_finds_a_missing_file_and_a_missing_heading(tmp_path):
     (tmp_path / "a.md").write_text("# Title: one (`x`)\n\n## Twice\n\n## Twice\n", encoding="utf-8")
     doc = tmp_path / "b.md"
-    doc.write_text("[ok](a.md#title-one-x) [ok](a.md#twice-1) [ok](https://example.org/x#y)\n"
-                   "[gone](c.md) [bad](a.md#twice-2) [self](#nowhere)\n"
-                   "```\n[in code](d.md)\n```\n", encoding="utf-8")
-    assert _broken_links(doc, tmp_path) == ["b.md: c.md (no such file)", "b.md: a.md#twice-2 (no such heading)",
-                                  "b.md: #nowhere (no such heading)"]
+    doc.write_text(
+        "[ok](a.md#title-one-x) [ok](a.md#twice-1) [ok](https://example.org/x#y)\n"
+        "[gone](c.md) [bad](a.md#twice-2) [self](#nowhere)\n"
+        "```\n[in code](d.md)\n```\n",
+        encoding="utf-8",
+    )
+    assert _broken_links(doc, tmp_path) == [
+        "b.md: c.md (no such file)",
+        "b.md: a.md#twice-2 (no such heading)",
+        "b.md: #nowhere (no such heading)",
+    ]

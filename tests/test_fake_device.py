@@ -25,8 +25,9 @@ from sm120kit.hardware.fake_device import (  # noqa: E402
 
 
 @triton.jit
-def _tile_matmul(a, b, c, K, stride_am, stride_bk, stride_cm,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _tile_matmul(
+    a, b, c, K, stride_am, stride_bk, stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
+):
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -40,8 +41,9 @@ def _tile_matmul(a, b, c, K, stride_am, stride_bk, stride_cm,
 
 def _launch(num_stages: int) -> None:
     a = torch.empty(1024, 1024, dtype=torch.bfloat16, device="meta")
-    _tile_matmul[(8, 8)](a, a, a, 1024, 1024, 1024, 1024, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
-                         num_warps=4, num_stages=num_stages)
+    _tile_matmul[(8, 8)](
+        a, a, a, 1024, 1024, 1024, 1024, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=num_stages
+    )
 
 
 def test_presets_cover_the_families():
@@ -167,6 +169,7 @@ def test_stand_in_packages_import_but_refuse_to_run():
         assert stood_in == ("sgl_kernel",)
         sgl_kernel = importlib.import_module("sgl_kernel")
         from sgl_kernel import silu_and_mul  # noqa: F401 - import of a name works
+
         elementwise = importlib.import_module("sgl_kernel.elementwise")
         assert elementwise.__name__ == "sgl_kernel.elementwise"
 

@@ -12,10 +12,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from build_support import cuobjdump, cuobjdump_archs, cuobjdump_elf_arch_lines, nvcc, run_cli
-from sm120kit.hardware import fatbin
+
 from sm120kit.errors import IOFailure, UsageError
+from sm120kit.hardware import fatbin
 from sm120kit.util.cache import cache_dir
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc (CUDA >= 12.9) is not on PATH")
@@ -54,9 +54,18 @@ def objects(tmp_path_factory):
         "sm_90a": _compile(tmp, "a90", ["compute_90a,code=sm_90a"]),
         "ptx_80": _compile(tmp, "ptx80", ["compute_80,code=compute_80"]),
         # a fat library like sgl-kernel's, compressed as CUDA 13 builds of it are (--compress-mode=size)
-        "fat_compressed": _compile(tmp, "fatc", ["compute_90,code=sm_90", "compute_100f,code=sm_100f",
-                                                 "compute_120a,code=sm_120a", "compute_80,code=compute_80"],
-                                   shared=True, extra=["--compress-mode=size"]),
+        "fat_compressed": _compile(
+            tmp,
+            "fatc",
+            [
+                "compute_90,code=sm_90",
+                "compute_100f,code=sm_100f",
+                "compute_120a,code=sm_120a",
+                "compute_80,code=compute_80",
+            ],
+            shared=True,
+            extra=["--compress-mode=size"],
+        ),
         "fat_plain": _compile(tmp, "fatp", ["compute_90a,code=sm_90a", "compute_120a,code=sm_120a"], shared=True),
     }
     return made
@@ -110,8 +119,12 @@ def test_library_inside_a_wheel_reads_like_the_file(objects, tmp_path):
     assert set(libs) == {"demo/sm100/libfatc.so", "demo/libfatp.so"}
     on_disk = fatbin.inspect_library(objects["fat_compressed"])
     inside = libs["demo/sm100/libfatc.so"]
-    assert (inside.sass, inside.ptx, inside.entries, inside.containers) == \
-        (on_disk.sass, on_disk.ptx, on_disk.entries, on_disk.containers)
+    assert (inside.sass, inside.ptx, inside.entries, inside.containers) == (
+        on_disk.sass,
+        on_disk.ptx,
+        on_disk.entries,
+        on_disk.containers,
+    )
     assert inside.wheel == wheel and inside.name == "libfatc"
     # a folder holding the wheel and a library
     shutil.copy(objects["fat_plain"], tmp_path / "libextra.so")
@@ -154,10 +167,30 @@ def published_wheel() -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     found = sorted(folder.glob("sglang_kernel-0.4.10-*.whl"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-                        "--python-version", "3.11", "--implementation", "cp", "--platform", "manylinux2014_x86_64",
-                        "--platform", "manylinux_2_28_x86_64", "-d", str(folder), PINNED_KERNEL], check=True,
-                       timeout=1200)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--quiet",
+                "--python-version",
+                "3.11",
+                "--implementation",
+                "cp",
+                "--platform",
+                "manylinux2014_x86_64",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "-d",
+                str(folder),
+                PINNED_KERNEL,
+            ],
+            check=True,
+            timeout=1200,
+        )
         found = sorted(folder.glob("sglang_kernel-0.4.10-*.whl"))
     assert found, f"pip download {PINNED_KERNEL} left no wheel in {folder}"
     return found[0]
@@ -181,6 +214,6 @@ def test_published_wheel_carries_sm120a_in_common_ops_only(published_wheel, tmp_
     # the CLI: table, JSON, and --require failing on the libraries without sm_120a
     proc = run_cli("inspect-so", str(published_wheel), "--json", "--require", "12.0a")
     assert proc.returncode == 13, proc.stderr
-    data = json.loads(proc.stdout.split("\n{\n  \"error\"")[0] if "\"error\"" in proc.stdout else proc.stdout)
+    data = json.loads(proc.stdout.split('\n{\n  "error"')[0] if '"error"' in proc.stdout else proc.stdout)
     assert set(data["lacking"]) == {"sgl_kernel/flash_ops.abi3.so", "sgl_kernel/flashmla_ops.abi3.so"}
     assert "flash_ops.abi3.so" in proc.stderr and "sm_120a" in proc.stderr

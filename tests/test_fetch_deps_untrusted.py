@@ -18,7 +18,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from build_support import PACKAGES, make_dependency_mirror, run_cli
 
 MINIDATA = PACKAGES / "minidata-1.0.tar.gz"
@@ -30,8 +29,9 @@ def _source(tmp_path: Path, declarations: str) -> Path:
     src = tmp_path / "src"
     src.mkdir(parents=True)
     (src / "pyproject.toml").write_text('[project]\nname = "hostile-kernel"\nversion = "0.1.0"\n')
-    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.26)\nproject(hostile)\n"
-                                        "include(FetchContent)\n" + declarations)
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.26)\nproject(hostile)\ninclude(FetchContent)\n" + declarations
+    )
     return src
 
 
@@ -49,12 +49,13 @@ def _fetch(src: Path, into: Path, *extra: str) -> subprocess.CompletedProcess:
 
 # -- folders outside --into ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["../x", "ABSOLUTE"])
 def test_a_dependency_name_cannot_replace_a_folder_outside_into(tmp_path, name):
     into = tmp_path / "deps" / "inner"
     victim = _victim(tmp_path)
     name = str(victim) if name == "ABSOLUTE" else "../../x"
-    src = _source(tmp_path, f'FetchContent_Declare(\n    {name}\n    URL {MINIDATA.as_uri()}\n)\n')
+    src = _source(tmp_path, f"FetchContent_Declare(\n    {name}\n    URL {MINIDATA.as_uri()}\n)\n")
     proc = _fetch(src, into)
     assert proc.returncode == 2, proc.stderr
     assert "CMakeLists.txt:4" in proc.stderr and "not a plain folder name" in proc.stderr
@@ -67,10 +68,14 @@ def test_a_source_dir_with_dotdot_cannot_leave_into(tmp_path):
     mirror = make_dependency_mirror(tmp_path)
     into = tmp_path / "deps"
     victim = _victim(tmp_path)
-    src = _source(tmp_path, (
-        f"FetchContent_Declare(\n    repo-minidata\n    URL {(mirror / 'minidata-1.0.tar.gz').as_uri()}\n)\n"
-        f"FetchContent_Declare(\n    inner\n    URL {(mirror / 'minidata-1.0.tar.gz').as_uri()}\n"
-        "    SOURCE_DIR ${repo-minidata_SOURCE_DIR}/../../x\n)\n"))
+    src = _source(
+        tmp_path,
+        (
+            f"FetchContent_Declare(\n    repo-minidata\n    URL {(mirror / 'minidata-1.0.tar.gz').as_uri()}\n)\n"
+            f"FetchContent_Declare(\n    inner\n    URL {(mirror / 'minidata-1.0.tar.gz').as_uri()}\n"
+            "    SOURCE_DIR ${repo-minidata_SOURCE_DIR}/../../x\n)\n"
+        ),
+    )
     proc = _fetch(src, into)
     assert proc.returncode == 2, proc.stderr
     assert "CMakeLists.txt:8" in proc.stderr and "'../../x'" in proc.stderr and "Traceback" not in proc.stderr
@@ -79,12 +84,15 @@ def test_a_source_dir_with_dotdot_cannot_leave_into(tmp_path):
 
 # -- git options --------------------------------------------------------------------------------------------
 
+
 def test_a_git_tag_that_is_an_option_runs_nothing(tmp_path):
     mirror = make_dependency_mirror(tmp_path)
     planted = tmp_path / "planted"
     tag = f'"--upload-pack=touch {planted}; git-upload-pack"'
-    src = _source(tmp_path, f"FetchContent_Declare(\n    repo-minidep\n    GIT_REPOSITORY {mirror / 'minidep.git'}\n"
-                            f"    GIT_TAG {tag}\n)\n")
+    src = _source(
+        tmp_path,
+        f"FetchContent_Declare(\n    repo-minidep\n    GIT_REPOSITORY {mirror / 'minidep.git'}\n    GIT_TAG {tag}\n)\n",
+    )
     proc = _fetch(src, tmp_path / "deps")
     assert proc.returncode == 2, proc.stderr
     assert "GIT_TAG" in proc.stderr and "option" in proc.stderr and "CMakeLists.txt:4" in proc.stderr
@@ -93,8 +101,10 @@ def test_a_git_tag_that_is_an_option_runs_nothing(tmp_path):
 
 def test_a_plain_git_tag_is_still_fetched(tmp_path):
     mirror = make_dependency_mirror(tmp_path)
-    src = _source(tmp_path, f"FetchContent_Declare(\n    repo-minidep\n    GIT_REPOSITORY {mirror / 'minidep.git'}\n"
-                            "    GIT_TAG v1.0\n)\n")
+    src = _source(
+        tmp_path,
+        f"FetchContent_Declare(\n    repo-minidep\n    GIT_REPOSITORY {mirror / 'minidep.git'}\n    GIT_TAG v1.0\n)\n",
+    )
     proc = _fetch(src, tmp_path / "deps")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "deps" / "repo-minidep" / "include" / "minidep" / "minidep.h").is_file()
@@ -102,9 +112,11 @@ def test_a_plain_git_tag_is_still_fetched(tmp_path):
 
 # -- URL_HASH -----------------------------------------------------------------------------------------------
 
+
 def _hash_source(tmp_path: Path, url_hash: str) -> Path:
-    return _source(tmp_path, f"FetchContent_Declare(\n    repo-minidata\n    URL {MINIDATA.as_uri()}\n"
-                             f"    URL_HASH {url_hash}\n)\n")
+    return _source(
+        tmp_path, f"FetchContent_Declare(\n    repo-minidata\n    URL {MINIDATA.as_uri()}\n    URL_HASH {url_hash}\n)\n"
+    )
 
 
 @pytest.mark.parametrize("algo", ["SHA512", "MD5", "SHA1", "SHA3_256"])
@@ -129,6 +141,7 @@ def test_url_hash_that_cannot_be_checked_is_an_error(tmp_path, url_hash):
 
 
 # -- damaged and oversized archives ------------------------------------------------------------------------
+
 
 def _served(tmp_path: Path, name: str, data: bytes) -> Path:
     path = tmp_path / "served" / name
@@ -181,10 +194,34 @@ def zip_bomb(members: int, member_size: int = 64 << 20, prefix: str = "bomb/") -
     for i in range(members):
         name = f"{prefix}part{i:03d}.bin".encode()
         offset = out.tell()
-        out.write(struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0, crc, len(block), member_size,
-                              len(name), 0) + name + block)
-        central.write(struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0, crc, len(block),
-                                  member_size, len(name), 0, 0, 0, 0, 0o100644 << 16, offset) + name)
+        out.write(
+            struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0, crc, len(block), member_size, len(name), 0)
+            + name
+            + block
+        )
+        central.write(
+            struct.pack(
+                "<4sHHHHHHIIIHHHHHII",
+                b"PK\x01\x02",
+                20,
+                20,
+                0,
+                8,
+                0,
+                0,
+                crc,
+                len(block),
+                member_size,
+                len(name),
+                0,
+                0,
+                0,
+                0,
+                0o100644 << 16,
+                offset,
+            )
+            + name
+        )
     start = out.tell()
     out.write(central.getvalue())
     out.write(struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, members, members, len(central.getvalue()), start, 0))

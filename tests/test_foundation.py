@@ -55,7 +55,8 @@ def test_runner_reports_missing_program_and_failure():
 
 
 def test_cli_error_has_exit_code_and_no_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "sm120kit", "fetch-release", "not-a-version"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sm120kit", "fetch-release", "not-a-version"], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "not a release version" in proc.stderr and "Traceback" not in proc.stderr

@@ -18,15 +18,13 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import gen_fp8_pages_patch as gen  # scripts/ (pytest's pythonpath)
 import pytest
 import torch
-
-from sm120kit.hardware.fake_device import PRESETS, faked_cuda
-
 from conftest import REPO_ROOT, SERIES_RELEASES
 from series_support import patched_file_reader
 
-import gen_fp8_pages_patch as gen  # scripts/ (pytest's pythonpath)
+from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 
 PATCH_ID = "sm120-flashinfer-mla-fp8-pages"
 BACKEND = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
@@ -45,12 +43,19 @@ def patched_backends(tmp_path_factory):
 def _helpers(text: str) -> dict:
     """The patch's names, executed from the patched file's own source (no SGLang import)."""
     tree = ast.parse(text)
-    keep = [n for n in tree.body if (
-        isinstance(n, ast.FunctionDef) and n.name.startswith("_sm120_")) or (
-        isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id.startswith("_SM120_FP8")
-                                          for t in n.targets))]
-    source = ("from __future__ import annotations\nimport torch\nimport triton as _sm120_triton\n"
-              "import triton.language as tl\n\n" + ast.unparse(ast.Module(body=keep, type_ignores=[])) + "\n")
+    keep = [
+        n
+        for n in tree.body
+        if (isinstance(n, ast.FunctionDef) and n.name.startswith("_sm120_"))
+        or (
+            isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id.startswith("_SM120_FP8") for t in n.targets)
+        )
+    ]
+    source = (
+        "from __future__ import annotations\nimport torch\nimport triton as _sm120_triton\n"
+        "import triton.language as tl\n\n" + ast.unparse(ast.Module(body=keep, type_ignores=[])) + "\n"
+    )
     folder = Path(tempfile.mkdtemp(prefix="fp8-pages-"))
     path = folder / "fp8_pages_under_test.py"  # Triton reads a kernel's source from its file
     path.write_text(source, encoding="utf-8")
@@ -95,7 +100,7 @@ def test_reference_conversion_is_bit_identical(patched_backends, version):
         def decode(buf):
             outs = []
             for b in range(3):
-                kv = buf[rows[bounds[b]:bounds[b + 1]], 0].float()
+                kv = buf[rows[bounds[b] : bounds[b + 1]], 0].float()
                 p = torch.softmax(q[b].float() @ kv.T / 576**0.5, dim=-1)
                 outs.append(p @ kv[:, :512])
             return torch.stack(outs)
@@ -103,8 +108,9 @@ def test_reference_conversion_is_bit_identical(patched_backends, version):
         assert torch.equal(decode(out), decode(full))
     # not on a CUDA 12.x device: the whole pool, as the release did
     pool, _, lens, indices = _case(3)
-    batch = SimpleNamespace(spec_info=None, forward_mode=SimpleNamespace(is_decode=lambda: True),
-                            seq_lens=lens, batch_size=3)
+    batch = SimpleNamespace(
+        spec_info=None, forward_mode=SimpleNamespace(is_decode=lambda: True), seq_lens=lens, batch_size=3
+    )
     got = ns["_sm120_fp8_pages"](pool, SimpleNamespace(_kv_indices_buf=indices), torch.bfloat16, batch)
     assert torch.equal(got.view(torch.int16), pool.to(torch.bfloat16).view(torch.int16))
 
@@ -113,14 +119,20 @@ def test_reference_conversion_is_bit_identical(patched_backends, version):
 def test_gate_is_12x_only(patched_backends, version):
     ns = _helpers(patched_backends(version))
     cuda_tensor = SimpleNamespace(device=torch.device("cuda", 0))
-    for key, want in (("12.0", True), ("12.1", True), ("9.0", False), ("10.0", False), ("8.9", False),
-                      ("hip-12", False)):
+    for key, want in (
+        ("12.0", True),
+        ("12.1", True),
+        ("9.0", False),
+        ("10.0", False),
+        ("8.9", False),
+        ("hip-12", False),
+    ):
         ns["_SM120_FP8_PAGES_CAPABILITY"].clear()
         with faked_cuda(PRESETS[key]):
             assert ns["_sm120_fp8_pages_enabled"](cuda_tensor) is want, key
 
 
-KERNEL_CHECK = r'''
+KERNEL_CHECK = r"""
 import ast, sys, torch
 from test_fp8_pages import _helpers, _case
 ns = _helpers(open(sys.argv[1]).read())
@@ -134,7 +146,7 @@ assert torch.equal(out.view(torch.int16), ref.view(torch.int16))
 written = int((out.float().abs().sum((1, 2)) > 0).sum())
 assert written == int(torch.unique(read).numel()), written
 print("ok")
-'''
+"""
 
 
 @pytest.mark.slow
@@ -144,6 +156,12 @@ def test_kernel_matches_the_reference_in_the_interpreter(patched_backends, tmp_p
     # tests/ and scripts/ first on the path, as pytest's pythonpath has them (this file imports from both)
     paths = [str(REPO_ROOT / "tests"), str(REPO_ROOT / "scripts"), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK, str(path)],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=REPO_ROOT / "tests")
+    proc = subprocess.run(
+        [sys.executable, "-c", KERNEL_CHECK, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=REPO_ROOT / "tests",
+    )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]

@@ -17,26 +17,46 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 from packaging.version import Version
 
-from conftest import REPO_ROOT
-from sm120kit.sglang import releases
 from sm120kit.patching.series import load_series
+from sm120kit.sglang import releases
 
 PATCH_DIR = REPO_ROOT / "patches" / "sglang"
 GATE = "sglang/srt/sm12x_backend_gate.py"
 # The releases whose assertion leaves out flashinfer (from 0.5.10 it allows flashinfer and fa4 too).
-ASSERTION = re.compile(r"triton (?:or trtllm_mha )?backends? (?:is|are) the only supported backends? on "
-                       r"Blackwell GPUs for hybrid GDN")
+ASSERTION = re.compile(
+    r"triton (?:or trtllm_mha )?backends? (?:is|are) the only supported backends? on "
+    r"Blackwell GPUs for hybrid GDN"
+)
 _PREDICATE_FILES = ("sglang/srt/model_executor/model_runner.py", "sglang/srt/configs/hybrid_arch.py")
 
 FALCON_H1 = {  # the shape of tiiuae/Falcon-H1-0.5B-Instruct's config.json (attention and mamba fields)
-    "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "hidden_size": 1024,
-    "intermediate_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 8, "num_key_value_heads": 2,
-    "head_dim": 64, "vocab_size": 32784, "max_position_embeddings": 16384, "rms_norm_eps": 1e-05,
-    "rope_theta": 100000000000.0, "mamba_d_ssm": 1536, "mamba_n_heads": 24, "mamba_d_head": 64,
-    "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 128,
-    "mamba_conv_bias": True, "mamba_proj_bias": False, "mamba_rms_norm": False, "tie_word_embeddings": False,
+    "architectures": ["FalconH1ForCausalLM"],
+    "model_type": "falcon_h1",
+    "hidden_size": 1024,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 32784,
+    "max_position_embeddings": 16384,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 100000000000.0,
+    "mamba_d_ssm": 1536,
+    "mamba_n_heads": 24,
+    "mamba_d_head": 64,
+    "mamba_d_state": 128,
+    "mamba_n_groups": 1,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "mamba_chunk_size": 128,
+    "mamba_conv_bias": True,
+    "mamba_proj_bias": False,
+    "mamba_rms_norm": False,
+    "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
 }
 
@@ -111,8 +131,8 @@ def test_falcon_h1_on_053_resolves_to_triton_on_12x(tmp_path, capsys):
     faked 12.0 device, with the series applied: triton, the backend its hybrid GDN wrapper accepts."""
     import shutil
 
-    from sm120kit.cli import main as cli_main
     from sm120kit.audit.backends import resolve
+    from sm120kit.cli import main as cli_main
 
     site = tmp_path / "site"
     shutil.copytree(releases.fetch_release("0.5.3"), site)

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from conftest import REPO_ROOT
+
 from sm120kit.hardware import arch
 
 PACKAGE = REPO_ROOT / "sm120kit"
@@ -45,9 +46,11 @@ def offences(files, base: Path = REPO_ROOT) -> list[str]:
 
 
 def _package_files():
-    return [p for p in sorted(PACKAGE.rglob("*"))
-            if p.is_file() and p.suffix in (".py", ".toml", ".md") and HARDWARE not in p.parents
-            and p not in EXEMPT]
+    return [
+        p
+        for p in sorted(PACKAGE.rglob("*"))
+        if p.is_file() and p.suffix in (".py", ".toml", ".md") and HARDWARE not in p.parents and p not in EXEMPT
+    ]
 
 
 def test_no_hardware_fact_outside_the_hardware_package():
@@ -56,9 +59,12 @@ def test_no_hardware_fact_outside_the_hardware_package():
 
 def test_the_scan_finds_each_kind_of_offence(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("if torch.cuda.get_device_capability()[0] == 12:\n    limit = 101376\n"
-                   "sm12x = major == 12\nok = cap == (12, 0)\nsm = number // 10 == 12\n"
-                   "fp4 = cap[0] not in (10, 12)\nfine = 1013760 + 12\n", encoding="utf-8")
+    bad.write_text(
+        "if torch.cuda.get_device_capability()[0] == 12:\n    limit = 101376\n"
+        "sm12x = major == 12\nok = cap == (12, 0)\nsm = number // 10 == 12\n"
+        "fp4 = cap[0] not in (10, 12)\nfine = 1013760 + 12\n",
+        encoding="utf-8",
+    )
     found = offences([bad], base=tmp_path)
     assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5", "6"], found
 

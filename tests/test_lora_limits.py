@@ -20,8 +20,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO_ROOT
+
 from sm120kit.audit import slow_settings
 from sm120kit.audit.slow_settings import (
     CSGMV_LARGEST_FITTING_CHUNK,
@@ -40,8 +40,16 @@ EXPERIMENTAL = {"SGLANG_EXPERIMENTAL_LORA_OPTI": "1"}
 
 
 def _find(release_dir, version: str, given: dict, env: dict | None = None, capability: str = "12.0"):
-    ctx = slow_settings.Context(release=version, capability=capability, package_dir=release_dir(version) / "sglang",
-                                given=given, values={}, env=env or {}, attention="mha", sm_count=188)
+    ctx = slow_settings.Context(
+        release=version,
+        capability=capability,
+        package_dir=release_dir(version) / "sglang",
+        given=given,
+        values={},
+        env=env or {},
+        attention="mha",
+        sm_count=188,
+    )
     return {f.rule: f for f in slow_settings.find(ctx) if f.severity == OVER_SMEM}
 
 
@@ -78,8 +86,7 @@ def test_experimental_lora_rule_names_the_largest_rank_that_fits(release_dir):
     assert not _find(release_dir, "0.5.23", {**lora, "max_lora_rank": 32})  # the default kernels
     # 0.5.23 keeps ranks above 64 off the experimental dense path: only the virtual-experts MoE shrink is left
     assert not _find(release_dir, "0.5.23", {**lora, "max_lora_rank": 128}, EXPERIMENTAL)
-    assert _find(release_dir, "0.5.23", {**lora, "max_lora_rank": 128, "lora_use_virtual_experts": True},
-                 EXPERIMENTAL)
+    assert _find(release_dir, "0.5.23", {**lora, "max_lora_rank": 128, "lora_use_virtual_experts": True}, EXPERIMENTAL)
     # 0.5.14 has no such gate: its experimental dense shrink runs at any rank
     assert _find(release_dir, "0.5.14", {**lora, "max_lora_rank": 128}, EXPERIMENTAL)
     assert not _find(release_dir, "0.5.12", {**lora, "max_lora_rank": 128}, EXPERIMENTAL)  # no such kernels yet
@@ -102,10 +109,17 @@ def _compile(root, *cases: str) -> dict:
 @pytest.mark.slow
 def test_the_recorded_figures_are_what_triton_compiles_for_sm120(release_dir):
     root = release_dir("0.5.23")
-    got = _compile(root, *(f"csgmv:{c}" for c in CSGMV_SHRINK_BYTES),
-                   "exp-shrink:21:3", "exp-shrink:22:3", "exp-shrink:32:2", "exp-shrink:33:2", "exp-shrink:64:1",
-                   *(f"exp-expand:{r}" for r in EXP_EXPAND_BYTES),
-                   *(f"exp-moe-shrink:{r}:{t}" for r, t in EXP_MOE_SHRINK_BYTES))
+    got = _compile(
+        root,
+        *(f"csgmv:{c}" for c in CSGMV_SHRINK_BYTES),
+        "exp-shrink:21:3",
+        "exp-shrink:22:3",
+        "exp-shrink:32:2",
+        "exp-shrink:33:2",
+        "exp-shrink:64:1",
+        *(f"exp-expand:{r}" for r in EXP_EXPAND_BYTES),
+        *(f"exp-moe-shrink:{r}:{t}" for r, t in EXP_MOE_SHRINK_BYTES),
+    )
     assert {c: got[f"csgmv:{c}"] for c in CSGMV_SHRINK_BYTES} == CSGMV_SHRINK_BYTES
     fitting = [c for c, b in CSGMV_SHRINK_BYTES.items() if b <= LIMIT]
     assert max(fitting) == CSGMV_LARGEST_FITTING_CHUNK and CSGMV_SHRINK_BYTES[128] > LIMIT
@@ -134,17 +148,42 @@ def test_the_csgmv_figures_hold_for_an_older_release(release_dir):
 
 @pytest.mark.slow
 def test_explain_fails_and_names_the_largest_chunk_that_fits():
-    proc = subprocess.run([sys.executable, "-m", "sm120kit", "explain", "--release", "0.5.23", "--model", "llama-mha",
-                           "--arch", "12.0", "--flashinfer", "no", "--json", "--", "--enable-lora", "--max-lora-rank",
-                           "16", "--lora-target-modules", "all", "--max-lora-chunk-size", "128"],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sm120kit",
+            "explain",
+            "--release",
+            "0.5.23",
+            "--model",
+            "llama-mha",
+            "--arch",
+            "12.0",
+            "--flashinfer",
+            "no",
+            "--json",
+            "--",
+            "--enable-lora",
+            "--max-lora-rank",
+            "16",
+            "--lora-target-modules",
+            "all",
+            "--max-lora-chunk-size",
+            "128",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 13, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["ok"] is False and doc["summary"]["over_smem_on_12x"] == 1
     (resolution,) = doc["resolutions"]
     findings = [f for f in resolution["slow"] if f["severity"] == OVER_SMEM]
     assert [(f["rule"], f["setting"], f["value"], f["largest_fitting_value"]) for f in findings] == [
-        ("lora-csgmv-chunk-over-smem", "--max-lora-chunk-size", "128", "64")]
+        ("lora-csgmv-chunk-over-smem", "--max-lora-chunk-size", "128", "64")
+    ]
     assert "largest that fits: 64" in proc.stderr
 
 
@@ -177,14 +216,20 @@ max-lora-chunk-size = {chunk}
 
 @pytest.mark.slow
 def test_recipes_check_refuses_a_chunk_size_whose_kernel_does_not_fit(tmp_path):
-    notes = "".join(f'\n[notes.{name}]\nwhy = "w"\nsources = ["https://x.org"]\n'
-                    for name in ("enable-lora", "max-lora-rank", "lora-target-modules", "max-lora-chunk-size"))
+    notes = "".join(
+        f'\n[notes.{name}]\nwhy = "w"\nsources = ["https://x.org"]\n'
+        for name in ("enable-lora", "max-lora-rank", "lora-target-modules", "max-lora-chunk-size")
+    )
     for chunk in (128, 64):
         folder = tmp_path / f"chunk-{chunk}"
         folder.mkdir()
         (folder / "lora.toml").write_text(LORA_RECIPE.format(chunk=chunk, notes=notes))
-        proc = subprocess.run([sys.executable, "-m", "sm120kit", "recipes", "--check", "--dir", str(folder), "--json"],
-                              capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(
+            [sys.executable, "-m", "sm120kit", "recipes", "--check", "--dir", str(folder), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         (result,) = json.loads(proc.stdout)["checked"]
         if chunk == 64:
             assert proc.returncode == 0 and result["ok"] is True, proc.stderr[-2000:]

@@ -26,8 +26,9 @@ def test_dist_metadata_and_stated_version(tmp_path):
     package.mkdir()
     info = tmp_path / "sglang-0.5.8.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.8\n"
-                                   "Requires-Dist: transformers==4.57.1\n\nlong description\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.8\nRequires-Dist: transformers==4.57.1\n\nlong description\n"
+    )
     other = tmp_path / "torch-2.9.1.dist-info"
     other.mkdir()
     (other / "METADATA").write_text("Name: torch\nVersion: 2.9.1\n")

@@ -21,14 +21,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT
-from sm120kit.sglang import releases
-from sm120kit.patching.engine import apply_series, revert_series
-from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK as LIMIT
-from sm120kit.patching.series import load_series
-from sm120kit.sglang.target import find_target
+
 from sm120kit.hardware import fake_device
+from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK as LIMIT
+from sm120kit.patching.engine import apply_series, revert_series
+from sm120kit.patching.series import load_series
+from sm120kit.sglang import releases
+from sm120kit.sglang.target import find_target
 
 pytestmark = pytest.mark.slow
 
@@ -123,8 +123,14 @@ def test_kernels_match_the_reference_and_the_release(tmp_path_factory, tmp_path,
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(patched), str(REPO_ROOT / "kernels")]), TRITON_INTERPRET="1")
     reference = version == "0.5.23"
     cmd = [sys.executable, str(REPO_ROOT / "tests" / "mla_interpret_check.py"), str(out)]
-    proc = subprocess.run(cmd + ([] if reference else ["--release-only"]),
-                          capture_output=True, text=True, env=env, timeout=3000, cwd=tmp_path)
+    proc = subprocess.run(
+        cmd + ([] if reference else ["--release-only"]),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3000,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     records = json.loads(out.read_text())
     by_check: dict[str, list[dict]] = {}
@@ -153,8 +159,9 @@ def test_kernels_match_the_reference_and_the_release(tmp_path_factory, tmp_path,
         assert r["ran"] is False and r["untouched"], r
 
 
-@pytest.mark.parametrize("key, routed", [("12.0", True), ("12.1", True), ("9.0", False), ("10.0", False),
-                                         ("hip-12", False)])
+@pytest.mark.parametrize(
+    "key, routed", [("12.0", True), ("12.1", True), ("9.0", False), ("10.0", False), ("hip-12", False)]
+)
 def test_install_routes_on_12x_cuda_only(mla, key, routed, monkeypatch):
     monkeypatch.delenv("SGLANG_SM120_MLA", raising=False)
     mla._CAPABILITY.clear()
@@ -221,7 +228,7 @@ def reachable_tiles(mla, head_dims=HEAD_DIMS):
 
 def test_tiles_are_few_and_known(mla):
     tiles = reachable_tiles(mla, HEAD_DIMS + ((192, 128), (64, 64), (96, 96)))
-    for (lk, lv, t) in tiles:
+    for lk, lv, t in tiles:
         assert t.block_t * t.block_h in (16, 32)  # mma.sync takes 16 rows; 32 keep 512 fp32 values in registers
         assert t.block_n == (32 if lk > 128 else 64)
         assert t.block_h <= (16 if lv > 256 else 32)
@@ -267,8 +274,12 @@ def _launch(mla, torch, lk, lv, group, tokens, kv_dtype, decode, tiles):
             return
         k_ext = torch.empty(total, kvh, lk, device=meta, dtype=torch.bfloat16)
         v_ext = k_ext[:, :, :lv] if lk > lv else torch.empty(total, kvh, lv, device=meta, dtype=torch.bfloat16)
-        tail = (k_ext, v_ext, torch.empty(100000, device=meta, dtype=torch.int8),
-                torch.empty(batch + 1, device=meta, dtype=torch.int64))
+        tail = (
+            k_ext,
+            v_ext,
+            torch.empty(100000, device=meta, dtype=torch.int8),
+            torch.empty(batch + 1, device=meta, dtype=torch.int64),
+        )
         mla._run_split_attention(q, k_buf, v_buf, o, indptr, indptr, indices, batch, tokens, 0.1, 1.0, 1.0, tail=tail)
 
 
@@ -277,8 +288,12 @@ def test_verify_checks_reach_the_patched_launchers_for_faked_sm120(patched_0523)
     faked 12.0 device (this machine has no GPU): every case reaches the new launchers with arguments they
     serve, and Triton compiles each kernel for sm_120 within the limit. The numbers themselves are compared
     on a GPU (`sm120kit verify`) and, here, through the interpreter (test above)."""
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "verify_plumbing.py"), str(patched_0523), "12.0"],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tests" / "verify_plumbing.py"), str(patched_0523), "12.0"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     assert "skipped" not in data, data.get("skipped")
@@ -287,8 +302,13 @@ def test_verify_checks_reach_the_patched_launchers_for_faked_sm120(patched_0523)
         assert cases and all(c["ok"] for c in cases), (name, cases)
     new = [k for k in data["kernels"] if k["module"].endswith("sm120_mla")]
     # MLA 16 heads x 8 drafts (128 rows) merges its tail in place; GQA 32 heads x 8 drafts takes the tail's pass.
-    assert {k["name"] for k in new} == {"_prefix_kernel", "_prefix_pair_kernel", "_tail_kernel", "_merge_kernel",
-                                        "_merge_tail_kernel"}
+    assert {k["name"] for k in new} == {
+        "_prefix_kernel",
+        "_prefix_pair_kernel",
+        "_tail_kernel",
+        "_merge_kernel",
+        "_merge_tail_kernel",
+    }
     assert max(k["shared"] for k in new) <= LIMIT
 
 
@@ -377,13 +397,16 @@ def test_bench_fp8_cases_are_the_issue_set():
     assert len(bench.decode_cases("all")) == len(set(bench.decode_cases("all")))  # no case timed twice
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"SROW": 1184}, "shared memory layout: the tiles differ"),  # a row padded by 32: TILE_BYTES no longer agrees
-    ({"SROW": 1160}, "a KV row does not fit its row, or breaks the bank spread"),
-    ({"SMEM_BYTES_FP8": 92416 + 16}, "shared memory layout differs from the launcher's"),
-    ({"SMEM_LIMIT": 65536}, "over SM120's 101376 bytes a block"),
-    ({"BLOCK_N": 64}, "written for MLA 576/512"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"SROW": 1184}, "shared memory layout: the tiles differ"),  # a row padded by 32: TILE_BYTES no longer agrees
+        ({"SROW": 1160}, "a KV row does not fit its row, or breaks the bank spread"),
+        ({"SMEM_BYTES_FP8": 92416 + 16}, "shared memory layout differs from the launcher's"),
+        ({"SMEM_LIMIT": 65536}, "over SM120's 101376 bytes a block"),
+        ({"BLOCK_N": 64}, "written for MLA 576/512"),
+    ],
+)
 def test_mma_source_refuses_figures_that_differ_from_its_layout(mma, change, message):
     """The source checks the figures it is handed (-D flags from FIGURES) against its own layout and the limit:
     any one changed alone, it does not compile."""
@@ -409,8 +432,13 @@ def test_mma_prefix_kernel_takes_only_bf16_mla(mma):
     assert not mma.fits(q, kv.to(torch.float8_e5m2), *rest)
     assert not mma.fits(q.to(torch.float8_e4m3fn), kv.to(torch.float8_e4m3fn), *rest)
     assert not mma.serves(*case())  # not a CUDA tensor
-    for bad in (case(dtype=torch.float16), case(lk=512), case(kv_heads=2), case(idx=torch.int16),
-                case(ptr=torch.int64)):
+    for bad in (
+        case(dtype=torch.float16),
+        case(lk=512),
+        case(kv_heads=2),
+        case(idx=torch.int16),
+        case(ptr=torch.int64),
+    ):
         assert not mma.fits(*bad)
     q, kv, *rest = case()
     assert not mma.fits(q[:, :, :575], kv, *rest)  # no 576-dim rows
@@ -428,20 +456,33 @@ def test_one_launch_verify_takes_only_what_its_kernel_reads(mma):
     look only at dtypes, shapes, strides and alignment, which this machine can hold without a GPU."""
     import torch
 
-    def case(kdt=torch.bfloat16, heads_kv=1, lk=576, lv=512, odt=torch.bfloat16, mask=torch.int8,
-             mptr=torch.int64):
+    def case(kdt=torch.bfloat16, heads_kv=1, lk=576, lv=512, odt=torch.bfloat16, mask=torch.int8, mptr=torch.int64):
         k_ext = torch.empty(8, heads_kv, lk, dtype=kdt)
         v_ext = torch.empty(8, heads_kv, lv, dtype=kdt)
         o = torch.empty(8, 16, lv, dtype=odt)
-        return (torch.empty(8, 16, 576, dtype=torch.bfloat16), o, k_ext, v_ext, torch.ones(8, 40, dtype=mask),
-                torch.zeros(2, dtype=mptr))
+        return (
+            torch.empty(8, 16, 576, dtype=torch.bfloat16),
+            o,
+            k_ext,
+            v_ext,
+            torch.ones(8, 40, dtype=mask),
+            torch.zeros(2, dtype=mptr),
+        )
 
     assert mma.fused_fits(*case())
     assert mma.fused_fits(*case(mask=torch.bool))
     q, o, k_ext, _, m, mp = case()
     assert mma.fused_fits(q, o, k_ext, k_ext[:, :, :512], m, mp)  # V a view of K's first 512 dims
-    for bad in (case(kdt=torch.float16), case(kdt=torch.float8_e4m3fn), case(heads_kv=2), case(lk=512),
-                case(lv=256), case(odt=torch.float16), case(mask=torch.int32), case(mptr=torch.int32)):
+    for bad in (
+        case(kdt=torch.float16),
+        case(kdt=torch.float8_e4m3fn),
+        case(heads_kv=2),
+        case(lk=512),
+        case(lv=256),
+        case(odt=torch.float16),
+        case(mask=torch.int32),
+        case(mptr=torch.int32),
+    ):
         assert not mma.fused_fits(*bad)
     odd = torch.empty(8 * 577, dtype=torch.bfloat16).as_strided((8, 1, 576), (577, 577, 1))
     assert not mma.fused_fits(q, o, odd, odd[:, :, :512], m, mp)  # rows that break the 16-byte copies

@@ -13,8 +13,8 @@ import importlib.util
 import re
 
 import pytest
-
 from conftest import REPO_ROOT
+
 from sm120_attention import sm120_mla_route as routes
 
 # What the launcher chose for each case of scripts/bench_mla.py before the route table (23ca299), by
@@ -22,47 +22,107 @@ from sm120_attention import sm120_mla_route as routes
 # on 132 SMs (the H200 of the benchmarks) and 188 (RTX PRO 6000) with the CUDA kernels (one program an SM in
 # a one launch), and on 132 SMs without them (no NVRTC: Triton only; "triton pair": _prefix_pair_kernel).
 PINNED = {
-    ("decode", 1, 16, "bf16", 1): (("triton", 256, 64, "none"), ("triton", 256, 64, "none"),
-                                   ("triton", 256, 64, "none")),
-    ("decode", 1, 16, "bf16", 4): (("cuda16 one launch", 33, 256, "none"), ("cuda16 one launch", 47, 256, "none"),
-                                   ("triton", 256, 256, "none")),
-    ("decode", 1, 16, "bf16", 32): (("triton", 33, 256, "none"), ("triton", 47, 256, "none"),
-                                    ("triton", 33, 256, "none")),
-    ("decode", 1, 16, "fp8", 1): (("cuda16 one launch", 132, 64, "none"), ("cuda16 one launch", 188, 64, "none"),
-                                  ("triton", 256, 64, "none")),
-    ("decode", 1, 128, "bf16", 1): (("cuda64 one launch", 66, 256, "none"), ("cuda64 one launch", 94, 256, "none"),
-                                    ("triton", 132, 256, "none")),
-    ("verify", 1, 16, "bf16", 1): (("cuda16 one launch", 131, 64, "one launch"),
-                                   ("cuda16 one launch", 187, 64, "one launch"), ("triton", 256, 64, "merge")),
-    ("verify", 1, 16, "fp8", 1): (("cuda16 one launch", 131, 64, "one launch"),
-                                  ("cuda16 one launch", 187, 64, "one launch"), ("triton", 256, 64, "merge")),
-    ("verify", 2, 16, "bf16", 1): (("cuda16 one launch", 65, 256, "one launch"),
-                                   ("cuda16 one launch", 93, 256, "one launch"), ("triton pair", 256, 64, "merge")),
-    ("verify", 8, 4, "bf16", 1): (("cuda16 one launch", 65, 256, "one launch"),
-                                  ("cuda16 one launch", 93, 256, "one launch"), ("triton pair", 256, 64, "merge")),
-    ("verify", 8, 8, "bf16", 1): (("cuda64 one launch", 131, 256, "one launch"),
-                                  ("cuda64 one launch", 187, 256, "one launch"), ("triton pair", 132, 256, "merge")),
-    ("verify", 8, 16, "bf16", 1): (("cuda64 one launch", 65, 256, "one launch"),
-                                   ("cuda64 one launch", 93, 256, "one launch"), ("triton pair", 66, 256, "merge")),
-    ("verify", 8, 16, "fp8", 1): (("cuda64 one launch", 65, 256, "one launch"),
-                                  ("cuda64 one launch", 93, 256, "one launch"), ("triton pair", 66, 256, "merge")),
-    ("verify", 8, 32, "bf16", 1): (("cuda64 one launch", 32, 256, "one launch"),
-                                   ("cuda64 one launch", 46, 256, "one launch"), ("triton pair", 33, 256, "own pass")),
-    ("verify", 8, 128, "bf16", 1): (("cuda64", 8, 256, "own pass"), ("cuda64", 11, 256, "own pass"),
-                                    ("triton pair", 8, 256, "own pass")),
-    ("verify", 16, 16, "bf16", 1): (("cuda64 one launch", 32, 256, "one launch"),
-                                    ("cuda64 one launch", 46, 256, "one launch"), ("triton pair", 33, 256, "own pass")),
-    ("verify", 32, 16, "bf16", 1): (("cuda64", 16, 256, "own pass"), ("cuda64", 23, 256, "own pass"),
-                                    ("triton pair", 16, 256, "own pass")),
+    ("decode", 1, 16, "bf16", 1): (
+        ("triton", 256, 64, "none"),
+        ("triton", 256, 64, "none"),
+        ("triton", 256, 64, "none"),
+    ),
+    ("decode", 1, 16, "bf16", 4): (
+        ("cuda16 one launch", 33, 256, "none"),
+        ("cuda16 one launch", 47, 256, "none"),
+        ("triton", 256, 256, "none"),
+    ),
+    ("decode", 1, 16, "bf16", 32): (
+        ("triton", 33, 256, "none"),
+        ("triton", 47, 256, "none"),
+        ("triton", 33, 256, "none"),
+    ),
+    ("decode", 1, 16, "fp8", 1): (
+        ("cuda16 one launch", 132, 64, "none"),
+        ("cuda16 one launch", 188, 64, "none"),
+        ("triton", 256, 64, "none"),
+    ),
+    ("decode", 1, 128, "bf16", 1): (
+        ("cuda64 one launch", 66, 256, "none"),
+        ("cuda64 one launch", 94, 256, "none"),
+        ("triton", 132, 256, "none"),
+    ),
+    ("verify", 1, 16, "bf16", 1): (
+        ("cuda16 one launch", 131, 64, "one launch"),
+        ("cuda16 one launch", 187, 64, "one launch"),
+        ("triton", 256, 64, "merge"),
+    ),
+    ("verify", 1, 16, "fp8", 1): (
+        ("cuda16 one launch", 131, 64, "one launch"),
+        ("cuda16 one launch", 187, 64, "one launch"),
+        ("triton", 256, 64, "merge"),
+    ),
+    ("verify", 2, 16, "bf16", 1): (
+        ("cuda16 one launch", 65, 256, "one launch"),
+        ("cuda16 one launch", 93, 256, "one launch"),
+        ("triton pair", 256, 64, "merge"),
+    ),
+    ("verify", 8, 4, "bf16", 1): (
+        ("cuda16 one launch", 65, 256, "one launch"),
+        ("cuda16 one launch", 93, 256, "one launch"),
+        ("triton pair", 256, 64, "merge"),
+    ),
+    ("verify", 8, 8, "bf16", 1): (
+        ("cuda64 one launch", 131, 256, "one launch"),
+        ("cuda64 one launch", 187, 256, "one launch"),
+        ("triton pair", 132, 256, "merge"),
+    ),
+    ("verify", 8, 16, "bf16", 1): (
+        ("cuda64 one launch", 65, 256, "one launch"),
+        ("cuda64 one launch", 93, 256, "one launch"),
+        ("triton pair", 66, 256, "merge"),
+    ),
+    ("verify", 8, 16, "fp8", 1): (
+        ("cuda64 one launch", 65, 256, "one launch"),
+        ("cuda64 one launch", 93, 256, "one launch"),
+        ("triton pair", 66, 256, "merge"),
+    ),
+    ("verify", 8, 32, "bf16", 1): (
+        ("cuda64 one launch", 32, 256, "one launch"),
+        ("cuda64 one launch", 46, 256, "one launch"),
+        ("triton pair", 33, 256, "own pass"),
+    ),
+    ("verify", 8, 128, "bf16", 1): (
+        ("cuda64", 8, 256, "own pass"),
+        ("cuda64", 11, 256, "own pass"),
+        ("triton pair", 8, 256, "own pass"),
+    ),
+    ("verify", 16, 16, "bf16", 1): (
+        ("cuda64 one launch", 32, 256, "one launch"),
+        ("cuda64 one launch", 46, 256, "one launch"),
+        ("triton pair", 33, 256, "own pass"),
+    ),
+    ("verify", 32, 16, "bf16", 1): (
+        ("cuda64", 16, 256, "own pass"),
+        ("cuda64", 23, 256, "own pass"),
+        ("triton pair", 16, 256, "own pass"),
+    ),
     # Cases added after the route table (the fp8 KV and 8-head set, --cases fp8): the table's choice when added.
-    ("decode", 1, 8, "bf16", 1): (("triton", 256, 64, "none"), ("triton", 256, 64, "none"),
-                                  ("triton", 256, 64, "none")),
-    ("decode", 1, 8, "fp8", 1): (("cuda16 one launch", 132, 64, "none"), ("cuda16 one launch", 188, 64, "none"),
-                                 ("triton", 256, 64, "none")),
-    ("decode", 1, 16, "fp8", 4): (("cuda16 one launch", 33, 256, "none"), ("cuda16 one launch", 47, 256, "none"),
-                                  ("triton", 256, 256, "none")),
-    ("verify", 8, 8, "fp8", 1): (("cuda64 one launch", 131, 256, "one launch"),
-                                 ("cuda64 one launch", 187, 256, "one launch"), ("triton pair", 132, 256, "merge")),
+    ("decode", 1, 8, "bf16", 1): (
+        ("triton", 256, 64, "none"),
+        ("triton", 256, 64, "none"),
+        ("triton", 256, 64, "none"),
+    ),
+    ("decode", 1, 8, "fp8", 1): (
+        ("cuda16 one launch", 132, 64, "none"),
+        ("cuda16 one launch", 188, 64, "none"),
+        ("triton", 256, 64, "none"),
+    ),
+    ("decode", 1, 16, "fp8", 4): (
+        ("cuda16 one launch", 33, 256, "none"),
+        ("cuda16 one launch", 47, 256, "none"),
+        ("triton", 256, 256, "none"),
+    ),
+    ("verify", 8, 8, "fp8", 1): (
+        ("cuda64 one launch", 131, 256, "one launch"),
+        ("cuda64 one launch", 187, 256, "one launch"),
+        ("triton pair", 132, 256, "merge"),
+    ),
 }
 
 
@@ -77,10 +137,14 @@ def _bench():
 def bench_case_keys() -> set:
     """(kind, draft tokens, heads, KV dtype, batch) of every case the benchmark times or sweeps."""
     bench = _bench()
-    keys = {("verify", drafts, heads, kvd, 1)
-            for _, drafts, heads, kvd, _, _ in bench.verify_cases("all") + bench.verify_cases("quick")}
-    keys |= {("decode", 1, heads, kvd, batch)
-             for _, batch, heads, kvd, _ in bench.decode_cases("all") + bench.decode_cases("quick")}
+    keys = {
+        ("verify", drafts, heads, kvd, 1)
+        for _, drafts, heads, kvd, _, _ in bench.verify_cases("all") + bench.verify_cases("quick")
+    }
+    keys |= {
+        ("decode", 1, heads, kvd, batch)
+        for _, batch, heads, kvd, _ in bench.decode_cases("all") + bench.decode_cases("quick")
+    }
     kinds = bench.SWEEP_TILE_CASES + bench.SWEEP_MERGE_CASES + bench.SWEEP_CHUNK_CASES + bench.SWEEP_ROWS16_CASES
     kinds += bench.PROFILE_CASES + [case[:5] for case in bench.TIMELINE_CASES]
     kinds += [("verify",) + case for case in bench.SWEEP_PREFIX_CASES + bench.SWEEP_FUSED_CASES]
@@ -95,8 +159,20 @@ def mla_call(kind, drafts, heads, kvd, batch, sm_count=132, cuda=True, capacity=
 
     capacity = sm_count if capacity is None else capacity
     offer = routes.Cuda(mma.ROWS, mma.ROWS16, mma.FUSED_MAX_SLOTS, capacity, capacity, True) if cuda else None
-    call = routes.Call(kind == "decode", batch, drafts, heads, 1, 576, 512,
-                       "float8_e4m3fn" if kvd == "fp8" else "bfloat16", kind == "verify", sm_count, True, offer)
+    call = routes.Call(
+        kind == "decode",
+        batch,
+        drafts,
+        heads,
+        1,
+        576,
+        512,
+        "float8_e4m3fn" if kvd == "fp8" else "bfloat16",
+        kind == "verify",
+        sm_count,
+        True,
+        offer,
+    )
     return call._replace(**change)
 
 
@@ -170,8 +246,11 @@ def test_each_threshold_names_a_heading_of_the_benchmarks_doc():
     """One line a threshold of the table, naming a heading of docs/benchmarks.md that exists."""
     source = (REPO_ROOT / "kernels" / "sm120_attention" / "sm120_mla_route.py").read_text(encoding="utf-8")
     body = source.split("class Table(NamedTuple):", 1)[1].split("\n\n\n", 1)[0]
-    headings = {line.lstrip("#").strip() for line in (REPO_ROOT / "docs" / "benchmarks.md").read_text(
-        encoding="utf-8").splitlines() if line.startswith("#")}
+    headings = {
+        line.lstrip("#").strip()
+        for line in (REPO_ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    }
     fields = {}
     for line in body.splitlines():
         match = re.match(r"    (\w+): .+ = (.+?)  # (.+)$", line)
@@ -193,6 +272,7 @@ class _TritonStandIn:
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             raise _TritonRan(grid)
+
         return launch
 
 
@@ -205,11 +285,39 @@ def launcher(monkeypatch):
     mma = mla.cuda_prefix
     calls = []
 
-    def fused_pass(q, kv, q_indptr, kv_indptr, kv_indices, tail, o_part, l_part, o, qk_scale, v_scale, tail_scale,
-                   batch, max_tokens, num_splits, min_split, rows, lse):
-        calls.append(dict(q_indptr=q_indptr.tolist(), tail=tail is not None, slots=o_part.shape[2],
-                          part_dtype=o_part.dtype, batch=batch, splits=num_splits, min_split=min_split, rows=rows,
-                          lse=lse))
+    def fused_pass(
+        q,
+        kv,
+        q_indptr,
+        kv_indptr,
+        kv_indices,
+        tail,
+        o_part,
+        l_part,
+        o,
+        qk_scale,
+        v_scale,
+        tail_scale,
+        batch,
+        max_tokens,
+        num_splits,
+        min_split,
+        rows,
+        lse,
+    ):
+        calls.append(
+            dict(
+                q_indptr=q_indptr.tolist(),
+                tail=tail is not None,
+                slots=o_part.shape[2],
+                part_dtype=o_part.dtype,
+                batch=batch,
+                splits=num_splits,
+                min_split=min_split,
+                rows=rows,
+                lse=lse,
+            )
+        )
         return True
 
     monkeypatch.setattr(mma, "serves", lambda *a: True)
@@ -235,9 +343,22 @@ def test_launcher_hands_the_one_launch_what_the_route_says(launcher, monkeypatch
         q = torch.zeros(batch, heads, 576, dtype=torch.bfloat16)
         o = torch.zeros(batch, heads, 512, dtype=torch.bfloat16)
         lse_buf = torch.zeros(batch, heads, 8) if lse else None
-        mla._run_split_attention(q, pool, pool[:, :, :512], o, None, torch.arange(batch + 1, dtype=torch.int32) * 100,
-                                 torch.arange(batch * 100, dtype=torch.int32), batch, 1, 0.04, 1.0, 1.0,
-                                 lse_out=lse_buf[:, :, 0] if lse else None, route=route)
+        mla._run_split_attention(
+            q,
+            pool,
+            pool[:, :, :512],
+            o,
+            None,
+            torch.arange(batch + 1, dtype=torch.int32) * 100,
+            torch.arange(batch * 100, dtype=torch.int32),
+            batch,
+            1,
+            0.04,
+            1.0,
+            1.0,
+            lse_out=lse_buf[:, :, 0] if lse else None,
+            route=route,
+        )
         return calls[-1]
 
     def verify(drafts, heads, kv_dtype=torch.bfloat16):
@@ -245,12 +366,28 @@ def test_launcher_hands_the_one_launch_what_the_route_says(launcher, monkeypatch
         pool = torch.zeros(4096, 1, 576, dtype=kv_dtype)
         q = torch.zeros(drafts, heads, 576, dtype=torch.bfloat16)
         k_ext = torch.zeros(drafts, 1, 576, dtype=torch.bfloat16)
-        tail = (k_ext, k_ext[:, :, :512], torch.ones(drafts * (300 + drafts), dtype=torch.int8),
-                torch.zeros(2, dtype=torch.int64))
+        tail = (
+            k_ext,
+            k_ext[:, :, :512],
+            torch.ones(drafts * (300 + drafts), dtype=torch.int8),
+            torch.zeros(2, dtype=torch.int64),
+        )
         o = torch.zeros(drafts, heads, 512, dtype=torch.bfloat16)
-        mla._run_split_attention(q, pool, pool[:, :, :512], o, torch.tensor([0, drafts], dtype=torch.int32),
-                                 torch.tensor([0, 300], dtype=torch.int32), torch.arange(300, dtype=torch.int32), 1,
-                                 drafts, 0.04, 1.0, 1.0, tail=tail)
+        mla._run_split_attention(
+            q,
+            pool,
+            pool[:, :, :512],
+            o,
+            torch.tensor([0, drafts], dtype=torch.int32),
+            torch.tensor([0, 300], dtype=torch.int32),
+            torch.arange(300, dtype=torch.int32),
+            1,
+            drafts,
+            0.04,
+            1.0,
+            1.0,
+            tail=tail,
+        )
         return calls[-1]
 
     fp8 = torch.float8_e4m3fn
@@ -261,8 +398,12 @@ def test_launcher_hands_the_one_launch_what_the_route_says(launcher, monkeypatch
     assert one["min_split"] == table.min_chunk_one and one["lse"].shape == (1, 16)
     assert one["part_dtype"] == torch.bfloat16
     four = decode(16, 4, torch.bfloat16)
-    assert (four["rows"], four["q_indptr"], four["splits"], four["min_split"]) == (16, [0, 1, 2, 3, 4], 33,
-                                                                                   table.min_chunk)
+    assert (four["rows"], four["q_indptr"], four["splits"], four["min_split"]) == (
+        16,
+        [0, 1, 2, 3, 4],
+        33,
+        table.min_chunk,
+    )
     with pytest.raises(_TritonRan):
         decode(16, 1, torch.bfloat16)
     with pytest.raises(_TritonRan):
@@ -291,8 +432,9 @@ def test_launcher_hands_the_one_launch_what_the_route_says(launcher, monkeypatch
     # 128 heads at batch 8: sixteen programs a split, so the 64-row prefix kernel (its query pointers made by the
     # launcher, one token a request), then the Triton merge.
     prefix_calls = []
-    monkeypatch.setattr(mla.cuda_prefix, "prefix_pass",
-                        lambda q, kv, q_indptr, *rest: prefix_calls.append(q_indptr.tolist()))
+    monkeypatch.setattr(
+        mla.cuda_prefix, "prefix_pass", lambda q, kv, q_indptr, *rest: prefix_calls.append(q_indptr.tolist())
+    )
     monkeypatch.setattr(mla, "_merge_kernel", _TritonStandIn())
     calls.clear()
     with pytest.raises(_TritonRan):
@@ -310,7 +452,17 @@ def test_launcher_refuses_a_route_the_one_launch_declines(launcher, monkeypatch)
     monkeypatch.setattr(mla.cuda_prefix, "fused_pass", lambda *args: False)
     pool = torch.zeros(4096, 1, 576, dtype=torch.float8_e4m3fn)
     with pytest.raises(RuntimeError, match="declined the route it was given"):
-        mla._run_split_attention(torch.zeros(1, 16, 576, dtype=torch.bfloat16), pool, pool[:, :, :512],
-                                 torch.zeros(1, 16, 512, dtype=torch.bfloat16), None,
-                                 torch.tensor([0, 100], dtype=torch.int32), torch.arange(100, dtype=torch.int32), 1, 1,
-                                 0.04, 1.0, 1.0)
+        mla._run_split_attention(
+            torch.zeros(1, 16, 576, dtype=torch.bfloat16),
+            pool,
+            pool[:, :, :512],
+            torch.zeros(1, 16, 512, dtype=torch.bfloat16),
+            None,
+            torch.tensor([0, 100], dtype=torch.int32),
+            torch.arange(100, dtype=torch.int32),
+            1,
+            1,
+            0.04,
+            1.0,
+            1.0,
+        )

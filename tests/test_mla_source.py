@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT
 
 KERNEL_DIR = REPO_ROOT / "kernels" / "sm120_attention"
@@ -41,8 +40,12 @@ def clang_format() -> str:
 
 def format_violations(path: Path) -> str:
     """clang-format's complaints about ``path`` under the repository's .clang-format (empty: none)."""
-    proc = subprocess.run([clang_format(), f"--style=file:{REPO_ROOT / '.clang-format'}", "--dry-run", "--Werror",
-                           str(path)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [clang_format(), f"--style=file:{REPO_ROOT / '.clang-format'}", "--dry-run", "--Werror", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc.stderr if proc.returncode else ""
 
 
@@ -77,7 +80,8 @@ def test_the_cuda_source_names_the_launcher_figures_and_defines_none_of_them():
 
 
 def test_the_shared_memory_figures_are_the_hardware_ones():
-    from sm120_attention import sm120_mla, sm120_mla_mma as mma
+    from sm120_attention import sm120_mla
+    from sm120_attention import sm120_mla_mma as mma
     from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK
 
     assert mma.SMEM_LIMIT == sm120_mla.SMEM_LIMIT_SM120 == SM120_SHARED_MEMORY_PER_BLOCK
@@ -129,8 +133,12 @@ def test_the_patch_ships_every_kernel_file_in_both_packages():
 
     patch = load_series(REPO_ROOT / "patches" / "sglang").get("sm120-mla-attention")
     shipped = {(entry.source, entry.dest, str(entry.releases)) for entry in patch.shipped}
-    want = {(f"kernels/sm120_attention/{name}", f"{package}/{name}", releases)
-            for name in kernel_files()
-            for package, releases in (("sglang/srt/layers/attention/triton_ops", "<0.5.16"),
-                                      ("sglang/kernels/ops/attention", ">=0.5.16"))}
+    want = {
+        (f"kernels/sm120_attention/{name}", f"{package}/{name}", releases)
+        for name in kernel_files()
+        for package, releases in (
+            ("sglang/srt/layers/attention/triton_ops", "<0.5.16"),
+            ("sglang/kernels/ops/attention", ">=0.5.16"),
+        )
+    }
     assert shipped == want

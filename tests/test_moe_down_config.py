@@ -17,9 +17,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from sm120kit.cli import main as cli_main  # noqa: E402
 from sm120kit.audit import shapes  # noqa: E402
 from sm120kit.audit import smem as smem_audit  # noqa: E402
+from sm120kit.cli import main as cli_main  # noqa: E402
 from sm120kit.hardware.fake_device import PRESETS  # noqa: E402
 from sm120kit.sglang.launchers import resolve  # noqa: E402
 
@@ -37,8 +37,14 @@ quantizations = ["bf16"]
 tokens = [256]
 """
 UP = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}
-DOWN = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 8,
-        "num_stages": 4}  # 3 copies x 128 x (64 + 256) x 2 B = 245760 B
+DOWN = {
+    "BLOCK_SIZE_M": 64,
+    "BLOCK_SIZE_N": 256,
+    "BLOCK_SIZE_K": 128,
+    "GROUP_SIZE_M": 1,
+    "num_warps": 8,
+    "num_stages": 4,
+}  # 3 copies x 128 x (64 + 256) x 2 B = 245760 B
 
 
 def _plant(root: Path) -> None:
@@ -65,8 +71,10 @@ def test_oversized_down_config_is_fitted(installed_tree, tmp_path, capsys, versi
     (tmp_path / "m.toml").write_text(MATRIX)
     matrix = shapes.load_matrix([tmp_path / "m.toml"], include_default=False)
     cache = audit_cache(tmp_path / "cache")
-    results = {label: smem_audit.audit_tree(tree.parent, archs=("12.0",), matrix=matrix, cache=cache, jobs=1)
-               for label, tree in (("published", pristine), ("patched", patched))}
+    results = {
+        label: smem_audit.audit_tree(tree.parent, archs=("12.0",), matrix=matrix, cache=cache, jobs=1)
+        for label, tree in (("published", pristine), ("patched", patched))
+    }
     for result in results.values():
         assert not result.errors, [c.error for c in result.cases]
         (case,) = result.cases

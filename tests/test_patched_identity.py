@@ -24,8 +24,8 @@ import shutil
 from pathlib import Path, PurePosixPath
 
 import pytest
-
 from conftest import REPO_ROOT, quick_on_one
+
 from sm120kit.patching.engine import apply_series
 from sm120kit.patching.series import load_series
 from sm120kit.patching.treepath import STATE_DIR
@@ -38,9 +38,11 @@ MLA_PATCH = "sm120-mla-attention"
 RECORDED_KERNEL_NAMES = ("sm120_mla.py", "sm120_mla_mma.py")
 
 # File names the record holds that the series no longer writes, and why.
-_LOADER_REJECTS = ("SGLang's FP8 block-quant MoE loader (fp8.py, create_weights) rejects an intermediate size "
-                   "per partition that is not a multiple of block_n (and, at TP > 1, of block_k), here 128, so "
-                   "these config files could never be used (scripts/gen_moe_configs.py, loadable)")
+_LOADER_REJECTS = (
+    "SGLang's FP8 block-quant MoE loader (fp8.py, create_weights) rejects an intermediate size "
+    "per partition that is not a multiple of block_n (and, at TP > 1, of block_k), here 128, so "
+    "these config files could never be used (scripts/gen_moe_configs.py, loadable)"
+)
 NO_LONGER_WRITTEN: dict[str, str] = {
     f"E=128,N={n},device_name={device},dtype=fp8_w8a8,block_shape=[128, 128].json": _LOADER_REJECTS
     for n in (192, 352, 704)
@@ -50,10 +52,9 @@ NO_LONGER_WRITTEN: dict[str, str] = {
 # File names whose content changed on purpose since the record, and why; each must still be written, and differ.
 CHANGED_ON_PURPOSE: dict[str, str] = {
     "sm12x_backend_gate.py": "sm120-backend-gating reads which trtllm_mha roles run on 12.x from the tree's own "
-                             "backend instead of fixing them per release (a main with SM120 fmha_v2 prefill keeps "
-                             "trtllm_mha)",
+    "backend instead of fixing them per release (a main with SM120 fmha_v2 prefill keeps "
+    "trtllm_mha)",
 }
-
 
 
 def _tree_files(root: Path) -> dict[str, tuple[str, int]]:
@@ -63,8 +64,10 @@ def _tree_files(root: Path) -> dict[str, tuple[str, int]]:
         dirs[:] = [d for d in dirs if d != STATE_DIR]
         for name in names:
             path = Path(folder) / name
-            out[path.relative_to(root).as_posix()] = (hashlib.sha256(path.read_bytes()).hexdigest(),
-                                                      path.lstat().st_mode & 0o7777)
+            out[path.relative_to(root).as_posix()] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                path.lstat().st_mode & 0o7777,
+            )
     return out
 
 
@@ -78,7 +81,8 @@ def test_patched_tree_is_byte_identical_to_the_record(version, release_dir, tmp_
     recorded = RECORDED[version]
     assert {p.patch_id: str(p.status) for p in result.plan.patches} == recorded["patches"], (
         "a patch's status changed, or a patch is missing from the record "
-        "(record a new patch with scripts/record_patched_hashes.py --patch ID)")
+        "(record a new patch with scripts/record_patched_hashes.py --patch ID)"
+    )
 
     pristine, patched = _tree_files(release), _tree_files(site)
     now = {p: patched.get(p) for p in set(pristine) | set(patched) if pristine.get(p) != patched.get(p)}
@@ -86,12 +90,17 @@ def test_patched_tree_is_byte_identical_to_the_record(version, release_dir, tmp_
     # The kernel modules: what sm120-mla-attention's [[files]] entries ship from kernels/sm120_attention/.
     mla = next(p for p in result.plan.patches if p.patch_id == MLA_PATCH)
     assert mla.variant is not None and str(mla.status) == "applies", mla.reason
-    kernels = {dest: source for entry in mla.variant.shipped for source, dest, _ in entry.sources
-               if source.parent == KERNEL_DIR}
+    kernels = {
+        dest: source
+        for entry in mla.variant.shipped
+        for source, dest, _ in entry.sources
+        if source.parent == KERNEL_DIR
+    }
     assert kernels, f"{version}: {MLA_PATCH} ships nothing from kernels/sm120_attention/"
     for dest, source in sorted(kernels.items()):
         assert now.get(dest) == (hashlib.sha256(source.read_bytes()).hexdigest(), 0o644), (
-            f"{version}: {dest} is not its source {source.name} byte for byte (mode 0644)")
+            f"{version}: {dest} is not its source {source.name} byte for byte (mode 0644)"
+        )
     recorded_kernels = {p for p in recorded["files"] if PurePosixPath(p).name in RECORDED_KERNEL_NAMES}
     assert len(recorded_kernels) == len(RECORDED_KERNEL_NAMES)
     assert recorded_kernels <= set(kernels), f"{version}: no longer shipped: {sorted(recorded_kernels - set(kernels))}"
@@ -106,8 +115,9 @@ def test_patched_tree_is_byte_identical_to_the_record(version, release_dir, tmp_
         if PurePosixPath(path).name in CHANGED_ON_PURPOSE:
             assert now[path] != (want["sha256"], want["mode"]), f"{version}: {path} no longer changed on purpose"
             continue
-        assert (now[path] or (None, None)) == (want["sha256"], want["mode"]), \
+        assert (now[path] or (None, None)) == (want["sha256"], want["mode"]), (
             f"{version}: {path} differs from the record"
+        )
         action = "create" if path not in pristine else "delete" if now[path] is None else "modify"
         assert action == want["action"], path
     extra = set(now) - set(recorded["files"]) - set(kernels)

@@ -7,11 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from apply_support import DEMO_SERIES
 
 from sm120kit.errors import SeriesError
 from sm120kit.patching.series import load_series
-
-from apply_support import DEMO_SERIES
 
 
 @pytest.fixture
@@ -23,8 +22,7 @@ def series_copy(tmp_path) -> Path:
 
 def test_demo_series_loads_with_variants_markers_and_parsed_diffs():
     series = load_series(DEMO_SERIES)
-    assert [p.id for p in series.patches] == ["demo-capability-helper", "demo-extend-attention-note",
-                                              "demo-new-module"]
+    assert [p.id for p in series.patches] == ["demo-capability-helper", "demo-extend-attention-note", "demo-new-module"]
     note = series.get("demo-extend-attention-note")
     assert [v.name for v in note.variants_newest_first()] == ["0.5.23.diff", "0.5.6.diff"]
     assert note.variant_for("0.5.10").name == "0.5.6.diff"
@@ -84,16 +82,27 @@ def test_toml_syntax_error_has_line_and_column(series_copy):
     assert re.search(rf"{re.escape(str(toml))}:{_line_of(toml, 'forwarded = tru')}:\d+: not valid TOML", message)
 
 
-@pytest.mark.parametrize("old,new,needle,expect", [
-    ('releases = ">=0.5.2,<0.5.3"', 'releases = ">=0.5.2,<<0.5.3"', "releases =", "not a PEP 440 specifier"),
-    ('base = "0.5.2"', 'base = "0.5.9"', "base =", "outside its own releases range"),
-    ('diff = "0.5.2.diff"', 'diff = "0.5.2.dif"', "diff =", "Did you mean '0.5.2.diff'?"),
-    ("pattern = 'is_sm120_supported\\b'", "pattern = 'is_sm120_supported('", "pattern =",
-     "not a valid regular expression"),
-    ('forwarded = true', 'forwarded = "yes"', "forwarded =", "must be a boolean"),
-    ('reference = "https://github.com/sgl-project/sglang/pull/11801"', 'reference = "PR 11801"',
-     "reference =", "URL of its pull request"),
-])
+@pytest.mark.parametrize(
+    "old,new,needle,expect",
+    [
+        ('releases = ">=0.5.2,<0.5.3"', 'releases = ">=0.5.2,<<0.5.3"', "releases =", "not a PEP 440 specifier"),
+        ('base = "0.5.2"', 'base = "0.5.9"', "base =", "outside its own releases range"),
+        ('diff = "0.5.2.diff"', 'diff = "0.5.2.dif"', "diff =", "Did you mean '0.5.2.diff'?"),
+        (
+            "pattern = 'is_sm120_supported\\b'",
+            "pattern = 'is_sm120_supported('",
+            "pattern =",
+            "not a valid regular expression",
+        ),
+        ("forwarded = true", 'forwarded = "yes"', "forwarded =", "must be a boolean"),
+        (
+            'reference = "https://github.com/sgl-project/sglang/pull/11801"',
+            'reference = "PR 11801"',
+            "reference =",
+            "URL of its pull request",
+        ),
+    ],
+)
 def test_bad_values_name_the_line(series_copy, old, new, needle, expect):
     toml = series_copy / "demo-capability-helper" / "patch.toml"
     _edit(toml, old, new)
@@ -145,8 +154,11 @@ def test_corrupt_diff_names_diff_file_and_line(series_copy):
 
 def test_diff_outside_the_package_is_rejected(series_copy):
     diff = series_copy / "demo-capability-helper" / "0.5.2.diff"
-    diff.write_text(diff.read_text().replace("a/sglang/srt/utils.py", "a/python/sglang/srt/utils.py")
-                    .replace("b/sglang/srt/utils.py", "b/python/sglang/srt/utils.py"))
+    diff.write_text(
+        diff.read_text()
+        .replace("a/sglang/srt/utils.py", "a/python/sglang/srt/utils.py")
+        .replace("b/sglang/srt/utils.py", "b/python/sglang/srt/utils.py")
+    )
     message = _error(series_copy)
     assert f"{diff}:2:" in message and "not inside the package" in message  # the +++ line
 
@@ -168,24 +180,30 @@ def test_missing_and_empty_series(tmp_path):
 
 # -- audit: the shared-memory audit cases that prove a patch's kernels ---------------------------------------
 
+
 def test_audit_entries_are_read_and_optional(series_copy):
     toml = series_copy / "demo-extend-attention-note" / "patch.toml"
     _edit(toml, "\n[upstream]", '\naudit = ["extend/deepseek-v3-mla", "prefill/vision-hd256"]\n\n[upstream]')
     series = load_series(series_copy)
     assert series.get("demo-extend-attention-note").audit == ("extend/deepseek-v3-mla", "prefill/vision-hd256")
     assert series.get("demo-new-module").audit == ()
-    assert series.get("demo-extend-attention-note").to_json()["audit"] == ["extend/deepseek-v3-mla",
-                                                                            "prefill/vision-hd256"]
+    assert series.get("demo-extend-attention-note").to_json()["audit"] == [
+        "extend/deepseek-v3-mla",
+        "prefill/vision-hd256",
+    ]
 
 
-@pytest.mark.parametrize("value,expect", [
-    ('"extend/x"', "'audit' in patch.toml must be a array"),
-    ("[]", "'audit' is empty"),
-    ('["deepseek-v3-mla"]', "is not \"launcher/entry\""),
-    ('["extnd/deepseek-v3-mla"]', "names the launcher 'extnd'"),
-    ('["extend/a", "extend/a"]', "lists 'extend/a' twice"),
-    ("[3]", "entry 1 of 'audit' (3)"),
-])
+@pytest.mark.parametrize(
+    "value,expect",
+    [
+        ('"extend/x"', "'audit' in patch.toml must be a array"),
+        ("[]", "'audit' is empty"),
+        ('["deepseek-v3-mla"]', 'is not "launcher/entry"'),
+        ('["extnd/deepseek-v3-mla"]', "names the launcher 'extnd'"),
+        ('["extend/a", "extend/a"]', "lists 'extend/a' twice"),
+        ("[3]", "entry 1 of 'audit' (3)"),
+    ],
+)
 def test_bad_audit_entries_name_the_line(series_copy, value, expect):
     toml = series_copy / "demo-extend-attention-note" / "patch.toml"
     _edit(toml, "\n[upstream]", f"\naudit = {value}\n\n[upstream]")

@@ -28,18 +28,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gen_pcie_allreduce_patch as gen  # scripts/ (pytest's pythonpath)
 import pytest
-from packaging.version import Version
-
 from apply_support import tree_hashes
 from conftest import REPO_ROOT, quick_on_one
+from packaging.version import Version
+
 from sm120kit.audit.probe_env import dependency_overlay
 from sm120kit.patching.engine import apply_series, revert_series
 from sm120kit.patching.plan import plan_series
 from sm120kit.patching.series import load_series
 from sm120kit.sglang.target import find_target
-
-import gen_pcie_allreduce_patch as gen  # scripts/ (pytest's pythonpath)
 
 PATCH_ID = "sm120-pcie-allreduce"
 PATCH_DIR = REPO_ROOT / "patches" / "sglang" / PATCH_ID
@@ -70,8 +69,7 @@ def test_status_on_every_release_from_0_5_2_to_0_5_23(release_dir, alone):
     for version in ("0.5.2", "0.5.10", "0.5.15", *RANGE, "0.5.21", "0.5.22", "0.5.23"):
         (plan,) = plan_series(release_dir(version), alone, version=version).patches
         v = Version(version)
-        want = "not-applicable" if v < Version("0.5.16") else "applies" if v < Version("0.5.21") else \
-            "present-upstream"
+        want = "not-applicable" if v < Version("0.5.16") else "applies" if v < Version("0.5.21") else "present-upstream"
         assert plan.status == want, (version, plan.status, plan.reason)
         if want == "applies":
             assert Version(version) in plan.variant.releases and all(h.fuzz == 0 for h in plan.hunks)
@@ -116,8 +114,14 @@ def _probe(tree: Path, release: Path, tmp_path: Path, port: int) -> dict:
     paths = [str(tree)] + ([str(overlay.path)] if overlay.path else []) + [str(REPO_ROOT)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))  # the probe sets the patch's switches itself
     out = tmp_path / "probe.json"
-    proc = subprocess.run([sys.executable, str(PROBE), str(out), str(port)], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(PROBE), str(out), str(port)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert proc.returncode == 0 and out.is_file(), proc.stderr[-4000:]
     return json.loads(out.read_text())
 
@@ -148,23 +152,36 @@ def test_patched_tree_under_a_faked_12x_pair(version, release_dir, tmp_path):
     assert not seen["three_ranks"]["on"] and "not 3" in seen["three_ranks"]["log"][0]
     assert not seen["not_a_boolean"]["on"] and "is not a boolean" in seen["not_a_boolean"]["log"][0]
     # on: decode-sized bf16 reductions go to the workspace, the rest stay where they were
-    assert seen["choice"] == {"bf16 4 rows": "pcie_ipc", "bf16 64 rows": "pcie_ipc", "bf16 65 rows": None,
-                              "fp32 4 rows": None, "bf16 1-d": None, "bf16 strided": None}
+    assert seen["choice"] == {
+        "bf16 4 rows": "pcie_ipc",
+        "bf16 64 rows": "pcie_ipc",
+        "bf16 65 rows": None,
+        "fp32 4 rows": None,
+        "bf16 1-d": None,
+        "bf16 strided": None,
+    }
     assert seen["sum"] == {"dtype": "torch.bfloat16", "values": [3.0]}  # 1 + 2 over the two ranks
     assert seen["all_reduce_method"] == ["pcie_ipc"]
     assert seen["with_custom_ar"] == "ca"
     init, tune, reduce = seen["calls_before_destroy"]
     # warmup sized it for the widest decode batch: 32 requests x 2 rows each x hidden 7168, tuned once
-    assert init == ["init", {"max_numel": 64 * 7168, "dtype": "torch.bfloat16",
-                             "tune_batches": [1, 2, 4, 8, 16, 32, 64]}]
+    assert init == [
+        "init",
+        {"max_numel": 64 * 7168, "dtype": "torch.bfloat16", "tune_batches": [1, 2, 4, 8, 16, 32, 64]},
+    ]
     assert tune == ["tune", {"hiddens": [7168], "tune_group": True}]
     assert reduce == ["all_reduce", {"shape": [4, 7168]}]
     assert seen["destroy"] == {"workspace_destroyed": True, "attribute": "None", "comm_disabled": True}
     assert seen["max_numel"]["max_numel"] == 8 * 7168
-    assert seen["max_numel"]["calls"] == [["init", {"max_numel": 8 * 7168, "dtype": "torch.bfloat16",
-                                                    "tune_batches": [1, 2, 4, 8]}]]
+    assert seen["max_numel"]["calls"] == [
+        ["init", {"max_numel": 8 * 7168, "dtype": "torch.bfloat16", "tune_batches": [1, 2, 4, 8]}]
+    ]
     lazy = seen["lazy"]
     assert lazy["first"] is True and lazy["max_numel"] == 64 * 7168
     assert any("widest decode batch is not known" in line for line in lazy["log"])
-    assert seen["tune_rows"] == {"1": [1], "6": [1, 2, 4, 6], "64": [1, 2, 4, 8, 16, 32, 64],
-                                 "96": [1, 2, 4, 8, 16, 32, 64, 96]}
+    assert seen["tune_rows"] == {
+        "1": [1],
+        "6": [1, 2, 4, 6],
+        "64": [1, 2, 4, 8, 16, 32, 64],
+        "96": [1, 2, 4, 8, 16, 32, 64, 96],
+    }

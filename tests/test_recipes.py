@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from sm120kit.errors import RecipeError, UsageError
 from sm120kit.serve.checks import validate_against
 from sm120kit.serve.flags import check_flags, merge_flags, parse_extra, recipe_flags
 from sm120kit.serve.gpus import ListedGpu, check_gpus, detect_gpus
 from sm120kit.serve.recipe import find_recipe, list_recipes, load_recipe
 from sm120kit.serve.server_args import PROBE_MODULE, ServerArgsSpec, read_server_args
-from sm120kit.errors import RecipeError, UsageError
 
 SHIPPED = list_recipes()
 PAIRS = [(r.name, v) for r in SHIPPED for v in r.sglang]
@@ -40,8 +40,7 @@ def server_args(release_dir):
     def get(version: str):
         if version not in cache:
             named = [r for r in SHIPPED if version in r.sglang]
-            argvs = [["--model-path", r.model, *[t for u in recipe_flags(r) for t in u.argv]]
-                     for r in named]
+            argvs = [["--model-path", r.model, *[t for u in recipe_flags(r) for t in u.argv]] for r in named]
             spec = read_server_args(sglang_root=release_dir(version), argvs=argvs)
             cache[version] = (spec, [r.name for r in named])
         return cache[version]
@@ -57,8 +56,9 @@ def _env() -> dict[str, str]:
 
 
 def _sm120kit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sm120kit", *args], capture_output=True, text=True,
-                          env=env or _env(), timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "sm120kit", *args], capture_output=True, text=True, env=env or _env(), timeout=600
+    )
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -94,8 +94,14 @@ sources = ["https://example.org/a"]
 {extra_notes}"""
 
 
-def _minimal(tmp_path: Path, name: str = "mini", extra_flags: str = "", env: str = "", extra_notes: str = "",
-             replace: dict[str, str] | None = None) -> Path:
+def _minimal(
+    tmp_path: Path,
+    name: str = "mini",
+    extra_flags: str = "",
+    env: str = "",
+    extra_notes: str = "",
+    replace: dict[str, str] | None = None,
+) -> Path:
     """A small valid recipe, with extra lines and text replacements to make it invalid on purpose."""
     text = MINIMAL.format(name=name, extra_flags=extra_flags, env=env, extra_notes=extra_notes)
     for old, new in (replace or {}).items():
@@ -151,17 +157,26 @@ def test_the_argument_parser_probe_is_a_program_run_with_python_m(release_dir, t
     import importlib.util
 
     source = Path(importlib.util.find_spec(PROBE_MODULE).origin)
-    imported = {a.name.split(".")[0] for n in ast.walk(ast.parse(source.read_text()))
-                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in (n.names if isinstance(n, ast.Import)
-                                                                        else [ast.alias(n.module or "")])}
+    imported = {
+        a.name.split(".")[0]
+        for n in ast.walk(ast.parse(source.read_text()))
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in (n.names if isinstance(n, ast.Import) else [ast.alias(n.module or "")])
+    }
     assert imported <= {"argparse", "json", "os", "sys", "traceback", "sglang"}, imported
 
     root = release_dir("0.5.23")
     out = tmp_path / "args.json"
     argvs = [["--model-path", "m", "--tp-size", "2"], ["--model-path", "m", "--no-such-flag"]]
     env = {**_env(), "PYTHONPATH": os.pathsep.join([str(root), str(source.parents[2])])}
-    proc = subprocess.run([sys.executable, "-m", PROBE_MODULE, str(out), json.dumps(argvs)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", PROBE_MODULE, str(out), json.dumps(argvs)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["version"] == "0.5.23" and Path(data["package_dir"]) == root / "sglang"
@@ -172,38 +187,54 @@ def test_the_argument_parser_probe_is_a_program_run_with_python_m(release_dir, t
 
 # --- strict loading ---------------------------------------------------------------------------------------
 def test_an_unknown_key_is_rejected_with_file_line_and_suggestion(tmp_path):
-    path = _minimal(tmp_path, replace={"[gpus]": "[gpus]\ncapabilty = \"12.0\""})
+    path = _minimal(tmp_path, replace={"[gpus]": '[gpus]\ncapabilty = "12.0"'})
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
     text = info.value.render()
     assert f"{path}:{_line_of(path, 'capabilty')}" in text
     assert "unknown key 'capabilty' in [gpus]" in text and "Did you mean 'capability'?" in text
 
-    path = _minimal(tmp_path, name="top", replace={"title = ": "titel = \"x\"\ntitle = "})
+    path = _minimal(tmp_path, name="top", replace={"title = ": 'titel = "x"\ntitle = '})
     with pytest.raises(RecipeError, match=rf"top.toml:{_line_of(path, 'titel')}: unknown key 'titel'"):
         load_recipe(path)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"extra_flags": "context-length = 4096"}, "the flag 'context-length' has no note"),
-    ({"env": "SGLANG_X = \"1\""}, "the environment variable 'SGLANG_X' has no note"),
-    ({"extra_notes": "[notes.context-lenght]\nwhy = \"w\"\nsources = [\"https://x.org\"]"},
-     "the note 'context-lenght' is about no setting"),
-    ({"extra_flags": "enable-foo = false"}, "flag 'enable-foo' is false"),
-    ({"extra_flags": "--port = 1"}, "without dashes"),
-    ({"extra_flags": "model-path = \"x\""}, "does not belong in \\[flags\\]"),
-    ({"extra_flags": "tp-size = 2"}, "tensor parallel size 2 is more than the 1 GPU"),
-    ({"sources = [\"https://example.org/a\"]": "sources = [\"http://example.org/a\"]"}, "not an https:// URL"),
-    ({"env": "NCCL_ALGO = 1"}, "must be a string"),
-    ({"capability = \"12.0\"": "capability = \"twelve\""}, "not a compute capability"),
-], ids=["flag-without-note", "env-without-note", "note-for-nothing", "false-switch", "dashes", "model-path",
-        "tp-over-gpus", "http-source", "env-not-string", "bad-capability"])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"extra_flags": "context-length = 4096"}, "the flag 'context-length' has no note"),
+        ({"env": 'SGLANG_X = "1"'}, "the environment variable 'SGLANG_X' has no note"),
+        (
+            {"extra_notes": '[notes.context-lenght]\nwhy = "w"\nsources = ["https://x.org"]'},
+            "the note 'context-lenght' is about no setting",
+        ),
+        ({"extra_flags": "enable-foo = false"}, "flag 'enable-foo' is false"),
+        ({"extra_flags": "--port = 1"}, "without dashes"),
+        ({"extra_flags": 'model-path = "x"'}, "does not belong in \\[flags\\]"),
+        ({"extra_flags": "tp-size = 2"}, "tensor parallel size 2 is more than the 1 GPU"),
+        ({'sources = ["https://example.org/a"]': 'sources = ["http://example.org/a"]'}, "not an https:// URL"),
+        ({"env": "NCCL_ALGO = 1"}, "must be a string"),
+        ({'capability = "12.0"': 'capability = "twelve"'}, "not a compute capability"),
+    ],
+    ids=[
+        "flag-without-note",
+        "env-without-note",
+        "note-for-nothing",
+        "false-switch",
+        "dashes",
+        "model-path",
+        "tp-over-gpus",
+        "http-source",
+        "env-not-string",
+        "bad-capability",
+    ],
+)
 def test_malformed_recipes_are_rejected_naming_the_file(tmp_path, change, message):
     extra = {k: v for k, v in change.items() if k in ("extra_flags", "env", "extra_notes")}
     replace = {k: v for k, v in change.items() if k not in extra}
     if "extra_notes" not in extra and "extra_flags" in extra and "no note" not in message:
         key = extra["extra_flags"].split("=")[0].strip()
-        extra["extra_notes"] = f"[notes.\"{key}\"]\nwhy = \"w\"\nsources = [\"https://x.org\"]"
+        extra["extra_notes"] = f'[notes."{key}"]\nwhy = "w"\nsources = ["https://x.org"]'
     path = _minimal(tmp_path, replace=replace, **extra)
     with pytest.raises(RecipeError, match=message) as info:
         load_recipe(path)
@@ -211,10 +242,10 @@ def test_malformed_recipes_are_rejected_naming_the_file(tmp_path, change, messag
 
 
 def test_a_backend_without_sm120_code_and_bad_toml_are_rejected(tmp_path):
-    path = _minimal(tmp_path, replace={"attention-backend = \"triton\"": "attention-backend = \"fa3\""})
+    path = _minimal(tmp_path, replace={'attention-backend = "triton"': 'attention-backend = "fa3"'})
     with pytest.raises(RecipeError, match=r"attention-backend = \"fa3\" has no code for compute capability 12"):
         load_recipe(path)
-    broken = _write(tmp_path, "broken", "name = \"broken\"\ntitle = \n")
+    broken = _write(tmp_path, "broken", 'name = "broken"\ntitle = \n')
     with pytest.raises(RecipeError, match=r"broken.toml: not valid TOML: .*line 2"):
         load_recipe(broken)
 
@@ -223,8 +254,11 @@ def test_a_backend_without_sm120_code_and_bad_toml_are_rejected(tmp_path):
 @pytest.mark.slow
 def test_removed_flags_and_unread_switches_name_the_release(server_args, tmp_path):
     spec, _ = server_args("0.5.23")
-    path = _minimal(tmp_path, extra_flags="cuda-graph-max-bs = 64",
-                    extra_notes="[notes.cuda-graph-max-bs]\nwhy = \"w\"\nsources = [\"https://x.org\"]")
+    path = _minimal(
+        tmp_path,
+        extra_flags="cuda-graph-max-bs = 64",
+        extra_notes='[notes.cuda-graph-max-bs]\nwhy = "w"\nsources = ["https://x.org"]',
+    )
     recipe = load_recipe(path)
     with pytest.raises(RecipeError) as info:
         validate_against(recipe, spec)
@@ -235,11 +269,17 @@ def test_removed_flags_and_unread_switches_name_the_release(server_args, tmp_pat
     assert "written for SGLang 0.5.23" in text
 
     # The FP4 GEMM switch of SGLang 0.5.3-0.5.4 is read by no file of 0.5.23 (a flag replaced it).
-    path = _minimal(tmp_path, name="oldenv", env="SGLANG_USE_CUTLASS_BACKEND_FOR_FP4_GEMM = \"1\"",
-                    extra_notes="[notes.SGLANG_USE_CUTLASS_BACKEND_FOR_FP4_GEMM]\nwhy = \"w\"\n"
-                                "sources = [\"https://x.org\"]")
-    with pytest.raises(RecipeError, match=r"no file of SGLang 0\.5\.23 .* reads the environment variable "
-                                          r"SGLANG_USE_CUTLASS_BACKEND_FOR_FP4_GEMM"):
+    path = _minimal(
+        tmp_path,
+        name="oldenv",
+        env='SGLANG_USE_CUTLASS_BACKEND_FOR_FP4_GEMM = "1"',
+        extra_notes='[notes.SGLANG_USE_CUTLASS_BACKEND_FOR_FP4_GEMM]\nwhy = "w"\nsources = ["https://x.org"]',
+    )
+    with pytest.raises(
+        RecipeError,
+        match=r"no file of SGLang 0\.5\.23 .* reads the environment variable "
+        r"SGLANG_USE_CUTLASS_BACKEND_FOR_FP4_GEMM",
+    ):
         validate_against(load_recipe(path), spec)
 
 
@@ -248,23 +288,41 @@ def test_extra_flags_parse_like_sglang_and_replace_the_recipes(server_args):
     spec, _ = server_args("0.5.23")
     recipe = find_recipe(DENSE)
     warnings: list[str] = []
-    extra = parse_extra(["--port=9000", "--mem-fraction-static", "0.8", "--tp", "1",
-                                 "--cuda-graph-bs-decode", "1", "2", "--disable-cuda-graph"], spec, warnings)
+    extra = parse_extra(
+        [
+            "--port=9000",
+            "--mem-fraction-static",
+            "0.8",
+            "--tp",
+            "1",
+            "--cuda-graph-bs-decode",
+            "1",
+            "2",
+            "--disable-cuda-graph",
+        ],
+        spec,
+        warnings,
+    )
     assert [(u.flag, u.values) for u in extra] == [
-        ("--port", ("9000",)), ("--mem-fraction-static", ("0.8",)), ("--tp-size", ("1",)),
-        ("--cuda-graph-bs-decode", ("1", "2")), ("--disable-cuda-graph", ())]
+        ("--port", ("9000",)),
+        ("--mem-fraction-static", ("0.8",)),
+        ("--tp-size", ("1",)),
+        ("--cuda-graph-bs-decode", ("1", "2")),
+        ("--disable-cuda-graph", ()),
+    ]
     assert any("--tp (command line) is read as --tp-size" in w for w in warnings)
     deprecated = check_flags(extra, spec)
     assert any("--disable-cuda-graph is deprecated in SGLang 0.5.23" in w for w in deprecated)
     merged, overrides = merge_flags(recipe_flags(recipe), extra, spec)
     flags = [u.flag for u in merged]
     assert flags.count("--mem-fraction-static") == 1 and flags.count("--tp-size") == 1
-    assert any("--mem-fraction-static 0.8 (command line) replaces --mem-fraction-static 0.85" in o
-               for o in overrides)
-    for bad, message in ((["--attention-backend", "fa9"], "'fa9' is not a choice of --attention-backend"),
-                         (["--mem-fraction-static", "lots"], "wants a number"),
-                         (["--no-such-flag"], "--no-such-flag is not a flag of SGLang 0.5.23"),
-                         (["stray"], "Unexpected argument 'stray'")):
+    assert any("--mem-fraction-static 0.8 (command line) replaces --mem-fraction-static 0.85" in o for o in overrides)
+    for bad, message in (
+        (["--attention-backend", "fa9"], "'fa9' is not a choice of --attention-backend"),
+        (["--mem-fraction-static", "lots"], "wants a number"),
+        (["--no-such-flag"], "--no-such-flag is not a flag of SGLang 0.5.23"),
+        (["stray"], "Unexpected argument 'stray'"),
+    ):
         with pytest.raises(UsageError, match=message):
             check_flags(parse_extra(bad, spec), spec)
 
@@ -281,13 +339,17 @@ def test_gpu_mismatch_warnings_with_a_stand_in_nvidia_smi(tmp_path, monkeypatch)
 
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho 'NVIDIA GeForce RTX 4090, 8.9, 24564'\n"
-                    "echo 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 97887'\n")
+    fake.write_text(
+        "#!/bin/sh\necho 'NVIDIA GeForce RTX 4090, 8.9, 24564'\n"
+        "echo 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 97887'\n"
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     found = detect_gpus()
-    assert found == (ListedGpu("NVIDIA GeForce RTX 4090", (8, 9), 24564),
-                     ListedGpu("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (12, 0), 97887))
+    assert found == (
+        ListedGpu("NVIDIA GeForce RTX 4090", (8, 9), 24564),
+        ListedGpu("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (12, 0), 97887),
+    )
     warnings = check_gpus(spec, found)
     assert any("2 GPU(s) found, the recipe expects 8" in w for w in warnings)
     assert any("GPU 0 is 'NVIDIA GeForce RTX 4090'" in w for w in warnings)
@@ -296,8 +358,10 @@ def test_gpu_mismatch_warnings_with_a_stand_in_nvidia_smi(tmp_path, monkeypatch)
     assert check_gpus(spec, found[1:] * 8) == []
 
     # Drivers before 510 know no compute_cap field and reject the whole query: ask again without it.
-    fake.write_text("#!/bin/sh\ncase \"$1\" in *compute_cap*) echo 'invalid field compute_cap' >&2; exit 2;; esac\n"
-                    "echo 'NVIDIA GeForce RTX 5090, 32607'\n")
+    fake.write_text(
+        "#!/bin/sh\ncase \"$1\" in *compute_cap*) echo 'invalid field compute_cap' >&2; exit 2;; esac\n"
+        "echo 'NVIDIA GeForce RTX 5090, 32607'\n"
+    )
     assert detect_gpus() == (ListedGpu("NVIDIA GeForce RTX 5090", None, 32607),)
 
 
@@ -306,14 +370,28 @@ def test_gpu_mismatch_warnings_with_a_stand_in_nvidia_smi(tmp_path, monkeypatch)
 def test_serve_dry_run_prints_the_expected_command(release_dir, tmp_path):
     root = tmp_path / "site"
     shutil.copytree(release_dir("0.5.23"), root)
-    proc = _sm120kit("serve", "--recipe", DENSE, "--sglang", str(root), "--model", "/models/Qwen3-8B",
-                     "--dry-run", "--", "--port", "8001", "--mem-fraction-static", "0.8")
+    proc = _sm120kit(
+        "serve",
+        "--recipe",
+        DENSE,
+        "--sglang",
+        str(root),
+        "--model",
+        "/models/Qwen3-8B",
+        "--dry-run",
+        "--",
+        "--port",
+        "8001",
+        "--mem-fraction-static",
+        "0.8",
+    )
     assert proc.returncode == 0, proc.stderr
     [command] = proc.stdout.strip().splitlines()  # stdout holds the command and nothing else
     assert command == (
         f"PYTHONPATH={root} {sys.executable} -m sglang.launch_server --model-path /models/Qwen3-8B "
         "--tp-size 1 --attention-backend flashinfer --context-length 32768 --chunked-prefill-size 4096 "
-        "--cuda-graph-bs-decode 1 2 4 8 16 24 32 48 64 --port 8001 --mem-fraction-static 0.8")
+        "--cuda-graph-bs-decode 1 2 4 8 16 24 32 48 64 --port 8001 --mem-fraction-static 0.8"
+    )
     assert "override: --mem-fraction-static 0.8 (command line) replaces --mem-fraction-static 0.85" in proc.stderr
     assert "reading SGLang's argument parser" in proc.stderr
     assert "no NVIDIA GPU found" in proc.stderr  # a warning, not an error
@@ -322,9 +400,11 @@ def test_serve_dry_run_prints_the_expected_command(release_dir, tmp_path):
 @pytest.mark.slow
 def test_serve_dry_run_output_can_be_evaluated_by_a_shell(release_dir, tmp_path):
     """eval "$(sm120kit serve ... --dry-run)": stdout is one shell command, whose words are the plan's argv."""
-    script = (f'cmd="$({shlex.quote(sys.executable)} -m sm120kit serve --recipe {DENSE} --sglang '
-              f'{shlex.quote(str(release_dir("0.5.23")))} --dry-run -- --port 8123 2>/dev/null)" && '
-              'set -- $cmd && printf "%s\\n" "$@"')
+    script = (
+        f'cmd="$({shlex.quote(sys.executable)} -m sm120kit serve --recipe {DENSE} --sglang '
+        f'{shlex.quote(str(release_dir("0.5.23")))} --dry-run -- --port 8123 2>/dev/null)" && '
+        'set -- $cmd && printf "%s\\n" "$@"'
+    )
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=_env(), timeout=600)
     assert proc.returncode == 0, proc.stderr
     words = proc.stdout.splitlines()
@@ -335,8 +415,7 @@ def test_serve_dry_run_output_can_be_evaluated_by_a_shell(release_dir, tmp_path)
 @pytest.mark.slow
 def test_serve_json_after_the_separator_is_an_sglang_flag(release_dir):
     """'--json' after '--' is one of SGLang's flags (an unknown one), not sm120kit's --json."""
-    proc = _sm120kit("serve", "--recipe", DENSE, "--sglang", str(release_dir("0.5.23")), "--dry-run", "--",
-                     "--json")
+    proc = _sm120kit("serve", "--recipe", DENSE, "--sglang", str(release_dir("0.5.23")), "--dry-run", "--", "--json")
     assert proc.returncode == 2, proc.stderr
     assert "--json" in proc.stderr and proc.stdout == ""
 
@@ -345,8 +424,7 @@ def test_serve_json_after_the_separator_is_an_sglang_flag(release_dir):
 def test_serve_json_plan_carries_the_environment_and_checks(release_dir):
     env = _env()
     env["NCCL_ALGO"] = "Tree"  # the user's own setting wins over the recipe's, with a warning
-    proc = _sm120kit("serve", "--recipe", MLA, "--sglang", str(release_dir("0.5.23")), "--dry-run", "--json",
-                     env=env)
+    proc = _sm120kit("serve", "--recipe", MLA, "--sglang", str(release_dir("0.5.23")), "--dry-run", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["sglang"]["version"] == "0.5.23" and plan["sglang"]["named_by_recipe"] is True
@@ -360,14 +438,24 @@ def test_serve_json_plan_carries_the_environment_and_checks(release_dir):
 
 @pytest.mark.slow
 def test_serve_rejects_an_unknown_flag_clearly(release_dir, tmp_path):
-    proc = _sm120kit("serve", "--recipe", DENSE, "--sglang", str(release_dir("0.5.23")), "--dry-run", "--",
-                     "--cuda-graph-max-bs", "8")
+    proc = _sm120kit(
+        "serve",
+        "--recipe",
+        DENSE,
+        "--sglang",
+        str(release_dir("0.5.23")),
+        "--dry-run",
+        "--",
+        "--cuda-graph-max-bs",
+        "8",
+    )
     assert proc.returncode == 2
     assert "--cuda-graph-max-bs is not a flag of SGLang 0.5.23" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout.count("sglang.launch_server") == 0
 
-    path = _minimal(tmp_path, extra_flags="not-a-flag = 1",
-                    extra_notes="[notes.not-a-flag]\nwhy = \"w\"\nsources = [\"https://x.org\"]")
+    path = _minimal(
+        tmp_path, extra_flags="not-a-flag = 1", extra_notes='[notes.not-a-flag]\nwhy = "w"\nsources = ["https://x.org"]'
+    )
     proc = _sm120kit("serve", "--recipe", str(path), "--sglang", str(release_dir("0.5.23")), "--dry-run")
     assert proc.returncode == RecipeError.exit_code, proc.stderr
     assert f"{path}:{_line_of(path, 'not-a-flag =')}: --not-a-flag is not a flag of SGLang 0.5.23" in proc.stderr
@@ -389,14 +477,19 @@ def test_recipes_lists_shows_and_checks(tmp_path):
     folder = tmp_path / "serve"
     folder.mkdir()
     _minimal(folder, name="good")
-    _minimal(folder, name="stale", extra_flags="cuda-graph-max-bs = 64",
-             extra_notes="[notes.cuda-graph-max-bs]\nwhy = \"w\"\nsources = [\"https://x.org\"]")
+    _minimal(
+        folder,
+        name="stale",
+        extra_flags="cuda-graph-max-bs = 64",
+        extra_notes='[notes.cuda-graph-max-bs]\nwhy = "w"\nsources = ["https://x.org"]',
+    )
     checked = _sm120kit("recipes", "--check", "--dir", str(folder), "--json")
     assert checked.returncode == 13, checked.stderr
     results = {r["recipe"]: r for r in json.loads(checked.stdout)["checked"]}
     assert results["good"]["ok"] is True and results["stale"]["ok"] is False
-    assert re.search(r"stale\.toml:\d+: --cuda-graph-max-bs is not a flag of SGLang 0\.5\.23",
-                     results["stale"]["error"])
+    assert re.search(
+        r"stale\.toml:\d+: --cuda-graph-max-bs is not a flag of SGLang 0\.5\.23", results["stale"]["error"]
+    )
 
 
 @pytest.mark.slow
@@ -409,11 +502,13 @@ def test_serve_replaces_itself_with_the_server_command(release_dir, tmp_path):
     stand_in.write_text(
         "#!/bin/sh\n"
         f'if [ "$2" = "{PROBE_MODULE}" ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n'
-        'echo "ARGV $*"\necho "NCCL_PROTO=$NCCL_PROTO PYTHONPATH=$PYTHONPATH"\n')
+        'echo "ARGV $*"\necho "NCCL_PROTO=$NCCL_PROTO PYTHONPATH=$PYTHONPATH"\n'
+    )
     stand_in.chmod(0o755)
     root = release_dir("0.5.23")
-    proc = _sm120kit("-q", "serve", "--recipe", MLA, "--sglang", str(root), "--python", str(stand_in), "--",
-                     "--port", "30001")
+    proc = _sm120kit(
+        "-q", "serve", "--recipe", MLA, "--sglang", str(root), "--python", str(stand_in), "--", "--port", "30001"
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[-2].startswith("ARGV -m sglang.launch_server --model-path moonshotai/Kimi-K2-Thinking --tp-size 8")
@@ -425,10 +520,11 @@ def test_serve_explains_an_sglang_that_cannot_be_imported(release_dir, tmp_path)
     """--python names an interpreter without site-packages (`python -S`): SGLang's own imports fail there,
     and serve says which module is missing and what to install, with the missing-dependency exit code."""
     bare = tmp_path / "python"
-    bare.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -S \"$@\"\n")
+    bare.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S "$@"\n')
     bare.chmod(0o755)
-    proc = _sm120kit("serve", "--recipe", DENSE, "--sglang", str(release_dir("0.5.23")), "--python", str(bare),
-                     "--dry-run")
+    proc = _sm120kit(
+        "serve", "--recipe", DENSE, "--sglang", str(release_dir("0.5.23")), "--python", str(bare), "--dry-run"
+    )
     assert proc.returncode == 9, proc.stderr
     assert "could not import SGLang's server arguments" in proc.stderr and "No module named" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from apply_support import DEMO_SERIES, REPO_ROOT, run_cli
 
 from sm120kit.sglang import releases
 from sm120kit.util.cache import cache_dir
-
-from apply_support import DEMO_SERIES, REPO_ROOT, run_cli
 
 
 def _cache(tmp_path: Path, release_dir, version: str, *, wheel: bool = False) -> Path:
@@ -45,8 +44,13 @@ def test_release_names_are_normalised_before_they_name_a_folder(tmp_path, releas
 
 
 def test_release_normal_form():
-    assert [releases.normalize(t) for t in ("v0.5.23", "0.5.23.0", " 0.5.23\n", "0.5.6-post2", "0.5")] == \
-        ["0.5.23", "0.5.23", "0.5.23", "0.5.6.post2", "0.5.0"]
+    assert [releases.normalize(t) for t in ("v0.5.23", "0.5.23.0", " 0.5.23\n", "0.5.6-post2", "0.5")] == [
+        "0.5.23",
+        "0.5.23",
+        "0.5.23",
+        "0.5.6.post2",
+        "0.5.0",
+    ]
     with pytest.raises(Exception, match="not a release version"):
         releases.normalize("../0.5.23")
 
@@ -58,8 +62,14 @@ def test_cache_folders_follow_the_umask(tmp_path, release_dir, umask, expected):
     env = dict(os.environ, SM120KIT_CACHE_DIR=str(cache), NO_COLOR="1")
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "sm120kit", *args], cwd=REPO_ROOT, env=env,
-                              capture_output=True, text=True, preexec_fn=lambda: os.umask(umask))
+        return subprocess.run(
+            [sys.executable, "-m", "sm120kit", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            preexec_fn=lambda: os.umask(umask),
+        )
 
     assert cli("fetch-release", "0.5.2").returncode == 0
     assert stat.S_IMODE((cache / "releases" / "0.5.2").stat().st_mode) == expected
@@ -75,9 +85,13 @@ def test_killed_fresh_copy_leaves_no_temporary_copy(tmp_path, release_dir):
     work = cache / "work"
     leftovers: list[str] = []
     for attempt in range(5):  # the copy must be caught while it is under way
-        child = subprocess.Popen([sys.executable, "-m", "sm120kit", "apply", "--release", "0.5.23", "--fresh",
-                                  "--series", str(DEMO_SERIES)], cwd=REPO_ROOT, env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "sm120kit", "apply", "--release", "0.5.23", "--fresh", "--series", str(DEMO_SERIES)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and child.poll() is None:
             if work.is_dir() and any(n.startswith(".") for n in os.listdir(work)):
@@ -100,12 +114,18 @@ def test_two_runs_fetching_one_release_at_once_take_turns(tmp_path, release_dir)
     second waits for the first's lock, finds the release unpacked and leaves it in place (never swapped
     under a reader); no temporary folder is left."""
     cache = _cache(tmp_path, release_dir, "0.5.2", wheel=True)
-    code = ("import sys; from pathlib import Path; from sm120kit.sglang import releases; "
-            "d = releases.fetch_release('0.5.2', cache=Path(sys.argv[1])); "
-            "print((d / 'sglang' / '__init__.py').stat().st_ino)")
+    code = (
+        "import sys; from pathlib import Path; from sm120kit.sglang import releases; "
+        "d = releases.fetch_release('0.5.2', cache=Path(sys.argv[1])); "
+        "print((d / 'sglang' / '__init__.py').stat().st_ino)"
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(cache)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(cache)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err[-2000:] for _, err in outs]
     assert len({out.strip() for out, _ in outs}) == 1  # one unpacked copy, seen by all three

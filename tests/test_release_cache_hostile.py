@@ -19,12 +19,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from sm120kit.util.cache import cache_dir
-
 from apply_support import DEMO_SERIES, REPO_ROOT, run_cli, tree_hashes
 from hostile_support import give_away, run_cli_confined
 from test_fetch_deps_untrusted import zip_bomb
+
+from sm120kit.util.cache import cache_dir
 
 VERSION = "0.5.2"
 
@@ -47,10 +46,22 @@ def _cli(cache: Path, *args: str, source: Path | None = None, timeout: float = 1
     """The CLI with ``cache``; pip may download only from ``source`` (a folder of wheels), never the network."""
     empty = cache.parent / "no-wheels-here"
     empty.mkdir(exist_ok=True)
-    env = dict(os.environ, SM120KIT_CACHE_DIR=str(cache), NO_COLOR="1", PIP_NO_INDEX="1",
-               PIP_FIND_LINKS=str(source or empty), PIP_CONFIG_FILE=os.devnull)
-    return subprocess.run([sys.executable, "-m", "sm120kit", *args], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    env = dict(
+        os.environ,
+        SM120KIT_CACHE_DIR=str(cache),
+        NO_COLOR="1",
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(source or empty),
+        PIP_CONFIG_FILE=os.devnull,
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "sm120kit", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _no_temp_folders(cache: Path) -> None:
@@ -59,6 +70,7 @@ def _no_temp_folders(cache: Path) -> None:
 
 
 # -- damaged, oversized and odd cached wheels --------------------------------------------------------------
+
 
 def _flipped(wheel: Path) -> bytes:
     """The wheel with one byte inside the compressed data of ``sglang/srt/utils.py`` flipped."""
@@ -116,8 +128,11 @@ def test_a_fifo_named_like_the_cached_wheel_is_refused_without_waiting(tmp_path,
     cache = _cache_with(tmp_path, wheel.name)
     os.mkfifo(cache / "wheels" / wheel.name)
     try:
-        proc = _cli(cache, *command, "--series", str(DEMO_SERIES), timeout=60) if command[0] == "apply" else \
-            _cli(cache, *command, timeout=60)
+        proc = (
+            _cli(cache, *command, "--series", str(DEMO_SERIES), timeout=60)
+            if command[0] == "apply"
+            else _cli(cache, *command, timeout=60)
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("the command waited on the FIFO")
     assert proc.returncode == 7, proc.stderr
@@ -130,9 +145,14 @@ def test_unpacking_keeps_executable_bits_of_the_real_members(tmp_path, release_d
     from sm120kit.sglang import releases
 
     source = zipfile.ZipFile(_real_wheel(release_dir, "0.5.23"))
-    chosen = [i for i in source.infolist() if not i.is_dir() and i.filename.startswith("sglang/")
-              and i.file_size < 100_000
-              and ((i.external_attr >> 16) & 0o100 or i.filename in ("sglang/__init__.py", "sglang/version.py"))]
+    chosen = [
+        i
+        for i in source.infolist()
+        if not i.is_dir()
+        and i.filename.startswith("sglang/")
+        and i.file_size < 100_000
+        and ((i.external_attr >> 16) & 0o100 or i.filename in ("sglang/__init__.py", "sglang/version.py"))
+    ]
     wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as out:
         for info in chosen:
@@ -151,14 +171,22 @@ def test_unpacking_keeps_executable_bits_of_the_real_members(tmp_path, release_d
 @pytest.mark.slow
 def test_the_unpacked_release_keeps_the_wheels_executable_bits(tmp_path, release_dir):
     wheel = _real_wheel(release_dir, "0.5.23")
-    executable = sorted(i.filename for i in zipfile.ZipFile(wheel).infolist()
-                        if not i.is_dir() and (i.external_attr >> 16) & 0o100 and i.filename.startswith("sglang/"))
+    executable = sorted(
+        i.filename
+        for i in zipfile.ZipFile(wheel).infolist()
+        if not i.is_dir() and (i.external_attr >> 16) & 0o100 and i.filename.startswith("sglang/")
+    )
     assert len(executable) > 10  # 0.5.23 ships scripts and modules marked executable
     cache = _cache_with(tmp_path, wheel.name)
     (cache / "wheels" / wheel.name).symlink_to(wheel)
-    proc = subprocess.run([sys.executable, "-m", "sm120kit", "fetch-release", "0.5.23"], cwd=REPO_ROOT,
-                          env=dict(os.environ, SM120KIT_CACHE_DIR=str(cache)), capture_output=True, text=True,
-                          preexec_fn=lambda: os.umask(0o022))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sm120kit", "fetch-release", "0.5.23"],
+        cwd=REPO_ROOT,
+        env=dict(os.environ, SM120KIT_CACHE_DIR=str(cache)),
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: os.umask(0o022),
+    )
     assert proc.returncode == 0, proc.stderr
     release = cache / "releases" / "0.5.23"
     modes = {name: stat.S_IMODE((release / name).stat().st_mode) for name in executable}
@@ -167,6 +195,7 @@ def test_the_unpacked_release_keeps_the_wheels_executable_bits(tmp_path, release
 
 
 # -- the cache folder itself --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["regular-file", "dev-null", "immutable", "another-users"])
 @pytest.mark.parametrize("command", [["fetch-release", VERSION], ["apply", "--release", VERSION]])

@@ -8,8 +8,9 @@ from sm120kit.sglang.gitrepo import SglangClone, release_of_commit, release_tag
 
 
 def _git(*args, cwd):
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True
+    )
 
 
 def test_release_tag():
@@ -39,8 +40,9 @@ def test_tagged_nearest_and_none(tmp_path):
 
 def _commit(cwd, message):
     _git("commit", "-q", "--allow-empty", "-m", message, cwd=cwd)
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_release_tags_on_release_branches(tmp_path):
@@ -69,8 +71,10 @@ def test_release_tags_on_release_branches(tmp_path):
     assert (found.release, found.exact, found.fork) == ("0.5.18", False, sha["c3"])  # git describe: 0.5.6.post2
     assert "v0.5.18" in found.describe() and sha["c3"][:12] in found.describe()
     # Before the 0.5.18 branch was cut, after the 0.5.10 one: 0.5.10, the highest release forked there.
-    assert (release_of_commit(repo, sha["c3"]).release, release_of_commit(repo, sha["c3"]).fork) == ("0.5.10",
-                                                                                                   sha["c2"])
+    assert (release_of_commit(repo, sha["c3"]).release, release_of_commit(repo, sha["c3"]).fork) == (
+        "0.5.10",
+        sha["c2"],
+    )
     # On main before any release branch: the tag in its history. The later tags contain it: not before it.
     found = release_of_commit(repo, sha["c2"])
     assert (found.release, found.fork) == ("0.5.6.post2", None)

@@ -15,12 +15,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from build_support import make_dependency_mirror
 
 from sm120kit.errors import IOFailure
 from sm120kit.util import atomicfile
 from sm120kit.util.atomicfile import building_folder, replace_folder, sweep_temp_dirs
-
-from build_support import make_dependency_mirror
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -129,7 +128,7 @@ def test_leftovers_of_a_killed_run_are_cleaned_up_by_the_next_call(tmp_path, whe
 
 
 def test_a_live_runs_folders_are_left_alone(tmp_path):
-    dest = _old(tmp_path / "dest")
+    _old(tmp_path / "dest")
     mine = atomicfile.make_temp_dir(tmp_path, "dest")
     aside = tmp_path / f".dest.old@{atomicfile.socket.gethostname()}@{os.getpid()}@abcd"
     aside.mkdir()
@@ -154,8 +153,10 @@ def test_a_link_at_the_destination_is_replaced_without_touching_its_target(tmp_p
 
 # -- the sites ----------------------------------------------------------------------------------------------
 
+
 def test_release_unpack_keeps_the_old_release_when_the_rename_fails(tmp_path, monkeypatch):
     from sm120kit.sglang import releases
+
     wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("sglang/__init__.py", "")
@@ -171,6 +172,7 @@ def test_release_unpack_keeps_the_old_release_when_the_rename_fails(tmp_path, mo
 def test_fresh_work_copy_keeps_the_old_copy_when_the_rename_fails(tmp_path, monkeypatch):
     from sm120kit.errors import IOFailure
     from sm120kit.sglang import releases, workcopy
+
     pristine = tmp_path / "pristine"
     (pristine / "sglang").mkdir(parents=True)
     (pristine / "sglang" / "__init__.py").write_text("")
@@ -188,22 +190,28 @@ def test_fresh_work_copy_keeps_the_old_copy_when_the_rename_fails(tmp_path, monk
 
 def _dep(**kw):
     from sm120kit.kernel.deps import Dependency
+
     return Dependency(name="repo-minidep", declared_in=Path("CMakeLists.txt"), line=1, **kw)
 
 
 @pytest.mark.parametrize("kind", ["git", "url"])
 def test_fetched_dependency_keeps_the_old_source_when_the_rename_fails(tmp_path, monkeypatch, kind):
     from sm120kit.kernel import deps
+
     mirror = make_dependency_mirror(tmp_path)
     dest = _old(tmp_path / "deps" / "repo-minidep")
     _fail_final_rename(monkeypatch, dest)
     if kind == "git":
+
         def fetch():
-            return deps._fetch_git(_dep(git_repository=str(mirror / "minidep.git"), git_tag="v1.0"), dest,
-                                   lambda text: None)
+            return deps._fetch_git(
+                _dep(git_repository=str(mirror / "minidep.git"), git_tag="v1.0"), dest, lambda text: None
+            )
     else:
+
         def fetch():
             return deps._fetch_url(_dep(url=(mirror / "minidata-1.0.tar.gz").as_uri()), dest)
+
     with pytest.raises(OSError, match="injected"):
         fetch()
     assert sorted(os.listdir(dest)) == ["keep.txt"] and _siblings(dest) == ["repo-minidep"]
@@ -213,7 +221,9 @@ def test_fetched_dependency_keeps_the_old_source_when_the_rename_fails(tmp_path,
 
 def test_dependency_overlay_keeps_the_old_overlay_when_the_rename_fails(tmp_path, monkeypatch):
     from packaging.requirements import Requirement
+
     from sm120kit.audit import probe_env
+
     monkeypatch.setattr(probe_env, "_pip_target", lambda folder, specs: (folder / "pkg").mkdir(exist_ok=True))
     monkeypatch.setattr(probe_env, "_unmet", lambda folder: [])
     monkeypatch.setattr(probe_env, "_dists", lambda folder: {"pkg": ("1.0", [])})

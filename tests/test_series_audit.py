@@ -10,17 +10,15 @@ faked (no GPU here) and every kernel is really compiled for sm_120 by Triton.
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT
-from sm120kit.sglang import releases
-from sm120kit.patching.series import load_series
-from sm120kit.sglang import launchers
-from sm120kit.audit import shapes
 from series_support import copy_series
+
+from sm120kit.audit import shapes
+from sm120kit.patching.series import load_series
+from sm120kit.sglang import launchers, releases
 
 SERIES_DIR = REPO_ROOT / "patches" / "sglang"
 LIMIT = 101376
@@ -43,7 +41,9 @@ def _launchers_of_file(path: str) -> set[str]:
     return found
 
 
-_TILE_WORDS = re.compile(r"BLOCK|num_stages|num_warps|CUDA_CAPABILITY|\btriton\.|GROUP_SIZE")  # not "triton_ops" in an import
+_TILE_WORDS = re.compile(
+    r"BLOCK|num_stages|num_warps|CUDA_CAPABILITY|\btriton\.|GROUP_SIZE"
+)  # not "triton_ops" in an import
 
 
 def _changed_lines(variant) -> dict[str, str]:
@@ -85,20 +85,24 @@ def coverage_problems(series_dir: Path) -> list[str]:
         if not touched:
             continue
         if not patch.audit:
-            problems.append(f"{patch.id}: changes Triton kernel files ({', '.join(sorted(touched))}) and names "
-                            "no audit entries")
+            problems.append(
+                f"{patch.id}: changes Triton kernel files ({', '.join(sorted(touched))}) and names no audit entries"
+            )
             continue
         proved = set()
         for item in patch.audit:
             launcher, entry = item.split("/", 1)
             if launcher not in matrix.launchers_of(entry):
-                problems.append(f"{patch.id}: audit entry {item}: the packaged matrix has no entry {entry!r} "
-                                f"running {launcher}")
+                problems.append(
+                    f"{patch.id}: audit entry {item}: the packaged matrix has no entry {entry!r} running {launcher}"
+                )
             proved.add(launcher)
         for path, kinds in sorted(touched.items()):
             if kinds and not kinds & proved:
-                problems.append(f"{patch.id}: {path} feeds the {', '.join(sorted(kinds))} launcher(s), which no "
-                                "audit entry of the patch runs")
+                problems.append(
+                    f"{patch.id}: {path} feeds the {', '.join(sorted(kinds))} launcher(s), which no "
+                    "audit entry of the patch runs"
+                )
             if not kinds:
                 problems.append(f"{patch.id}: {path} holds Triton kernels that no audit launcher runs")
     return problems
@@ -108,9 +112,15 @@ def test_every_kernel_patch_names_the_audit_entries_that_prove_it():
     assert coverage_problems(SERIES_DIR) == []
     series = load_series(SERIES_DIR)
     proved = {p.id for p in series.patches if p.audit}
-    assert {"sm120-extend-attention", "sm120-prefill-attention", "sm120-moe-configs",
-            "sm120-double-sparsity-attention", "sm120-inkling-moe-stages", "sm120-mla-attention",
-            "sm120-lightning-attention"} <= proved
+    assert {
+        "sm120-extend-attention",
+        "sm120-prefill-attention",
+        "sm120-moe-configs",
+        "sm120-double-sparsity-attention",
+        "sm120-inkling-moe-stages",
+        "sm120-mla-attention",
+        "sm120-lightning-attention",
+    } <= proved
     # Patches that change no kernel need no entries.
     assert not series.get("sm120-capability").audit and not series.get("sm120-backend-gating").audit
 
@@ -140,28 +150,36 @@ pytest.importorskip("triton")
 
 PROOF = {
     # release: (entries, launchers, {(launcher, entry, dtype): largest unpatched shared memory on 12.0})
-    "0.5.8": (["qwen3-next-hd256", "deepseek-v3-mla", "vision-hd128", "vision-hd256"], ["ds-extend", "prefill"], {
-        ("ds-extend", "qwen3-next-hd256", "bfloat16"): 114688,
-        ("ds-extend", "deepseek-v3-mla", "bfloat16"): 106496,
-        ("prefill", "vision-hd128", "float32"): 131072,
-        ("prefill", "vision-hd256", "float32"): 327680,
-        ("prefill", "vision-hd256", "bfloat16"): 163840,
-    }),
-    "0.5.23": (["inkling", "vision-hd128", "vision-hd256", "bailing-linear"], ["inkling-moe", "prefill", "lightning"], {
-        ("inkling-moe", "inkling", "bfloat16"): 110592,
-        ("lightning", "bailing-linear", "float32"): 131584,
-        ("inkling-moe", "inkling", "float32"): 221184,
-        ("prefill", "vision-hd128", "float32"): 131072,
-        ("prefill", "vision-hd256", "float32"): 327680,
-    }),
+    "0.5.8": (
+        ["qwen3-next-hd256", "deepseek-v3-mla", "vision-hd128", "vision-hd256"],
+        ["ds-extend", "prefill"],
+        {
+            ("ds-extend", "qwen3-next-hd256", "bfloat16"): 114688,
+            ("ds-extend", "deepseek-v3-mla", "bfloat16"): 106496,
+            ("prefill", "vision-hd128", "float32"): 131072,
+            ("prefill", "vision-hd256", "float32"): 327680,
+            ("prefill", "vision-hd256", "bfloat16"): 163840,
+        },
+    ),
+    "0.5.23": (
+        ["inkling", "vision-hd128", "vision-hd256", "bailing-linear"],
+        ["inkling-moe", "prefill", "lightning"],
+        {
+            ("inkling-moe", "inkling", "bfloat16"): 110592,
+            ("lightning", "bailing-linear", "float32"): 131584,
+            ("inkling-moe", "inkling", "float32"): 221184,
+            ("prefill", "vision-hd128", "float32"): 131072,
+            ("prefill", "vision-hd256", "float32"): 327680,
+        },
+    ),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", sorted(PROOF))
 def test_audit_shows_the_patched_kernels_fixed(installed_tree, tmp_path, capsys, version, audit_cache):
-    from sm120kit.cli import main as cli_main
     from sm120kit.audit.smem import audit_tree
+    from sm120kit.cli import main as cli_main
 
     entries, kinds, expected_over = PROOF[version]
     tree = installed_tree(version)
@@ -170,10 +188,18 @@ def test_audit_shows_the_patched_kernels_fixed(installed_tree, tmp_path, capsys,
     assert exc.value.code == 0, capsys.readouterr().err
     matrix = shapes.select(shapes.load_matrix(), entries)
     cache = audit_cache(tmp_path / "cache")
-    before = audit_tree(releases.fetch_release(version), archs=("12.0",), matrix=matrix, launchers=kinds,
-                        cache=cache, jobs=2, version=version)
-    after = audit_tree(tree.parent, archs=("12.0",), matrix=matrix, launchers=kinds, cache=cache, jobs=2,
-                       version=version)
+    before = audit_tree(
+        releases.fetch_release(version),
+        archs=("12.0",),
+        matrix=matrix,
+        launchers=kinds,
+        cache=cache,
+        jobs=2,
+        version=version,
+    )
+    after = audit_tree(
+        tree.parent, archs=("12.0",), matrix=matrix, launchers=kinds, cache=cache, jobs=2, version=version
+    )
     assert not before.errors and not after.errors, [(c.case.id, c.error) for c in before.errors + after.errors]
     largest = {}
     for case in before.cases:

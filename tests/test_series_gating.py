@@ -27,16 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT, SERIES_RELEASES
 from packaging.version import Version
 
-from sm120kit.patching.engine import apply_series
-from sm120kit.patching.series import load_series
-from sm120kit.patching.plan import plan_series
-from sm120kit.sglang.target import find_target
 from sm120kit.audit.backends import resolve_many
 from sm120kit.hardware.fake_device import PRESETS, faked_cuda
-
-from conftest import REPO_ROOT, SERIES_RELEASES
+from sm120kit.patching.engine import apply_series
+from sm120kit.patching.plan import plan_series
+from sm120kit.patching.series import load_series
+from sm120kit.sglang.target import find_target
 
 PATCH_ID = "sm120-backend-gating"
 PATCH_DIR = REPO_ROOT / "patches" / "sglang" / PATCH_ID
@@ -94,8 +93,9 @@ def test_every_cached_release_takes_the_patch(gating_series):
     but a pre-release the variant ranges leave out by name ('!=0.5.3rc0'). Nothing is downloaded."""
     from sm120kit.util.cache import cache_dir
 
-    releases = sorted((p.name for p in (cache_dir() / "releases").glob("0.5.*") if (p / "sglang").is_dir()),
-                      key=Version)
+    releases = sorted(
+        (p.name for p in (cache_dir() / "releases").glob("0.5.*") if (p / "sglang").is_dir()), key=Version
+    )
     if len(releases) < 3:
         pytest.skip("fewer than three releases cached; the matrix test above covers the required ones")
     (patch,) = gating_series.patches
@@ -103,10 +103,8 @@ def test_every_cached_release_takes_the_patch(gating_series):
     left_out = [v for v in releases if patch.variant_for(v) is None]
     assert all(Version(v) in named for v in left_out), left_out
     releases = [v for v in releases if v not in left_out]
-    statuses = {v: plan_series(cache_dir() / "releases" / v, gating_series, version=v).patches[0]
-                for v in releases}
-    bad = {v: p.reason for v, p in statuses.items()
-           if p.status != "applies" or any(h.fuzz for h in p.hunks)}
+    statuses = {v: plan_series(cache_dir() / "releases" / v, gating_series, version=v).patches[0] for v in releases}
+    bad = {v: p.reason for v, p in statuses.items() if p.status != "applies" or any(h.fuzz for h in p.hunks)}
     assert not bad
 
 
@@ -122,8 +120,14 @@ class _Untouchable:
 
 class _Args:
     def __init__(self, **values):
-        base = dict(attention_backend=None, prefill_attention_backend=None, decode_attention_backend=None,
-                    mm_attention_backend=None, moe_runner_backend="auto", fp8_gemm_runner_backend="auto")
+        base = dict(
+            attention_backend=None,
+            prefill_attention_backend=None,
+            decode_attention_backend=None,
+            mm_attention_backend=None,
+            moe_runner_backend="auto",
+            fp8_gemm_runner_backend="auto",
+        )
         base.update(values)
         self.__dict__.update(base)
 
@@ -228,8 +232,9 @@ def _not_run(results) -> list[str]:
 
 # 12.1 through SGLang's own resolution on one release per hook site; the gate module itself answers 12.1 as
 # 12.0 on every release (test_gate_module_is_inert_off_12x_and_rejects_fa3_on_12x).
-@pytest.mark.parametrize(("version", "cap"),
-                         [(v, "12.0") for v in SERIES_RELEASES] + [(v, "12.1") for v in SAME_OFF_12X])
+@pytest.mark.parametrize(
+    ("version", "cap"), [(v, "12.0") for v in SERIES_RELEASES] + [(v, "12.1") for v in SAME_OFF_12X]
+)
 def test_patched_resolution_picks_backends_with_sm12x_kernels(version, cap, resolutions):
     results = resolutions[(version, "patched", cap)]
     assert not _not_run(results), _not_run(results)

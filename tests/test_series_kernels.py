@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
-
 from conftest import REPO_ROOT, SERIES_RELEASES, quick_on_one
+from packaging.version import Version
 from sglang_light import LightTree
-from sm120kit.sglang import releases
-from sm120kit.patching.engine import ApplyResult, apply_series
+
 from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK as LIMIT
+from sm120kit.patching.engine import ApplyResult, apply_series
 from sm120kit.patching.series import load_series
+from sm120kit.sglang import releases
 from sm120kit.sglang.target import find_target
 
 pytestmark = pytest.mark.slow
@@ -143,6 +143,7 @@ def _launch_args(result: dict) -> list[dict]:
 
 # -- the series applies --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("version", SERIES_RELEASES)
 def test_series_applies_without_conflict(series_runs, version):
     run = series_runs(version)
@@ -166,6 +167,7 @@ def test_series_applies_without_conflict(series_runs, version):
 
 
 # -- capability helpers ----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("version", SERIES_RELEASES)
 def test_capability_helpers(series_runs, version):
@@ -194,6 +196,7 @@ def test_capability_helpers(series_runs, version):
 
 
 # -- Triton launches ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("version", SERIES_RELEASES)
 def test_sm120_launches_compile_within_shared_memory(series_runs, version):
@@ -244,6 +247,7 @@ def test_hopper_and_datacenter_blackwell_unchanged(series_runs, version):
 
 # -- fused-MoE configs -----------------------------------------------------------------------------------------
 
+
 def test_moe_config_files_are_the_rule_output():
     gen = _script("gen_moe_configs")
     files = gen.generate()
@@ -280,9 +284,11 @@ def test_clamp_keeps_fitting_configs_and_fits_the_rest(series_runs, version):
     from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 
     run = series_runs(version)
-    module_name = ("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config"
-                   if Version(version) >= Version("0.5.11") else
-                   "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config")
+    module_name = (
+        "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config"
+        if Version(version) >= Version("0.5.11")
+        else "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config"
+    )
     configs_dir = run.patched / module_name.replace(".", "/").rsplit("/", 1)[0] / "configs"
     tuned = []  # SGLang's own configs tuned on SM120 cards: they run there, so they must stay as they are
     for path in sorted(configs_dir.glob("triton_*/*.json")):
@@ -290,12 +296,20 @@ def test_clamp_keeps_fitting_configs_and_fits_the_rest(series_runs, version):
             dtype = "fp8_w8a8" if "fp8_w8a8" in path.name else None
             tuned += [(dtype, c) for c in json.loads(path.read_text()).values()]
     too_big = [
-        ("fp8_w8a8", {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 32,
-                      "num_warps": 8, "num_stages": 4}),
+        (
+            "fp8_w8a8",
+            {
+                "BLOCK_SIZE_M": 128,
+                "BLOCK_SIZE_N": 256,
+                "BLOCK_SIZE_K": 128,
+                "GROUP_SIZE_M": 32,
+                "num_warps": 8,
+                "num_stages": 4,
+            },
+        ),
         (None, {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 256, "GROUP_SIZE_M": 1, "num_stages": 5}),
         ("float32", {"BLOCK_SIZE_M": 256, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 8}),
-        ("fp8_w8a8", {"BLOCK_SIZE_M": 256, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 256, "num_stages": 2,
-                      "USE_TMA": True}),
+        ("fp8_w8a8", {"BLOCK_SIZE_M": 256, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 256, "num_stages": 2, "USE_TMA": True}),
     ]
     originals = json.dumps(tuned + too_big, sort_keys=True)
     for preset in ("12.0", "12.1", "9.0", "10.0", "hip-12"):
@@ -341,14 +355,22 @@ def test_pipelined_shared_memory_estimate_matches_triton(series_runs, version):
 
 # -- the audit engine agrees ------------------------------------------------------------------------------------
 
+
 def test_audit_engine_finds_nothing_over_the_limit_in_a_patched_tree(series_runs, audit_cache):
     from sm120kit.audit.shapes import load_matrix, select
     from sm120kit.audit.smem import audit_tree
 
     run = series_runs("0.5.23")
     matrix = select(load_matrix(), ["vision-hd256", "qwen3-30b-a3b"])
-    result = audit_tree(run.patched, archs=("12.0",), matrix=matrix, launchers=["prefill", "moe"],
-                        cache=audit_cache(run.patched.parent / "audit-cache"), jobs=2, version=run.version)
+    result = audit_tree(
+        run.patched,
+        archs=("12.0",),
+        matrix=matrix,
+        launchers=["prefill", "moe"],
+        cache=audit_cache(run.patched.parent / "audit-cache"),
+        jobs=2,
+        version=run.version,
+    )
     statuses = {(c.case.launcher, c.status) for c in result.cases}
     assert ("prefill", "ok") in statuses and ("moe", "ok") in statuses
     for case in result.cases:
@@ -358,6 +380,7 @@ def test_audit_engine_finds_nothing_over_the_limit_in_a_patched_tree(series_runs
 
 
 # -- the docs table ----------------------------------------------------------------------------------------------
+
 
 def test_series_table_matches_a_fresh_run(capsys):
     gen = _script("gen_series_table")
@@ -376,12 +399,20 @@ def _fp8_moe_loader_check(fp8_py: Path):
     def tests_block_n(node: ast.AST) -> bool:
         return isinstance(node, ast.If) and "intermediate_size_per_partition % block_n" in ast.unparse(node.test)
 
-    bodies = [body for node in ast.walk(method) for field in ("body", "orelse")
-              for body in [getattr(node, field, None)] if isinstance(body, list) and any(map(tests_block_n, body))]
+    bodies = [
+        body
+        for node in ast.walk(method)
+        for field in ("body", "orelse")
+        for body in [getattr(node, field, None)]
+        if isinstance(body, list) and any(map(tests_block_n, body))
+    ]
     assert len(bodies) == 1, f"{fp8_py}: {len(bodies)} places check the intermediate size against block_n"
     checks = [s for s in bodies[0] if isinstance(s, ast.If) and "intermediate_size_per_partition" in ast.unparse(s)]
-    source = "def check(intermediate_size_per_partition, tp_size, block_n=128, block_k=128):\n" + "\n".join(
-        "    " + line for s in checks for line in ast.unparse(s).splitlines()) + "\n"
+    source = (
+        "def check(intermediate_size_per_partition, tp_size, block_n=128, block_k=128):\n"
+        + "\n".join("    " + line for s in checks for line in ast.unparse(s).splitlines())
+        + "\n"
+    )
     namespace: dict = {}
     exec(compile(source, str(fp8_py), "exec"), namespace)
     return namespace["check"], source
@@ -410,5 +441,4 @@ def test_no_config_file_for_a_shape_the_fp8_loader_rejects(release_dir, version)
     shipped = set(gen.generate())
     dropped = {name for _model, _tp, name in gen.rejected()}
     assert len(dropped) == 6 and not dropped & shipped
-    assert all(gen.loadable(int(n.split(",N=")[1].split(",")[0]), 2, [128, 128])
-               for n in shipped if "block_shape" in n)
+    assert all(gen.loadable(int(n.split(",N=")[1].split(",")[0]), 2, [128, 128]) for n in shipped if "block_shape" in n)

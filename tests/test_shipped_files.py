@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from apply_support import DEMO_SERIES, tree_hashes
+
 from sm120kit.errors import SeriesError
 from sm120kit.patching.engine import apply_series, revert_series, series_status
 from sm120kit.patching.plan import plan_series
@@ -35,8 +35,10 @@ def _tree(top: Path) -> dict[str, tuple]:
             out[(Path(folder) / name).relative_to(top).as_posix()] = ("dir",)
         for name in names:
             path = Path(folder) / name
-            out[path.relative_to(top).as_posix()] = (hashlib.sha256(path.read_bytes()).hexdigest(),
-                                                     path.lstat().st_mode & 0o7777)
+            out[path.relative_to(top).as_posix()] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                path.lstat().st_mode & 0o7777,
+            )
     return out
 
 
@@ -57,12 +59,20 @@ def test_revert_after_import_removes_the_bytecode_of_created_modules_and_nothing
     result = apply_series(find_target(package), load_series())
     assert result.exit_code == 0, result.message
     created = sorted(c.path for c in result.written if c.before is None and c.path.endswith(".py"))
-    assert created == sorted([f"sglang/srt/layers/attention/triton_ops/{name}" for name in
-                              ("sm120_mla.py", "sm120_mla_mma.py", "sm120_mla_nvrtc.py", "sm120_mla_route.py")]
-                             + ["sglang/srt/sm12x_backend_gate.py"])
+    assert created == sorted(
+        [
+            f"sglang/srt/layers/attention/triton_ops/{name}"
+            for name in ("sm120_mla.py", "sm120_mla_mma.py", "sm120_mla_nvrtc.py", "sm120_mla_route.py")
+        ]
+        + ["sglang/srt/sm12x_backend_gate.py"]
+    )
     for level in ("0", "1", "2"):
-        proc = subprocess.run([sys.executable, "-m", "compileall", "-q", "-o", level, *(str(top / p) for p in created)],
-                              check=False, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", "-o", level, *(str(top / p) for p in created)],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
     compiled = sorted(p.name for p in (package / "srt" / "__pycache__").iterdir())
     assert len(compiled) == 3 and all(n.startswith("sm12x_backend_gate.") for n in compiled), compiled
@@ -88,11 +98,11 @@ def _series_copy(tmp_path: Path, files_toml: str, source_text: str = "VALUE = 1\
     return series
 
 
-GOOD = '''[[files]]
+GOOD = """[[files]]
 source = "kernels/demo/shipped.py"
 dest = "sglang/srt/sm120kit_shipped.py"
 releases = ">=0.5.2"
-'''
+"""
 
 
 def test_a_shipped_file_is_planned_applied_and_reverted_like_a_created_file(tmp_path, installed_tree):
@@ -116,16 +126,19 @@ def test_a_destination_that_exists_with_other_bytes_is_a_conflict(tmp_path, rele
     assert str(row.status) == "conflict" and "sglang/version.py" in row.reason
 
 
-@pytest.mark.parametrize("change, words", [
-    (('source = "kernels/demo/shipped.py"', 'source = "../kernels/demo/shipped.py"'), "'..' component"),
-    (('source = "kernels/demo/shipped.py"', 'source = "/etc/passwd"'), "not a relative path"),
-    (('source = "kernels/demo/shipped.py"', 'source = "kernels/demo/absent.py"'), "does not exist"),
-    (('dest = "sglang/srt/sm120kit_shipped.py"', 'dest = "other/x.py"'), "does not start with 'sglang/'"),
-    (('dest = "sglang/srt/sm120kit_shipped.py"', 'dest = "sglang/.sm120kit/x.py"'), "state folder"),
-    (('releases = ">=0.5.2"', 'releases = "<0.5.0"'), "would never be shipped"),
-    (('releases = ">=0.5.2"', 'releases = "soon"'), "not a PEP 440 specifier"),
-    (('releases = ">=0.5.2"\n', 'releases = ">=0.5.2"\nmode = "4755"\n'), "unknown key 'mode'"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (('source = "kernels/demo/shipped.py"', 'source = "../kernels/demo/shipped.py"'), "'..' component"),
+        (('source = "kernels/demo/shipped.py"', 'source = "/etc/passwd"'), "not a relative path"),
+        (('source = "kernels/demo/shipped.py"', 'source = "kernels/demo/absent.py"'), "does not exist"),
+        (('dest = "sglang/srt/sm120kit_shipped.py"', 'dest = "other/x.py"'), "does not start with 'sglang/'"),
+        (('dest = "sglang/srt/sm120kit_shipped.py"', 'dest = "sglang/.sm120kit/x.py"'), "state folder"),
+        (('releases = ">=0.5.2"', 'releases = "<0.5.0"'), "would never be shipped"),
+        (('releases = ">=0.5.2"', 'releases = "soon"'), "not a PEP 440 specifier"),
+        (('releases = ">=0.5.2"\n', 'releases = ">=0.5.2"\nmode = "4755"\n'), "unknown key 'mode'"),
+    ],
+)
 def test_malformed_entries_are_refused_with_file_and_line(tmp_path, change, words):
     series = _series_copy(tmp_path, GOOD.replace(*change))
     with pytest.raises(SeriesError) as info:
@@ -144,21 +157,29 @@ def test_a_source_behind_a_symbolic_link_is_refused(tmp_path):
         load_series(series)
 
 
-@pytest.mark.parametrize("case, words", [
-    ("fifo", "neither a regular file nor a folder"),
-    ("latin-1", "is not UTF-8 text"),
-    ("link-file", "kernels/demo/shipped.py is a symbolic link"),
-    ("link-in-folder", "kernels/demo/shipped.py is a symbolic link"),
-    ("file-as-folder", "kernels/demo/shipped.py is not a folder"),
-    ("too-large", "more than the 64 a shipped file may have"),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("fifo", "neither a regular file nor a folder"),
+        ("latin-1", "is not UTF-8 text"),
+        ("link-file", "kernels/demo/shipped.py is a symbolic link"),
+        ("link-in-folder", "kernels/demo/shipped.py is a symbolic link"),
+        ("file-as-folder", "kernels/demo/shipped.py is not a folder"),
+        ("too-large", "more than the 64 a shipped file may have"),
+    ],
+)
 def test_a_source_that_is_not_a_plain_file_is_refused_with_file_and_line(tmp_path, monkeypatch, case, words):
     """Nothing is opened through a link or read from a FIFO (which would hang), and each refusal names
     patch.toml and the line of the entry's source."""
     source = {"link-in-folder": "kernels/demo", "file-as-folder": "kernels/demo/shipped.py/inner.py"}.get(
-        case, "kernels/demo/shipped.py")
-    series = _series_copy(tmp_path, GOOD.replace("kernels/demo/shipped.py", source)
-                          .replace("sglang/srt/sm120kit_shipped.py", "sglang/srt/sm120kit_shipped"))
+        case, "kernels/demo/shipped.py"
+    )
+    series = _series_copy(
+        tmp_path,
+        GOOD.replace("kernels/demo/shipped.py", source).replace(
+            "sglang/srt/sm120kit_shipped.py", "sglang/srt/sm120kit_shipped"
+        ),
+    )
     shipped = tmp_path / "kernels" / "demo" / "shipped.py"
     outside = tmp_path / "outside.py"
     outside.write_text("SECRET = 1\n")
@@ -188,8 +209,12 @@ def test_a_folder_entry_ships_every_file_byte_for_byte_and_status_sees_an_edit(t
     """A folder entry: each regular file directly inside (sub-folders skipped) lands with its exact bytes
     (no final newline, CRLF lines) and 0644, or 0755 for an owner-executable source; status and revert see
     an edit of a shipped file as of a created one; revert --force puts the tree back byte for byte."""
-    series_dir = _series_copy(tmp_path, GOOD.replace("kernels/demo/shipped.py", "kernels/demo")
-                              .replace("sglang/srt/sm120kit_shipped.py", "sglang/srt/sm120kit_files"))
+    series_dir = _series_copy(
+        tmp_path,
+        GOOD.replace("kernels/demo/shipped.py", "kernels/demo").replace(
+            "sglang/srt/sm120kit_shipped.py", "sglang/srt/sm120kit_files"
+        ),
+    )
     demo = tmp_path / "kernels" / "demo"
     (demo / "no_newline.json").write_bytes(b'{"a": 1}')
     (demo / "crlf.txt").write_bytes(b"one\r\ntwo\r\n")
@@ -257,12 +282,15 @@ def test_check_upstream_and_matrix_treat_a_shipped_file_as_a_created_file(tmp_pa
     assert matrix.exit_code() == 4
 
 
-@pytest.mark.parametrize("bytecode, words", [
-    ({"cache_existed": "yes", "present": []}, "cache_existed = 'yes' is not true or false"),
-    ({"cache_existed": True, "present": ["../../victim.pyc"]}, "present is not a list"),
-    ({"cache_existed": True, "present": ["x.pyc"] * 65}, "at most 64"),
-    (["x.pyc"], "is not an object"),
-])
+@pytest.mark.parametrize(
+    "bytecode, words",
+    [
+        ({"cache_existed": "yes", "present": []}, "cache_existed = 'yes' is not true or false"),
+        ({"cache_existed": True, "present": ["../../victim.pyc"]}, "present is not a list"),
+        ({"cache_existed": True, "present": ["x.pyc"] * 65}, "at most 64"),
+        (["x.pyc"], "is not an object"),
+    ],
+)
 def test_a_bytecode_entry_of_the_state_record_is_untrusted_input(bytecode, words):
     from sm120kit.patching.state import FileRecord, Untrusted
 
@@ -284,7 +312,10 @@ def test_a_tree_between_releases_gets_the_files_of_the_variant_it_falls_back_to(
     (tmp_path / "kernels" / "demo" / "old.py").write_text("LAYOUT = 'triton_ops'\n")
     (tmp_path / "kernels" / "demo" / "new.py").write_text("LAYOUT = 'kernels/ops'\n")
     toml = series_dir / "demo-extend-attention-note" / "patch.toml"
-    toml.write_text(toml.read_text().replace("[[markers]]", '''[[files]]
+    toml.write_text(
+        toml.read_text().replace(
+            "[[markers]]",
+            """[[files]]
 source = "kernels/demo/old.py"
 dest = "sglang/srt/sm120kit_note_layout.py"
 releases = "<0.5.16"
@@ -294,10 +325,14 @@ source = "kernels/demo/new.py"
 dest = "sglang/srt/sm120kit_note_layout.py"
 releases = ">=0.5.16"
 
-[[markers]]'''))
+[[markers]]""",
+        )
+    )
     series = load_series(series_dir)
     assert [(v.name, [e.source for e in v.shipped]) for v in series.get("demo-extend-attention-note").variants] == [
-        ("0.5.6.diff", ["kernels/demo/old.py"]), ("0.5.23.diff", ["kernels/demo/new.py"])]
+        ("0.5.6.diff", ["kernels/demo/old.py"]),
+        ("0.5.23.diff", ["kernels/demo/new.py"]),
+    ]
 
     plan = plan_series(release_dir("0.5.6"), series, version="0.5.17", exact=False, recorded=())
     row = next(p for p in plan.patches if p.patch_id == "demo-extend-attention-note")
@@ -305,15 +340,20 @@ releases = ">=0.5.16"
     shipped = next(c for c in plan.changes if c.path == "sglang/srt/sm120kit_note_layout.py")
     assert shipped.after == b"LAYOUT = 'triton_ops'\n" and shipped.before is None
     exact = plan_series(release_dir("0.5.17"), series, version="0.5.17", recorded=())
-    assert next(c for c in exact.changes if c.path == "sglang/srt/sm120kit_note_layout.py").after == \
-        b"LAYOUT = 'kernels/ops'\n"
+    assert (
+        next(c for c in exact.changes if c.path == "sglang/srt/sm120kit_note_layout.py").after
+        == b"LAYOUT = 'kernels/ops'\n"
+    )
 
 
 def test_revert_removes_a_folder_the_series_created_once_its_bytecode_is_gone(tmp_path, release_dir):
     """A shipped module in a folder apply created, imported (compiled) after apply: revert removes the
     module, its bytecode, the __pycache__ folder and then the created folder itself."""
-    series = load_series(_series_copy(tmp_path, GOOD.replace("sglang/srt/sm120kit_shipped.py",
-                                                             "sglang/srt/sm120kit_new_folder/shipped.py")))
+    series = load_series(
+        _series_copy(
+            tmp_path, GOOD.replace("sglang/srt/sm120kit_shipped.py", "sglang/srt/sm120kit_new_folder/shipped.py")
+        )
+    )
     top = tmp_path / "site"
     shutil.copytree(release_dir("0.5.2"), top)
     pristine = _tree(top)

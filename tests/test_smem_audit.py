@@ -16,13 +16,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from sm120kit.cli import main as cli_main  # noqa: E402
-from sm120kit.errors import UsageError  # noqa: E402
-from sm120kit.util.resources import patches_dir  # noqa: E402
-from sm120kit.hardware import cubin  # noqa: E402
-from sm120kit.sglang import launchers  # noqa: E402
 from sm120kit.audit import shapes  # noqa: E402
 from sm120kit.audit import smem as smem_audit  # noqa: E402
+from sm120kit.cli import main as cli_main  # noqa: E402
+from sm120kit.errors import UsageError  # noqa: E402
+from sm120kit.hardware import cubin  # noqa: E402
+from sm120kit.sglang import launchers  # noqa: E402
+from sm120kit.util.resources import patches_dir  # noqa: E402
 
 LIMIT = 101376
 
@@ -84,6 +84,7 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
 
 # -- the matrix (data) -----------------------------------------------------------------------------------
 
+
 def test_packaged_matrix_covers_the_required_shapes():
     matrix = shapes.load_matrix()
     dims = {(m.qk_head_dim, m.v_head_dim) for m in matrix.attention}
@@ -95,8 +96,17 @@ def test_packaged_matrix_covers_the_required_shapes():
     assert {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b"} <= set(moe)
     assert {"bf16", "fp8_block"} <= {q for m in matrix.moe for q in m.quantizations}
     cases = shapes.expand(matrix)
-    assert {c.launcher for c in cases} == {"extend", "decode", "prefill", "moe", "tree-verify", "mla-decode",
-                                           "ds-extend", "inkling-moe", "lightning"}
+    assert {c.launcher for c in cases} == {
+        "extend",
+        "decode",
+        "prefill",
+        "moe",
+        "tree-verify",
+        "mla-decode",
+        "ds-extend",
+        "inkling-moe",
+        "lightning",
+    }
     prefill_dtypes = {(c.params["qk_head_dim"], c.params["dtype"]) for c in cases if c.launcher == "prefill"}
     assert {(128, "float32"), (256, "float32"), (256, "float16"), (128, "float16")} <= prefill_dtypes
     assert len({c.id for c in cases}) == len(cases)
@@ -104,7 +114,9 @@ def test_packaged_matrix_covers_the_required_shapes():
 
 def test_matrix_file_adds_and_replaces_entries(tmp_path):
     extra = tmp_path / "mine.toml"
-    extra.write_text(VISION_256 + """
+    extra.write_text(
+        VISION_256
+        + """
 [[moe]]
 name = "mixtral-8x7b"
 num_experts = 8
@@ -112,7 +124,8 @@ top_k = 2
 hidden_size = 4096
 intermediate_size = 14336
 quantizations = ["bf16"]
-""")
+"""
+    )
     matrix = shapes.load_matrix([extra])
     assert "vision-256" in matrix.names()
     assert [m.quantizations for m in matrix.moe if m.name == "mixtral-8x7b"] == [("bf16",)]
@@ -121,17 +134,28 @@ quantizations = ["bf16"]
         shapes.select(matrix, ["nope"])
 
 
-@pytest.mark.parametrize("text, message", [
-    ('[[attention]]\nname = "x"\nnum_heads = 8\nnum_kv_heads = 8\nlaunchers = ["extend"]\n',
-     "the field 'qk_head_dim' is missing"),
-    ('[[attention]]\nname = "x"\nqk_head_dim = 128\nnum_heads = 8\nnum_kv_heads = 3\nlaunchers = ["extend"]\n',
-     "must be a multiple of num_kv_heads"),
-    ('[[attention]]\nname = "x"\nqk_head_dim = 128\nnum_heads = 8\nnum_kv_heads = 8\nlaunchers = ["fwd"]\n',
-     "'launchers' holds 'fwd'"),
-    ('[[moe]]\nname = "m"\nnum_experts = 8\ntop_k = 2\nhidden_size = 64\nintermediate_size = 64\ncolour = 1\n',
-     "unknown field"),
-    ("[[attention]\n", "is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '[[attention]]\nname = "x"\nnum_heads = 8\nnum_kv_heads = 8\nlaunchers = ["extend"]\n',
+            "the field 'qk_head_dim' is missing",
+        ),
+        (
+            '[[attention]]\nname = "x"\nqk_head_dim = 128\nnum_heads = 8\nnum_kv_heads = 3\nlaunchers = ["extend"]\n',
+            "must be a multiple of num_kv_heads",
+        ),
+        (
+            '[[attention]]\nname = "x"\nqk_head_dim = 128\nnum_heads = 8\nnum_kv_heads = 8\nlaunchers = ["fwd"]\n',
+            "'launchers' holds 'fwd'",
+        ),
+        (
+            '[[moe]]\nname = "m"\nnum_experts = 8\ntop_k = 2\nhidden_size = 64\nintermediate_size = 64\ncolour = 1\n',
+            "unknown field",
+        ),
+        ("[[attention]\n", "is not valid TOML"),
+    ],
+)
 def test_bad_matrix_names_file_entry_and_field(tmp_path, text, message):
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -163,11 +187,10 @@ def test_arch_names():
 def test_register_counts_from_cuobjdump():
     """Parses cuobjdump's resource usage of a real sm_120 cubin (the device is faked, the compile real)."""
     import torch
-    import triton
     import triton.language as tl  # noqa: F401
+    from kernel_support import copy_kernel
 
     from sm120kit.hardware.fake_device import PRESETS, faked_triton_target
-    from kernel_support import copy_kernel
 
     if cubin.find_cuobjdump() is None:
         pytest.skip("no cuobjdump (Triton's wheel normally bundles one)")
@@ -181,22 +204,37 @@ def test_register_counts_from_cuobjdump():
 
 # -- real releases ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_unpatched_058_mla_extend_is_over_the_limit(release_dir, tmp_path, audit_cache):
     """0.5.8 predates the SM120 branch of the extend block sizes: the MLA extend kernel takes Hopper's
     32x64 tiles and needs 106496 B on sm_120 and sm_121."""
     cache = audit_cache(tmp_path / "cache")
-    result = smem_audit.audit_tree(release_dir("0.5.8"), archs=("12.0", "12.1"),
-                                   matrix=_matrix(tmp_path, MLA_EXTEND), cache=cache, jobs=2, version="0.5.8")
+    result = smem_audit.audit_tree(
+        release_dir("0.5.8"),
+        archs=("12.0", "12.1"),
+        matrix=_matrix(tmp_path, MLA_EXTEND),
+        cache=cache,
+        jobs=2,
+        version="0.5.8",
+    )
     assert not result.ok and not result.errors
     assert [(c.arch, k.name, k.shared, k.block["BLOCK_M"], k.block["BLOCK_N"]) for c, k in result.over_limit] == [
-        ("12.0", "_fwd_kernel", 106496, 32, 64), ("12.1", "_fwd_kernel", 106496, 32, 64)]
+        ("12.0", "_fwd_kernel", 106496, 32, 64),
+        ("12.1", "_fwd_kernel", 106496, 32, 64),
+    ]
     assert all(k.limit == LIMIT for _, k in result.over_limit)
     assert result.compiled == 2 and result.cached == 0
 
     # warm: the same tree again is answered from the cache without starting a probe
-    again = smem_audit.audit_tree(release_dir("0.5.8"), archs=("12.0", "12.1"),
-                                  matrix=_matrix(tmp_path, MLA_EXTEND), cache=cache, jobs=2, version="0.5.8")
+    again = smem_audit.audit_tree(
+        release_dir("0.5.8"),
+        archs=("12.0", "12.1"),
+        matrix=_matrix(tmp_path, MLA_EXTEND),
+        cache=cache,
+        jobs=2,
+        version="0.5.8",
+    )
     assert again.compiled == 0 and again.cached == 2
     assert [k.shared for _, k in again.over_limit] == [106496, 106496]
     assert again.seconds < result.seconds
@@ -206,9 +244,14 @@ def test_unpatched_058_mla_extend_is_over_the_limit(release_dir, tmp_path, audit
 def test_058_passes_with_the_sm120_block_size_policy(release_dir, tmp_path, audit_cache):
     """What the fix does (an SM120 branch choosing the 100 KB-class tiles, as sm_86/sm_89 get): with the
     module's capability global set so, the same kernel fits (32x32 tiles, 71680 B)."""
-    result = smem_audit.audit_tree(release_dir("0.5.8"), archs=("12.0",), matrix=_matrix(tmp_path, MLA_EXTEND),
-                                   policy={"extend": {"CUDA_CAPABILITY": (8, 9)}},
-                                   cache=audit_cache(tmp_path / "cache"), jobs=1)
+    result = smem_audit.audit_tree(
+        release_dir("0.5.8"),
+        archs=("12.0",),
+        matrix=_matrix(tmp_path, MLA_EXTEND),
+        policy={"extend": {"CUDA_CAPABILITY": (8, 9)}},
+        cache=audit_cache(tmp_path / "cache"),
+        jobs=1,
+    )
     assert result.ok
     (case,) = result.cases
     (kernel,) = case.kernels
@@ -225,8 +268,14 @@ def test_unpatched_0523_context_attention_over_and_fixed_policy_fits(release_dir
     ((case, kernel),) = before.over_limit
     assert (case.case.launcher, kernel.name, kernel.shared) == ("prefill", "_fwd_kernel", 163840)
     assert kernel.block["BLOCK_M"] == 128
-    after = smem_audit.audit_tree(release_dir("0.5.23"), archs=("12.0",), matrix=matrix, cache=cache, jobs=1,
-                                  policy={"prefill": {"CUDA_CAPABILITY": (8, 0)}})
+    after = smem_audit.audit_tree(
+        release_dir("0.5.23"),
+        archs=("12.0",),
+        matrix=matrix,
+        cache=cache,
+        jobs=1,
+        policy={"prefill": {"CUDA_CAPABILITY": (8, 0)}},
+    )
     assert after.ok
     (kernel,) = after.cases[0].kernels
     assert kernel.block["BLOCK_M"] == 64 and kernel.shared < LIMIT
@@ -240,16 +289,22 @@ def test_unpatched_0523_lightning_attention_fp32_over_the_limit(release_dir, tmp
     one tl.dot), so no caller passes bf16."""
     packaged = shapes.select(shapes.load_matrix(), ["bailing-linear"])
     assert [c.id for c in shapes.expand(packaged)] == ["lightning/bailing-linear/float32"]
-    result = smem_audit.audit_tree(release_dir("0.5.23"), archs=("12.0",), matrix=_matrix(tmp_path, LIGHTNING),
-                                   cache=audit_cache(tmp_path / "cache"), jobs=1)
+    result = smem_audit.audit_tree(
+        release_dir("0.5.23"),
+        archs=("12.0",),
+        matrix=_matrix(tmp_path, LIGHTNING),
+        cache=audit_cache(tmp_path / "cache"),
+        jobs=1,
+    )
     by_dtype = {c.case.params["dtype"]: c for c in result.cases}
     fp32 = by_dtype["float32"]
     assert fp32.status == "over-limit"
     shared = {k.name: k.shared for k in fp32.kernels}
     assert set(shared) == {"_fwd_diag_kernel", "_fwd_kv_parallel", "_fwd_kv_reduce", "_fwd_none_diag_kernel"}
     assert shared["_fwd_kv_parallel"] == 131584 > LIMIT
-    assert [(c.case.id, k.name) for c, k in result.over_limit] == [("lightning/lightning-hd128/float32",
-                                                                     "_fwd_kv_parallel")]
+    assert [(c.case.id, k.name) for c, k in result.over_limit] == [
+        ("lightning/lightning-hd128/float32", "_fwd_kv_parallel")
+    ]
     assert all(k.limit == LIMIT and k.shared <= LIMIT for k in fp32.kernels if k.name != "_fwd_kv_parallel")
     bf16 = by_dtype["bfloat16"]
     assert bf16.status == "compile-error" and "must be same dtype" in bf16.error
@@ -258,8 +313,13 @@ def test_unpatched_0523_lightning_attention_fp32_over_the_limit(release_dir, tmp
 @pytest.mark.slow
 def test_fused_moe_bf16_and_fp8_block_compile(release_dir, tmp_path, audit_cache):
     """SGLang's MoE config choice for the faked RTX PRO 6000 and its kernel launcher, up and down GEMM."""
-    result = smem_audit.audit_tree(release_dir("0.5.23"), archs=("12.0",), matrix=_matrix(tmp_path, SMALL_MOE),
-                                   cache=audit_cache(tmp_path / "cache"), jobs=2)
+    result = smem_audit.audit_tree(
+        release_dir("0.5.23"),
+        archs=("12.0",),
+        matrix=_matrix(tmp_path, SMALL_MOE),
+        cache=audit_cache(tmp_path / "cache"),
+        jobs=2,
+    )
     assert result.ok, [c.error for c in result.cases]
     by_quant = {c.case.params["quantization"]: c for c in result.cases}
     assert [k.name for k in by_quant["bf16"].kernels] == ["fused_moe_kernel", "fused_moe_kernel"]
@@ -277,16 +337,28 @@ def test_cli_table_json_and_exit_codes(release_dir, tmp_path, capsys, monkeypatc
     matrix = tmp_path / "m.toml"
     matrix.write_text(MLA_EXTEND)
 
-    code, out, err = _cli(capsys, "audit", "--release", "0.5.8", "--arch", "12.0", "--matrix", str(matrix),
-                          "--only", "mla-extend", "--json")
+    code, out, err = _cli(
+        capsys,
+        "audit",
+        "--release",
+        "0.5.8",
+        "--arch",
+        "12.0",
+        "--matrix",
+        str(matrix),
+        "--only",
+        "mla-extend",
+        "--json",
+    )
     assert code == 13
     data = json.loads(out)
     assert data["ok"] is False and data["summary"]["over_limit"] == 1
     assert data["findings"][0]["kernels"][0]["shared"] == 106496
     assert "compiled" in err  # progress goes to stderr in --json mode
 
-    code, out, err = _cli(capsys, "audit", "--release", "0.5.8", "--arch", "sm_120", "--matrix", str(matrix),
-                          "--only", "mla-extend")
+    code, out, err = _cli(
+        capsys, "audit", "--release", "0.5.8", "--arch", "sm_120", "--matrix", str(matrix), "--only", "mla-extend"
+    )
     assert code == 13
     assert "106496" in out and "OVER" in out and "FAIL:" in out and "1 from cache" in out
     assert "over the limit" in err and "Traceback" not in err
@@ -309,12 +381,24 @@ def test_compare_unpatched_shows_what_a_fix_changed(installed_tree, release_dir,
     text = source.read_text()
     old = "if (_is_cuda or _is_hip) and CUDA_CAPABILITY[0] > 8:"
     assert text.count(old) == 1
-    source.write_text(text.replace(old, "if (_is_cuda or _is_hip) and CUDA_CAPABILITY[0] > 8 "
-                                        "and CUDA_CAPABILITY[0] != 12:"))
+    source.write_text(
+        text.replace(old, "if (_is_cuda or _is_hip) and CUDA_CAPABILITY[0] > 8 and CUDA_CAPABILITY[0] != 12:")
+    )
     matrix = tmp_path / "m.toml"
     matrix.write_text(VISION_256)
-    code, out, _ = _cli(capsys, "audit", str(tree), "--arch", "12.0", "--matrix", str(matrix), "--only",
-                        "vision-256", "--compare-unpatched", "--json")
+    code, out, _ = _cli(
+        capsys,
+        "audit",
+        str(tree),
+        "--arch",
+        "12.0",
+        "--matrix",
+        str(matrix),
+        "--only",
+        "vision-256",
+        "--compare-unpatched",
+        "--json",
+    )
     assert code == 0
     data = json.loads(out)
     assert data["ok"] is True and data["unpatched"]["ok"] is False and data["fixed"] == 1
@@ -323,16 +407,23 @@ def test_compare_unpatched_shows_what_a_fix_changed(installed_tree, release_dir,
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (patches_dir() / "sglang" / "series.toml").is_file(),
-                    reason="the SM120 patch series (patches/sglang/series.toml) is not in this checkout")
+@pytest.mark.skipif(
+    not (patches_dir() / "sglang" / "series.toml").is_file(),
+    reason="the SM120 patch series (patches/sglang/series.toml) is not in this checkout",
+)
 @pytest.mark.parametrize("version, text", [("0.5.8", MLA_EXTEND), ("0.5.23", VISION_256)])
 def test_patched_tree_reports_nothing_over(installed_tree, tmp_path, capsys, version, text, audit_cache):
     """The real series applied with `sm120kit apply`: the kernels the unpatched release had over fit."""
     tree = installed_tree(version)
     code, _, err = _cli(capsys, "apply", str(tree))
     assert code == 0, err
-    result = smem_audit.audit_tree(tree.parent, archs=("12.0", "12.1"), matrix=_matrix(tmp_path, text),
-                                   cache=audit_cache(tmp_path / "cache"), jobs=2)
+    result = smem_audit.audit_tree(
+        tree.parent,
+        archs=("12.0", "12.1"),
+        matrix=_matrix(tmp_path, text),
+        cache=audit_cache(tmp_path / "cache"),
+        jobs=2,
+    )
     assert result.ok, [(c.case.id, [k.shared for k in c.kernels], c.error) for c in result.cases]
 
 
@@ -344,12 +435,18 @@ def test_tuned_moe_files_of_every_12x_name_are_found(release_dir):
     on_120 = smem_audit.tuned_moe_cases(root, moe, "12.0")
     on_121 = smem_audit.tuned_moe_cases(root, moe, "12.1")
     names = {c.params["device_name"] for c in on_120}
-    assert names == {"NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
-                     "NVIDIA RTX PRO 6000 Blackwell Server Edition"}
+    assert names == {
+        "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    }
     assert {c.params["device_name"] for c in on_121} == {"NVIDIA GB10"}
     assert {(c.model, c.params["quantization"]) for c in on_120} == {
-        ("tuned-E129-N352", "fp8"), ("tuned-E161-N384", "fp8"), ("tuned-E161-N192", "fp8_channel"),
-        ("tuned-E161-N192", "bf16"), ("tuned-E256-N512", "bf16")}
+        ("tuned-E129-N352", "fp8"),
+        ("tuned-E161-N384", "fp8"),
+        ("tuned-E161-N192", "fp8_channel"),
+        ("tuned-E161-N192", "bf16"),
+        ("tuned-E256-N512", "bf16"),
+    }
     server = sorted(c.params["tokens"] for c in on_120 if c.model == "tuned-E256-N512")
     folder = moe.files[1].parent / "configs" / "triton_3_6_0"
     file = folder / "E=256,N=512,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition.json"
@@ -373,9 +470,15 @@ def test_tuned_moe_files_load_under_their_device_name(release_dir, tmp_path, aud
         first = min(table, key=int)
         path.write_text(json.dumps({first: table[first]}))
         picked[path.name] = table[first]
-    result = smem_audit.audit_tree(site, archs=("12.0",), matrix=_matrix(tmp_path, SMALL_MOE),
-                                   launchers=["prefill"], cache=audit_cache(tmp_path / "cache"), jobs=2,
-                                   tuned_moe_configs=True)
+    result = smem_audit.audit_tree(
+        site,
+        archs=("12.0",),
+        matrix=_matrix(tmp_path, SMALL_MOE),
+        launchers=["prefill"],
+        cache=audit_cache(tmp_path / "cache"),
+        jobs=2,
+        tuned_moe_configs=True,
+    )
     tuned = [c for c in result.cases if c.case.model.startswith("tuned-")]
     assert len(tuned) == 5 and result.ok, [(c.case.id, c.status, c.error) for c in result.cases]
     server = next(c for c in tuned if c.case.model == "tuned-E256-N512")
@@ -385,7 +488,9 @@ def test_tuned_moe_files_load_under_their_device_name(release_dir, tmp_path, aud
     for kernel, name in ((up, up_file), (down, down_file)):
         wanted = picked[name]
         assert (kernel.block["BLOCK_SIZE_N"], kernel.block["BLOCK_SIZE_K"]) == (
-            wanted["BLOCK_SIZE_N"], wanted["BLOCK_SIZE_K"]), (name, kernel, wanted)
+            wanted["BLOCK_SIZE_N"],
+            wanted["BLOCK_SIZE_K"],
+        ), (name, kernel, wanted)
 
 
 MLA_TREE_VERIFY = """
@@ -402,8 +507,10 @@ launchers = ["tree-verify", "mla-decode"]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (patches_dir() / "sglang" / "series.toml").is_file(),
-                    reason="the SM120 patch series (patches/sglang/series.toml) is not in this checkout")
+@pytest.mark.skipif(
+    not (patches_dir() / "sglang" / "series.toml").is_file(),
+    reason="the SM120 patch series (patches/sglang/series.toml) is not in this checkout",
+)
 def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tree, tmp_path, capsys, audit_cache):
     """sm120-mla-attention's CUDA kernels (the prefix kernel, the one-launch verify or decode and its 16-row
     programs, compiled by NVRTC as at first use on the card) are in the audit of the tree-verify and MLA decode
@@ -415,13 +522,21 @@ def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tre
     tree = installed_tree("0.5.23")
     code, _, err = _cli(capsys, "apply", str(tree))
     assert code == 0, err
-    result = smem_audit.audit_tree(tree.parent, archs=("12.0",), matrix=_matrix(tmp_path, MLA_TREE_VERIFY),
-                                   cache=audit_cache(tmp_path / "cache"), jobs=2)
+    result = smem_audit.audit_tree(
+        tree.parent,
+        archs=("12.0",),
+        matrix=_matrix(tmp_path, MLA_TREE_VERIFY),
+        cache=audit_cache(tmp_path / "cache"),
+        jobs=2,
+    )
     assert result.ok, [(c.case.id, [k.shared for k in c.kernels], c.error) for c in result.cases]
     cuda = {(c.arch, k.name, k.shared) for c in result.cases for k in c.kernels if "_mma_" in k.name}
     assert {(arch, name) for arch, name, _ in cuda} == {
-        (arch, f"sm120_mla_{kind}_mma_{kv}_i64") for arch in ("12.0",) for kv in ("bf16", "fp8")
-        for kind in ("prefix", "fused", "fused16")}
+        (arch, f"sm120_mla_{kind}_mma_{kv}_i64")
+        for arch in ("12.0",)
+        for kv in ("bf16", "fp8")
+        for kind in ("prefix", "fused", "fused16")
+    }
     assert all(48 * 1024 < shared <= LIMIT for _, _, shared in cuda)
     for launcher in ("tree-verify", "mla-decode"):
         cases = [c for c in result.cases if c.case.launcher == launcher]

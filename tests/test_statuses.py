@@ -31,7 +31,7 @@ MEMBERS = [m for e in ENUMS for m in e]
 def test_a_member_reads_as_its_value(member: Word) -> None:
     value = member.value
     assert isinstance(member, str) and member == value
-    assert str(member) == value and f"{member}" == value and "{}".format(member) == value
+    assert str(member) == value and f"{member}" == value and f"{member}" == value
     assert f"{member:>20}" == f"{value:>20}" and format(member, "<3") == format(value, "<3")
     assert "%s" % member == value
     assert json.dumps(member) == json.dumps(value)
@@ -94,8 +94,10 @@ def _plain(value: object, where: str = "$") -> None:
 
 def test_json_documents_hold_plain_strings() -> None:
     hunk = HunkResult(file="sglang/x.py", index=1, status=HunkStatus.CONFLICT, line=3)
-    plans = tuple(PatchPlan(patch_id=f"p{i}", status=s, variant=None, reason="r", hunks=(hunk,))
-                  for i, s in enumerate(PatchStatus))
+    plans = tuple(
+        PatchPlan(patch_id=f"p{i}", status=s, variant=None, reason="r", hunks=(hunk,))
+        for i, s in enumerate(PatchStatus)
+    )
     plan = SeriesPlan(root=Path("/t"), version="0.5.23", exact_release=True, fuzz=0, patches=plans)
     data = plan.to_json()
     _plain(data)
@@ -104,8 +106,15 @@ def test_json_documents_hold_plain_strings() -> None:
     assert json.loads(json.dumps(data)) == data
     assert data["patches"][0]["hunks"][0]["status"] == "conflict"
 
-    check = PatchCheck(patch_id="p", title="t", status=PatchStatus.PRESENT_UPSTREAM, variant=None,
-                       variant_releases=None, detail="d", offsets=(hunk,))
+    check = PatchCheck(
+        patch_id="p",
+        title="t",
+        status=PatchStatus.PRESENT_UPSTREAM,
+        variant=None,
+        variant_releases=None,
+        detail="d",
+        offsets=(hunk,),
+    )
     _plain(check.to_json())
     assert check.to_json()["status"] == "present-upstream"
     refreshed = RefreshedFile(path="a.py", old_path="a.py", action="modify", merge=FileMerge.GONE)
@@ -138,8 +147,10 @@ def _enum_bodies(tree: ast.AST) -> set[int]:
     inside: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and any(
-                (isinstance(b, ast.Name) and b.id in {"Word", "Enum"})
-                or (isinstance(b, ast.Attribute) and b.attr == "Enum") for b in node.bases):
+            (isinstance(b, ast.Name) and b.id in {"Word", "Enum"})
+            or (isinstance(b, ast.Attribute) and b.attr == "Enum")
+            for b in node.bases
+        ):
             inside.update(id(n) for n in ast.walk(node))
     return inside
 

@@ -19,10 +19,23 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "survey_kernels.py
 def test_survey_subset_verdicts(release_dir):
     release_dir("0.5.23")  # fetched once into the sm120kit cache; the script reads it from there
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--release", "0.5.23", "--arch", "12.0",
-         "--only", "chunked_sgmv_shrink.py:_chunked_lora_shrink_kernel", "--only", "dsv4_wo_a.py",
-         "--only", "decode_attention.py:_lean"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--release",
+            "0.5.23",
+            "--arch",
+            "12.0",
+            "--only",
+            "chunked_sgmv_shrink.py:_chunked_lora_shrink_kernel",
+            "--only",
+            "dsv4_wo_a.py",
+            "--only",
+            "decode_attention.py:_lean",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 1, proc.stderr[-2000:]  # 1: something is over the limit
     out = json.loads(proc.stdout)

@@ -175,8 +175,9 @@ def test_quiet_patches_prints_the_list():
     ids = {i for expected in DEMO_EXPECTED.values() for i in expected}
     assert ids and all(i in quiet.output for i in ids)
     assert "series: " in quiet.output and "-v shows" not in quiet.output  # the hint goes, the result stays
-    assert quiet.output in loud.output.replace("(-v shows each patch's problem, change, upstream note and "
-                                               "variants)\n", "")
+    assert quiet.output in loud.output.replace(
+        "(-v shows each patch's problem, change, upstream note and variants)\n", ""
+    )
 
 
 def test_quiet_status_prints_the_result(installed_tree):
@@ -217,8 +218,11 @@ def _exits_outside_main() -> list[str]:
                     found.append(f"{where} {ast.unparse(node)[:60]}")
             elif isinstance(node, ast.Raise) and node.exc is not None and "SystemExit" in ast.unparse(node.exc):
                 found.append(f"{where} raise SystemExit")
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(
-                    ("error: ", "interrupted: ")):
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and node.value.startswith(("error: ", "interrupted: "))
+            ):
                 found.append(f"{where} {node.value!r}")
     return found
 
@@ -358,8 +362,10 @@ def test_fetch_releases_reports_through_its_callbacks(monkeypatch, tmp_path):
     steps, ticks = [], []
     matrix.fetch_releases(["0.5.2", "0.5.3"], jobs=1, progress=lambda *a: ticks.append(a), on_step=steps.append)
     assert steps == ["downloading 2 SGLang release(s) from PyPI (1 at a time) ..."]
-    assert sorted(ticks) == [(1, 2, "downloaded 0.5.2"), (2, 2, "downloaded 0.5.3")] or \
-        [t[:2] for t in ticks] == [(1, 2), (2, 2)]
+    assert sorted(ticks) == [(1, 2, "downloaded 0.5.2"), (2, 2, "downloaded 0.5.3")] or [t[:2] for t in ticks] == [
+        (1, 2),
+        (2, 2),
+    ]
 
 
 def test_progress_goes_to_stderr_and_results_to_stdout():

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from sm120kit.util import tomldoc
 from sm120kit.errors import RecipeError, SeriesError
+from sm120kit.util import tomldoc
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -150,7 +150,7 @@ def test_fail_builds_the_named_error_class_at_the_line(tmp_path):
 
 def test_read_names_file_line_and_column_in_the_callers_wording(tmp_path):
     file = tmp_path / "broken.toml"
-    file.write_text('a = 1\nb = \n')
+    file.write_text("a = 1\nb = \n")
     with pytest.raises(SeriesError) as info:
         tomldoc.read(file, SeriesError, tomldoc.Wording(syntax_hint="See the docs."))
     assert info.value.message.startswith(f"{file}:2:") and ": not valid TOML: " in info.value.message
@@ -184,9 +184,15 @@ def test_check_keys_unknown_wrong_type_and_missing(tmp_path):
         tomldoc.check_keys(doc, {"count": 2}, ("gpus",), known, required=("names",))
     tomldoc.check_keys(doc, {"count": 2, "names": ["x"]}, ("gpus",), known, required=("names",))  # passes
 
-    series = tomldoc.Wording(type_names={str: "string", list: "array"}, wanted_prefix="a ",
-                             alternatives={(str, list): "string or array of strings"})
+    series = tomldoc.Wording(
+        type_names={str: "string", list: "array"},
+        wanted_prefix="a ",
+        alternatives={(str, list): "string or array of strings"},
+    )
     doc = tomldoc.read(file, SeriesError, series)
-    with pytest.raises(SeriesError, match=r"'file' in \[\[markers\]\] entry 1 must be a string or array of "
-                                          r"strings, not int \(3\)\."):
+    with pytest.raises(
+        SeriesError,
+        match=r"'file' in \[\[markers\]\] entry 1 must be a string or array of "
+        r"strings, not int \(3\)\.",
+    ):
         tomldoc.check_keys(doc, {"file": 3}, ("markers", 0), {"file": (str, list)}, what="[[markers]] entry 1")

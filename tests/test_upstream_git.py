@@ -23,14 +23,20 @@ from pathlib import Path
 
 import git
 import pytest
-
 from apply_support import run_cli, run_json
+
 from sm120kit.patching.series import load_series
 
 SERIES = Path(__file__).resolve().parent / "data" / "upstream-series"
 TRITON_OPS = "sglang/srt/layers/attention/triton_ops"
-FILES = ("sglang/__init__.py", "sglang/version.py", "sglang/srt/utils.py", f"{TRITON_OPS}/prefill_attention.py",
-         f"{TRITON_OPS}/extend_attention.py", f"{TRITON_OPS}/decode_attention.py")
+FILES = (
+    "sglang/__init__.py",
+    "sglang/version.py",
+    "sglang/srt/utils.py",
+    f"{TRITON_OPS}/prefill_attention.py",
+    f"{TRITON_OPS}/extend_attention.py",
+    f"{TRITON_OPS}/decode_attention.py",
+)
 MOVED_DECODE = "sglang/kernels/ops/attention/decode_attention.py"
 
 
@@ -70,32 +76,46 @@ def history(tmp_path, release_dir):
     user = tmp_path / "user-clone"
     git.Repo.clone_from(str(up), str(user))
 
-    _edit(up, f"{TRITON_OPS}/prefill_attention.py", "Memory-efficient attention for prefill.",
-          "Memory-efficient attention for prefill (Triton).")
+    _edit(
+        up,
+        f"{TRITON_OPS}/prefill_attention.py",
+        "Memory-efficient attention for prefill.",
+        "Memory-efficient attention for prefill (Triton).",
+    )
     shas["unrelated"] = _commit(repo, "Prefill attention: docstring")
-    _edit(up, f"{TRITON_OPS}/prefill_attention.py", "        BLOCK = 128\n",
-          "        BLOCK = 128  # Hopper and newer\n")
+    _edit(
+        up, f"{TRITON_OPS}/prefill_attention.py", "        BLOCK = 128\n", "        BLOCK = 128  # Hopper and newer\n"
+    )
     shas["prefill-context"] = _commit(repo, "Prefill attention: note which GPUs take BLOCK 128")
-    _edit(up, f"{TRITON_OPS}/extend_attention.py", "_is_hip = is_hip()\n\n",
-          "_is_hip = is_hip()\n# SM12x (RTX PRO 6000 Blackwell, RTX 5090, DGX Spark) take their own tile sizes.\n"
-          "_is_sm12x = _is_cuda and CUDA_CAPABILITY[0] == 12\n\n")
+    _edit(
+        up,
+        f"{TRITON_OPS}/extend_attention.py",
+        "_is_hip = is_hip()\n\n",
+        "_is_hip = is_hip()\n# SM12x (RTX PRO 6000 Blackwell, RTX 5090, DGX Spark) take their own tile sizes.\n"
+        "_is_sm12x = _is_cuda and CUDA_CAPABILITY[0] == 12\n\n",
+    )
     shas["extend-merged"] = _commit(repo, "Extend attention: SM12x flag")
     (up / "python" / MOVED_DECODE).parent.mkdir(parents=True)
     repo.git.mv(f"python/{TRITON_OPS}/decode_attention.py", f"python/{MOVED_DECODE}")
     _edit(up, MOVED_DECODE, "import triton\n", "import triton  # kernels live in sglang.kernels now\n")
     shas["decode-moved"] = _commit(repo, "Move the decode kernels to sglang/kernels/ops/attention")
-    _edit(up, "sglang/srt/utils.py", "_warned_bool_env_var_keys = set()\n",
-          "@lru_cache(maxsize=1)\ndef is_sm120_supported(device=None) -> bool:\n"
-          "    major, _ = torch.cuda.get_device_capability(device)\n"
-          "    return major == 12 and torch.version.cuda is not None\n\n\n_warned_bool_env_var_keys = set()\n")
+    _edit(
+        up,
+        "sglang/srt/utils.py",
+        "_warned_bool_env_var_keys = set()\n",
+        "@lru_cache(maxsize=1)\ndef is_sm120_supported(device=None) -> bool:\n"
+        "    major, _ = torch.cuda.get_device_capability(device)\n"
+        "    return major == 12 and torch.version.cuda is not None\n\n\n_warned_bool_env_var_keys = set()\n",
+    )
     shas["capability"] = _commit(repo, "utils: is_sm120_supported")
     _edit(up, "sglang/version.py", '"0.5.2"', '"0.5.3"')
     shas["release"] = _commit(repo, "Release 0.5.3")
     repo.git.tag("v0.5.3")
 
     repo.git.checkout("-q", "-b", "conflicting", "v0.5.2")
-    _edit(up, f"{TRITON_OPS}/prefill_attention.py", "    else:\n        BLOCK = 64\n",
-          "    else:\n        BLOCK = 32\n")
+    _edit(
+        up, f"{TRITON_OPS}/prefill_attention.py", "    else:\n        BLOCK = 64\n", "    else:\n        BLOCK = 32\n"
+    )
     shas["conflicting"] = _commit(repo, "Prefill attention: BLOCK 32 below Hopper")
     repo.git.checkout("-q", "main")
     return up, user, shas
@@ -103,9 +123,13 @@ def history(tmp_path, release_dir):
 
 def _clone_state(user: Path) -> dict:
     repo = git.Repo(user)
-    return {"head": repo.head.commit.hexsha, "branch": repo.active_branch.name,
-            "status": repo.git.status("--porcelain"), "worktrees": repo.git.worktree("list", "--porcelain"),
-            "files": sorted(p.relative_to(user).as_posix() for p in user.rglob("*") if ".git" not in p.parts)}
+    return {
+        "head": repo.head.commit.hexsha,
+        "branch": repo.active_branch.name,
+        "status": repo.git.status("--porcelain"),
+        "worktrees": repo.git.worktree("list", "--porcelain"),
+        "files": sorted(p.relative_to(user).as_posix() for p in user.rglob("*") if ".git" not in p.parts),
+    }
 
 
 def _copy_series(tmp_path: Path, ids: list[str] | None = None) -> Path:
@@ -120,8 +144,11 @@ def _copy_series(tmp_path: Path, ids: list[str] | None = None) -> Path:
 
 
 def _hashes(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_check_upstream_ref_classifies_each_event_and_leaves_the_clone_alone(history):
@@ -133,8 +160,11 @@ def test_check_upstream_ref_classifies_each_event_and_leaves_the_clone_alone(his
     assert data["target"]["version"] == "0.5.3" and data["target"]["exact_release"] is True
     by_id = {p["id"]: p for p in data["patches"]}
     assert {i: p["status"] for i, p in by_id.items()} == {
-        "up-prefill-block": "conflict", "up-extend-flag": "present-upstream",
-        "up-decode-splits": "not-applicable", "up-capability-helper": "present-upstream"}
+        "up-prefill-block": "conflict",
+        "up-extend-flag": "present-upstream",
+        "up-decode-splits": "not-applicable",
+        "up-capability-helper": "present-upstream",
+    }
 
     prefill = by_id["up-prefill-block"]
     assert prefill["variant"] == "0.5.2.diff"
@@ -167,8 +197,9 @@ def test_check_upstream_ref_classifies_each_event_and_leaves_the_clone_alone(his
 
 def test_markdown_table_and_exit_codes(history, tmp_path):
     _, user, shas = history
-    proc = run_cli("check-upstream", "--ref", "origin/main", "--repo", str(user), "--series", str(SERIES),
-                   "--format", "markdown")
+    proc = run_cli(
+        "check-upstream", "--ref", "origin/main", "--repo", str(user), "--series", str(SERIES), "--format", "markdown"
+    )
     assert proc.returncode == 4
     md = proc.stdout
     assert md.startswith("### sm120kit check-upstream: SGLang `origin/main @ ")
@@ -177,8 +208,7 @@ def test_markdown_table_and_exit_codes(history, tmp_path):
     assert f"upstream `{shas['prefill-context'][:12]}`" in md and "```diff" in md
     assert "**Warnings**" in md and "Traceback" not in proc.stderr
 
-    proc = run_cli("check-upstream", "--ref", "origin/main", "--repo", str(user), "--series", str(SERIES),
-                   "--no-fetch")
+    proc = run_cli("check-upstream", "--ref", "origin/main", "--repo", str(user), "--series", str(SERIES), "--no-fetch")
     out = proc.stdout
     assert proc.returncode == 4 and "up-prefill-block      CONFLICT" in out
     assert "upstream commits that changed these lines (git log -L" in out
@@ -190,8 +220,9 @@ def test_markdown_table_and_exit_codes(history, tmp_path):
     proc = run_cli("check-upstream", "--ref", "v0.5.3", "--repo", str(user), "--series", str(series))
     assert proc.returncode == 0, proc.stderr
     assert "moved to sglang/kernels/ops/attention/decode_attention.py" in proc.stderr
-    code, data = run_json("check-upstream", "--ref", "v0.5.3", "--repo", str(user), "--series", str(series),
-                          "--error-on-warn")
+    code, data = run_json(
+        "check-upstream", "--ref", "v0.5.3", "--repo", str(user), "--series", str(series), "--error-on-warn"
+    )
     assert code == 14 and data["exit_code"] == 14 and len(data["warnings"]) == 2
 
     proc = run_cli("check-upstream", "--ref", "no-such-branch", "--repo", str(user), "--series", str(series))
@@ -203,8 +234,7 @@ def test_markdown_table_and_exit_codes(history, tmp_path):
 
 def test_conflict_names_the_commit_on_a_branch_and_folder_targets_work(history):
     up, user, shas = history
-    code, data = run_json("check-upstream", "--ref", "origin/conflicting", "--repo", str(user),
-                          "--series", str(SERIES))
+    code, data = run_json("check-upstream", "--ref", "origin/conflicting", "--repo", str(user), "--series", str(SERIES))
     assert code == 4 and data["target"]["exact_release"] is False and data["target"]["version"] == "0.5.2"
     prefill = next(p for p in data["patches"] if p["id"] == "up-prefill-block")
     assert [c["sha"] for c in prefill["hunks"][0]["commits"]] == [shas["conflicting"]]
@@ -227,8 +257,9 @@ def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_pat
     decode_meta = series / "up-decode-splits" / "patch.toml"
     text = decode_meta.read_text()
     old_variants = '[[variants]]\ndiff = "0.5.2.diff"\nreleases = ">=0.5.2"\nbase = "0.5.2"\n\n'
-    inline = ("variants = [\n  { diff = '0.5.2.diff', releases = '>=0.5.2', base = '0.5.2' },  # the first\n]"
-              "  # inline\n\n")
+    inline = (
+        "variants = [\n  { diff = '0.5.2.diff', releases = '>=0.5.2', base = '0.5.2' },  # the first\n]  # inline\n\n"
+    )
     assert text.count(old_variants) == 1
     decode_meta.write_text(text.replace(old_variants, "").replace("[upstream]\n", inline + "[upstream]\n"))
     decode_before = decode_meta.read_text()
@@ -236,20 +267,23 @@ def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_pat
     clone_before = _clone_state(user)
 
     # A ref that is not a tagged release needs --as-release.
-    proc = run_cli("refresh", "up-prefill-block", "--ref", "origin/main~1", "--repo", str(user),
-                   "--series", str(series))
+    proc = run_cli(
+        "refresh", "up-prefill-block", "--ref", "origin/main~1", "--repo", str(user), "--series", str(series)
+    )
     assert proc.returncode == 2 and "--as-release" in proc.stderr
 
     # --dry-run prints the new diff and writes nothing.
-    proc = run_cli("refresh", "up-prefill-block", "--ref", "origin/main", "--repo", str(user), "--series",
-                   str(series), "--dry-run")
+    proc = run_cli(
+        "refresh", "up-prefill-block", "--ref", "origin/main", "--repo", str(user), "--series", str(series), "--dry-run"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "+        # sm120kit test patch: 99 KB of shared memory per block on SM12x." in proc.stdout
     assert "         BLOCK = 128  # Hopper and newer" in proc.stdout
     assert _hashes(series) == before
 
-    code, data = run_json("refresh", "up-prefill-block", "--ref", "origin/main", "--repo", str(user),
-                          "--series", str(series))
+    code, data = run_json(
+        "refresh", "up-prefill-block", "--ref", "origin/main", "--repo", str(user), "--series", str(series)
+    )
     assert code == 0, data
     assert data["outcome"] == "written" and data["verified"] == "applies"
     assert data["new_variant"] == {"diff": "0.5.3.diff", "releases": ">=0.5.3", "base": "0.5.3"}
@@ -257,19 +291,22 @@ def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_pat
     assert data["base_source"].startswith("tag v0.5.2 of ")
     assert [f["merge"] for f in data["files"]] == ["clean"]
 
-    code, data = run_json("refresh", "up-decode-splits", "--ref", "origin/main", "--repo", str(user),
-                          "--series", str(series))
+    code, data = run_json(
+        "refresh", "up-decode-splits", "--ref", "origin/main", "--repo", str(user), "--series", str(series)
+    )
     assert code == 0 and data["outcome"] == "written", data
     [moved] = data["files"]
     assert moved["path"] == MOVED_DECODE and moved["old_path"] == f"{TRITON_OPS}/decode_attention.py"
     assert decode_meta.read_text() == decode_before.replace(
         "  { diff = '0.5.2.diff', releases = '>=0.5.2', base = '0.5.2' },  # the first\n",
         "  { diff = '0.5.2.diff', releases = '>=0.5.2,<0.5.3', base = '0.5.2' },  # the first\n"
-        '  {diff = "0.5.3.diff", releases = ">=0.5.3", base = "0.5.3"},\n')
+        '  {diff = "0.5.3.diff", releases = ">=0.5.3", base = "0.5.3"},\n',
+    )
 
     # Present upstream: nothing to write.
-    code, data = run_json("refresh", "up-extend-flag", "--ref", "origin/main", "--repo", str(user),
-                          "--series", str(series))
+    code, data = run_json(
+        "refresh", "up-extend-flag", "--ref", "origin/main", "--repo", str(user), "--series", str(series)
+    )
     assert code == 0 and data["outcome"] == "present-upstream" and data["written"] == []
 
     meta = (series / "up-prefill-block" / "patch.toml").read_text()
@@ -281,11 +318,11 @@ def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_pat
     assert _clone_state(user) == clone_before
 
     # Never overwrite silently: a second refresh for 0.5.3 is refused, --replace rebuilds in place.
-    proc = run_cli("refresh", "up-prefill-block", "--ref", "origin/main", "--repo", str(user),
-                   "--series", str(series))
+    proc = run_cli("refresh", "up-prefill-block", "--ref", "origin/main", "--repo", str(user), "--series", str(series))
     assert proc.returncode == 8 and "already has variant 0.5.3.diff" in proc.stderr
-    code, data = run_json("refresh", "up-prefill-block", "--ref", "origin/main", "--repo", str(user),
-                          "--series", str(series), "--replace")
+    code, data = run_json(
+        "refresh", "up-prefill-block", "--ref", "origin/main", "--repo", str(user), "--series", str(series), "--replace"
+    )
     assert code == 0 and data["replaced"] is True and data["from_variant"] == "0.5.2.diff"
 
     # The proof: the patch engine applies the refreshed series to a clone of the new release.
@@ -297,8 +334,9 @@ def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_pat
     assert statuses["up-prefill-block"] == ("applied", "0.5.3.diff")
     assert statuses["up-decode-splits"] == ("applied", "0.5.3.diff")
     prefill = (target / "python" / TRITON_OPS / "prefill_attention.py").read_text()
-    assert ("BLOCK = 128  # Hopper and newer\n    else:\n        BLOCK = 64\n"
-            "    if _is_cuda and CUDA_CAPABILITY[0] == 12:") in prefill
+    assert (
+        "BLOCK = 128  # Hopper and newer\n    else:\n        BLOCK = 64\n    if _is_cuda and CUDA_CAPABILITY[0] == 12:"
+    ) in prefill
     decode = (target / "python" / MOVED_DECODE).read_text()
     assert "# sm120kit test patch: the split count must fit the logits buffer." in decode
 
@@ -311,8 +349,18 @@ def test_refresh_merge_conflict_is_left_for_a_person(history, tmp_path):
     _, user, _ = history
     series = _copy_series(tmp_path)
     before = _hashes(series)
-    code, data = run_json("refresh", "up-prefill-block", "--ref", "origin/conflicting", "--repo", str(user),
-                          "--as-release", "0.5.3", "--series", str(series))
+    code, data = run_json(
+        "refresh",
+        "up-prefill-block",
+        "--ref",
+        "origin/conflicting",
+        "--repo",
+        str(user),
+        "--as-release",
+        "0.5.3",
+        "--series",
+        str(series),
+    )
     assert code == 4, data
     assert data["outcome"] == "conflict" and data["written"] == []
     [merged] = data["files"]
@@ -327,20 +375,53 @@ def test_refresh_merge_conflict_is_left_for_a_person(history, tmp_path):
     assert "<<<<<<< sglang origin/conflicting" in text and ">>>>>>> up-prefill-block 0.5.2.diff" in text
     assert (draft / "0.5.3.diff").is_file()
 
-    proc = run_cli("refresh", "up-prefill-block", "--ref", "origin/conflicting", "--repo", str(user),
-                   "--as-release", "0.5.3", "--series", str(series))
+    proc = run_cli(
+        "refresh",
+        "up-prefill-block",
+        "--ref",
+        "origin/conflicting",
+        "--repo",
+        str(user),
+        "--as-release",
+        "0.5.3",
+        "--series",
+        str(series),
+    )
     assert proc.returncode == 4
     assert f"needs a person: {TRITON_OPS}/prefill_attention.py line" in proc.stdout
     assert "error: up-prefill-block: the merge onto origin/conflicting" in proc.stderr
-    json.loads(run_cli("refresh", "up-prefill-block", "--ref", "origin/conflicting", "--repo", str(user),
-                       "--as-release", "0.5.3", "--series", str(series), "--json").stdout)
+    json.loads(
+        run_cli(
+            "refresh",
+            "up-prefill-block",
+            "--ref",
+            "origin/conflicting",
+            "--repo",
+            str(user),
+            "--as-release",
+            "0.5.3",
+            "--series",
+            str(series),
+            "--json",
+        ).stdout
+    )
 
 
 def test_refresh_takes_a_resolution_from_the_draft_folder(history, tmp_path):
     up, user, _ = history
     series = _copy_series(tmp_path)
-    args = ("refresh", "up-prefill-block", "--ref", "origin/conflicting", "--repo", str(user), "--as-release",
-            "0.5.3", "--series", str(series))
+    args = (
+        "refresh",
+        "up-prefill-block",
+        "--ref",
+        "origin/conflicting",
+        "--repo",
+        str(user),
+        "--as-release",
+        "0.5.3",
+        "--series",
+        str(series),
+    )
     code, data = run_json(*args)
     assert code == 4
     draft = Path(data["draft_dir"])
@@ -353,9 +434,11 @@ def test_refresh_takes_a_resolution_from_the_draft_folder(history, tmp_path):
     # A person keeps upstream's BLOCK = 32 and the patch's SM12x branch.
     start, end = text.index("<<<<<<< "), text.index(">>>>>>> ")
     end = text.index("\n", end) + 1
-    resolution = ("        BLOCK = 32\n    if _is_cuda and CUDA_CAPABILITY[0] == 12:\n"
-                  "        # sm120kit test patch: 99 KB of shared memory per block on SM12x.\n"
-                  "        BLOCK = 64\n")
+    resolution = (
+        "        BLOCK = 32\n    if _is_cuda and CUDA_CAPABILITY[0] == 12:\n"
+        "        # sm120kit test patch: 99 KB of shared memory per block on SM12x.\n"
+        "        BLOCK = 64\n"
+    )
     merged.write_text(text[:start] + resolution + text[end:])
     code, data = run_json(*args, "--resolved", str(draft))
     assert code == 0 and data["outcome"] == "written" and data["verified"] == "applies", data
@@ -372,16 +455,34 @@ def test_refresh_takes_a_resolution_from_the_draft_folder(history, tmp_path):
 
 def test_matrix_over_refs_and_a_release(history):
     _, user, shas = history
-    code, data = run_json("matrix", "--releases", "0.5.2", "--ref", "origin/main", "--ref", "origin/conflicting",
-                          "--repo", str(user), "--series", str(SERIES))
+    code, data = run_json(
+        "matrix",
+        "--releases",
+        "0.5.2",
+        "--ref",
+        "origin/main",
+        "--ref",
+        "origin/conflicting",
+        "--repo",
+        str(user),
+        "--series",
+        str(SERIES),
+    )
     assert code == 4, data
     labels = [r["target"]["label"] for r in data["rows"]]
-    assert labels == ["0.5.2", f"origin/main @ {shas['release'][:12]}",
-                      f"origin/conflicting @ {shas['conflicting'][:12]}"]
+    assert labels == [
+        "0.5.2",
+        f"origin/main @ {shas['release'][:12]}",
+        f"origin/conflicting @ {shas['conflicting'][:12]}",
+    ]
     release, main, conflicting = (r["cells"] for r in data["rows"])
     assert set(release.values()) == {"0.5.2"}, "the series applies as made on the real 0.5.2"
-    assert main == {"up-prefill-block": "CONFLICT", "up-extend-flag": "upstream", "up-decode-splits": "moved",
-                    "up-capability-helper": "upstream"}
+    assert main == {
+        "up-prefill-block": "CONFLICT",
+        "up-extend-flag": "upstream",
+        "up-decode-splits": "moved",
+        "up-capability-helper": "upstream",
+    }
     assert conflicting["up-prefill-block"] == "CONFLICT" and conflicting["up-decode-splits"] == "0.5.2"
     assert "conflicts on 2 target(s)" in data["message"]
     assert git.Repo(user).git.worktree("list", "--porcelain").count("worktree ") == 1

@@ -31,9 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from apply_support import run_json
 from conftest import SERIES_RELEASES, quick_on_one
+
 from sm120kit.sglang import sm12x_paths
 from sm120kit.sglang.metadata import dist_metadata_files, read_dist_metadata
 
@@ -46,9 +46,13 @@ PREFILL = ("--prefill-attention-backend", "trtllm_mha")
 
 
 def _git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", "-c", "user.name=SGLang tests", "-c", "user.email=tests@sm120kit.invalid",
-                           "-c", "gc.auto=0", *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=SGLang tests", "-c", "user.email=tests@sm120kit.invalid", "-c", "gc.auto=0", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def _replace(path: Path, old: str, new: str) -> None:
@@ -61,49 +65,57 @@ def apply_23112(package: Path) -> None:
     """The pieces of upstream commit 5d12280ae7 (sglang PR #23112) that decide trtllm_mha prefill on SM120,
     applied to 0.5.18's files (identical to the commit's parent in these places)."""
     backend = package.parent / BACKEND
-    _replace(backend, "        self.is_xqa_impl = is_sm90_supported() or is_sm120_supported()\n",
-             "        self.is_xqa_impl = is_sm90_supported() or is_sm120_supported()\n\n"
-             "        # fmha_v2 prefill kernel supports SM90 and SM120\n"
-             "        self.use_fmha_v2 = is_sm90_supported() or is_sm120_supported()\n")
-    _replace(backend, "                    multi_ctas_kv_counter_buffer=self._multi_ctas_kv_counter_buffer,\n"
-                      "                )\n        else:\n",
-             "                    multi_ctas_kv_counter_buffer=self._multi_ctas_kv_counter_buffer,\n"
-             "                )\n"
-             "        elif self.use_fmha_v2 and not cp_v2_active:\n"
-             "            paged_kv = torch.stack([k_cache, v_cache], dim=1)\n"
-             "            o = flashinfer.prefill.trtllm_fmha_v2_prefill(\n"
-             "                (q, paged_kv),\n"
-             '                input_layout="Q_PAGED_KV_NHD",\n'
-             "                workspace_buffer=self.workspace_buffer,\n"
-             "                seq_lens=self.forward_metadata.cache_seqlens_int32,\n"
-             "                max_q_len=self.forward_metadata.max_seq_len_q,\n"
-             "                max_kv_len=self.max_context_len,\n"
-             "                bmm1_scale=bmm1_scale,\n"
-             "                bmm2_scale=bmm2_scale,\n"
-             "                batch_size=forward_batch.batch_size,\n"
-             "                cum_seq_lens_q=self.forward_metadata.cu_seqlens_q,\n"
-             "                cum_seq_lens_kv=self.forward_metadata.cu_seqlens_k,\n"
-             "                block_tables=page_table,\n"
-             "                out_dtype=self.q_data_type,\n"
-             '                mask_mode="causal",\n'
-             "                window_left=layer.sliding_window_size,\n"
-             "                sinks=attention_sink,\n"
-             "            )\n"
-             "        else:\n")
-    _replace(package / "srt" / "server_args.py",
-             '            if prefill_backend == "trtllm_mha" and not is_sm100_supported():\n'
-             "                raise ValueError(\n"
-             '                    "TRTLLM MHA backend for prefill is only supported on Blackwell GPUs (SM100). '
-             'Please use a different prefill backend."\n'
-             "                )\n",
-             '            if prefill_backend == "trtllm_mha" and not (\n'
-             "                is_sm90_supported() or is_sm100_supported() or is_sm120_supported()\n"
-             "            ):\n"
-             "                raise ValueError(\n"
-             '                    "TRTLLM MHA backend for prefill requires Hopper (SM90), Blackwell (SM100), or '
-             'SM120 GPUs. "\n'
-             '                    "Please use a different prefill backend."\n'
-             "                )\n")
+    _replace(
+        backend,
+        "        self.is_xqa_impl = is_sm90_supported() or is_sm120_supported()\n",
+        "        self.is_xqa_impl = is_sm90_supported() or is_sm120_supported()\n\n"
+        "        # fmha_v2 prefill kernel supports SM90 and SM120\n"
+        "        self.use_fmha_v2 = is_sm90_supported() or is_sm120_supported()\n",
+    )
+    _replace(
+        backend,
+        "                    multi_ctas_kv_counter_buffer=self._multi_ctas_kv_counter_buffer,\n"
+        "                )\n        else:\n",
+        "                    multi_ctas_kv_counter_buffer=self._multi_ctas_kv_counter_buffer,\n"
+        "                )\n"
+        "        elif self.use_fmha_v2 and not cp_v2_active:\n"
+        "            paged_kv = torch.stack([k_cache, v_cache], dim=1)\n"
+        "            o = flashinfer.prefill.trtllm_fmha_v2_prefill(\n"
+        "                (q, paged_kv),\n"
+        '                input_layout="Q_PAGED_KV_NHD",\n'
+        "                workspace_buffer=self.workspace_buffer,\n"
+        "                seq_lens=self.forward_metadata.cache_seqlens_int32,\n"
+        "                max_q_len=self.forward_metadata.max_seq_len_q,\n"
+        "                max_kv_len=self.max_context_len,\n"
+        "                bmm1_scale=bmm1_scale,\n"
+        "                bmm2_scale=bmm2_scale,\n"
+        "                batch_size=forward_batch.batch_size,\n"
+        "                cum_seq_lens_q=self.forward_metadata.cu_seqlens_q,\n"
+        "                cum_seq_lens_kv=self.forward_metadata.cu_seqlens_k,\n"
+        "                block_tables=page_table,\n"
+        "                out_dtype=self.q_data_type,\n"
+        '                mask_mode="causal",\n'
+        "                window_left=layer.sliding_window_size,\n"
+        "                sinks=attention_sink,\n"
+        "            )\n"
+        "        else:\n",
+    )
+    _replace(
+        package / "srt" / "server_args.py",
+        '            if prefill_backend == "trtllm_mha" and not is_sm100_supported():\n'
+        "                raise ValueError(\n"
+        '                    "TRTLLM MHA backend for prefill is only supported on Blackwell GPUs (SM100). '
+        'Please use a different prefill backend."\n'
+        "                )\n",
+        '            if prefill_backend == "trtllm_mha" and not (\n'
+        "                is_sm90_supported() or is_sm100_supported() or is_sm120_supported()\n"
+        "            ):\n"
+        "                raise ValueError(\n"
+        '                    "TRTLLM MHA backend for prefill requires Hopper (SM90), Blackwell (SM100), or '
+        'SM120 GPUs. "\n'
+        '                    "Please use a different prefill backend."\n'
+        "                )\n",
+    )
 
 
 def _put_release(repo: Path, version: str, release_dir, *, version_file: bool) -> None:
@@ -118,9 +130,11 @@ def _main_pyproject(release_root: Path) -> str:
     """A ``python/pyproject.toml`` laid out as main's: version dynamic, from git tags (setuptools-scm)."""
     [meta] = dist_metadata_files(release_root, "sglang")
     deps = read_dist_metadata(meta).get_all("Requires-Dist") or []
-    return ('[project]\nname = "sglang"\ndynamic = ["version"]\ndependencies = [\n'
-            + "".join(f"  {json.dumps(d)},\n" for d in deps)
-            + ']\n\n[tool.setuptools_scm]\nroot = ".."\nversion_file = "sglang/_version.py"\n')
+    return (
+        '[project]\nname = "sglang"\ndynamic = ["version"]\ndependencies = [\n'
+        + "".join(f"  {json.dumps(d)},\n" for d in deps)
+        + ']\n\n[tool.setuptools_scm]\nroot = ".."\nversion_file = "sglang/_version.py"\n'
+    )
 
 
 @pytest.fixture(scope="module")
@@ -166,10 +180,13 @@ def _fixed_gate_series(tmp_path: Path) -> Path:
     text = diff.read_text()
     start = text.index(f"+++ b/{GATE}\n")
     head, body = text[:start], text[start:]
-    body = body.replace("+DEEP_GEMM_OK = False\n",
-                        "+TRTLLM_MHA_PREFILL_OK = False\n+TRTLLM_MHA_DECODE_OK = True\n+DEEP_GEMM_OK = False\n", 1)
+    body = body.replace(
+        "+DEEP_GEMM_OK = False\n",
+        "+TRTLLM_MHA_PREFILL_OK = False\n+TRTLLM_MHA_DECODE_OK = True\n+DEEP_GEMM_OK = False\n",
+        1,
+    )
     fixed = '{"prefill": TRTLLM_MHA_PREFILL_OK, "decode": TRTLLM_MHA_DECODE_OK}[role]'
-    for use in (' and not trtllm_mha_runs(role):', '    if trtllm_mha_runs(role):'):
+    for use in (" and not trtllm_mha_runs(role):", "    if trtllm_mha_runs(role):"):
         assert body.count(use) == 1, use
         body = body.replace(use, use.replace("trtllm_mha_runs(role)", fixed))
     count = int(re.search(r"@@ -0,0 \+1,(\d+) @@", body).group(1))
@@ -202,6 +219,7 @@ def _gate_text() -> bytes:
 
 # -- the two readers of the trtllm_mha roles agree -----------------------------------------------------------
 
+
 @pytest.mark.parametrize("version", quick_on_one(SERIES_RELEASES))
 def test_gate_and_sm120kit_read_the_same_roles_from_a_release(version, release_dir, tmp_path):
     from packaging.version import Version
@@ -226,6 +244,7 @@ def test_gate_and_sm120kit_read_the_same_roles_from_main(main_repo, tmp_path):
 
 
 # -- how main is labelled ----------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_a_main_commit_follows_the_release_branched_off_its_history(main_repo):
@@ -264,13 +283,16 @@ def test_a_main_commit_between_releases_reports_no_missing_files(main_repo):
     0.5.16, is not applicable because its code is not there yet: neither is a file that is gone."""
     repo, shas = main_repo
     assert _git("describe", "--tags", "--abbrev=0", shas["0.5.12"], cwd=repo) == "v0.5.6.post2"
-    code, data = run_json("check-upstream", "--ref", shas["0.5.12"], "--repo", str(repo), "--no-fetch",
-                          "--error-on-warn")
+    code, data = run_json(
+        "check-upstream", "--ref", shas["0.5.12"], "--repo", str(repo), "--no-fetch", "--error-on-warn"
+    )
     assert code == 0 and data["warnings"] == [], data
     assert (data["target"]["version"], data["target"]["exact_release"]) == ("0.5.11", False)
     patches = {p["id"]: p for p in data["patches"]}
-    for patch_id, words in (("sm120-double-sparsity-attention", "retired"),
-                            ("sm120-inkling-moe-stages", "not there yet")):
+    for patch_id, words in (
+        ("sm120-double-sparsity-attention", "retired"),
+        ("sm120-inkling-moe-stages", "not there yet"),
+    ):
         assert patches[patch_id]["status"] == "not-applicable" and patches[patch_id]["moved"] == [], patch_id
         assert words in patches[patch_id]["detail"], patches[patch_id]["detail"]
     assert patches[GATING]["status"] == "applies"
@@ -301,6 +323,7 @@ def test_a_release_committed_without_its_tag_is_that_release(tmp_path, release_d
 
 
 # -- gating on a main that runs trtllm_mha prefill on SM120 ------------------------------------------------
+
 
 @pytest.mark.slow
 def test_check_upstream_reports_a_gate_that_would_disable_a_working_backend(main_repo, tmp_path):

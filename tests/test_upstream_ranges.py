@@ -14,10 +14,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from apply_support import run_cli, run_json
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from apply_support import run_cli, run_json
 from sm120kit.patching import ranges
 from sm120kit.patching.plan import plan_series
 from sm120kit.patching.series import load_series
@@ -47,6 +47,7 @@ def _one_patch_series(tmp_path: Path, patch_id: str, edit: tuple[str, str] | Non
 
 
 # -- the reading of a range (quick: the real series' metadata, no release) ----------------------------------
+
 
 def test_a_prerelease_takes_the_range_that_starts_at_its_release():
     series = load_series(SERIES)
@@ -82,8 +83,10 @@ def test_refresh_ranges_for_a_prerelease_or_dev_release_hold_it():
     """refresh writes '>=X,<F' for a pre-release or dev release X of a release F that has a variant; read
     strictly that range is empty (it was written, then refused as holding nothing)."""
     gating = load_series(SERIES).get(GATING)
-    for release, source, expected in (("0.5.3rc1", "0.5.2.diff", ">=0.5.3rc1,<0.5.3"),
-                                      ("0.5.4.post1.dev0", "0.5.4.diff", ">=0.5.4.post1.dev0,<0.5.4.post1")):
+    for release, source, expected in (
+        ("0.5.3rc1", "0.5.2.diff", ">=0.5.3rc1,<0.5.3"),
+        ("0.5.4.post1.dev0", "0.5.4.diff", ">=0.5.4.post1.dev0,<0.5.4.post1"),
+    ):
         variant = next(v for v in gating.variants if v.name == source)
         closed, new = new_ranges(gating, variant, release)
         assert closed is None and new == expected
@@ -92,6 +95,7 @@ def test_refresh_ranges_for_a_prerelease_or_dev_release_hold_it():
 
 
 # -- real pre-release wheels -----------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", PRERELEASES)
@@ -127,13 +131,21 @@ def test_apply_on_a_prerelease_patches_backend_gating(release_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("version", "edit"), [
-    # A final release in a hole: 0.5.9 above '<0.5.9' and below '>=0.5.10'.
-    ("0.5.9", ('releases = ">=0.5.4.post1,<0.5.10"', 'releases = ">=0.5.4.post1,<0.5.9"')),
-    # A pre-release in a hole: 0.5.10rc0 is no pre-release of 0.5.10.post1, where the next range starts.
-    ("0.5.10rc0", ('releases = ">=0.5.10,<0.5.12"\nbase = "0.5.10"',
-                   'releases = ">=0.5.10.post1,<0.5.12"\nbase = "0.5.10.post1"')),
-])
+@pytest.mark.parametrize(
+    ("version", "edit"),
+    [
+        # A final release in a hole: 0.5.9 above '<0.5.9' and below '>=0.5.10'.
+        ("0.5.9", ('releases = ">=0.5.4.post1,<0.5.10"', 'releases = ">=0.5.4.post1,<0.5.9"')),
+        # A pre-release in a hole: 0.5.10rc0 is no pre-release of 0.5.10.post1, where the next range starts.
+        (
+            "0.5.10rc0",
+            (
+                'releases = ">=0.5.10,<0.5.12"\nbase = "0.5.10"',
+                'releases = ">=0.5.10.post1,<0.5.12"\nbase = "0.5.10.post1"',
+            ),
+        ),
+    ],
+)
 def test_a_release_in_a_hole_is_a_warning(version, edit, tmp_path, release_dir):
     root = release_dir(version)
     series = _one_patch_series(tmp_path, GATING, edit)
@@ -141,8 +153,9 @@ def test_a_release_in_a_hole_is_a_warning(version, edit, tmp_path, release_dir):
     assert code == 0, data
     [patch] = data["patches"]
     assert patch["status"] == "not-applicable" and "hole" in patch["reason"]
-    assert len(data["warnings"]) == 1 and data["warnings"][0].startswith(f"{GATING}: release {version} falls in a "
-                                                                         "hole of the series")
+    assert len(data["warnings"]) == 1 and data["warnings"][0].startswith(
+        f"{GATING}: release {version} falls in a hole of the series"
+    )
     proc = run_cli("apply", str(root / "sglang"), "--dry-run", "--series", str(series))
     assert proc.returncode == 0 and "hole of the series" in proc.stdout + proc.stderr
 

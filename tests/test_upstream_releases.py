@@ -9,15 +9,14 @@ copies of the series with their newer variants taken out, as the series looked b
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
-
 from apply_support import run_cli, run_json
-from sm120kit.patching.series import load_series
+from packaging.version import Version
 from series_support import copy_series
+
+from sm120kit.patching.series import load_series
 
 REPO = Path(__file__).resolve().parent.parent
 SERIES = REPO / "patches" / "sglang"
@@ -95,8 +94,17 @@ def test_matrix_table_json_and_markdown(release_dir):
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("SGLang "))
     columns = [p.id.removeprefix("sm120-") for p in load_series(SERIES).patches]
-    assert columns[:9] == ["capability", "extend-attention", "prefill-attention", "moe-configs", "backend-gating",
-                           "double-sparsity-attention", "inkling-moe-stages", "mla-attention", "decode-kv-splits"]
+    assert columns[:9] == [
+        "capability",
+        "extend-attention",
+        "prefill-attention",
+        "moe-configs",
+        "backend-gating",
+        "double-sparsity-attention",
+        "inkling-moe-stages",
+        "mla-attention",
+        "decode-kv-splits",
+    ]
     assert header.split() == ["SGLang", *columns]
     row = next(line for line in lines if line.startswith("0.5.23 "))
     cells = dict(zip(columns, row.split()[1:]))
@@ -158,8 +166,9 @@ def test_real_merge_conflict_is_reported_not_written(tmp_path, release_dir):
     code, data = run_json("refresh", "sm120-inkling-moe-stages", "--release", "0.5.23", "--series", str(series))
     assert code == 4 and data["outcome"] == "conflict", data
     conflicts = data["files"][0]["conflicts"]
-    assert any("is_sm121()" in " ".join(c["upstream"]) and "is_sm120_supported()" in " ".join(c["patch"])
-               for c in conflicts)
+    assert any(
+        "is_sm121()" in " ".join(c["upstream"]) and "is_sm120_supported()" in " ".join(c["patch"]) for c in conflicts
+    )
     assert data["base_source"] == "SGLang 0.5.17 from PyPI"
     assert (series / "sm120-inkling-moe-stages" / "patch.toml").read_bytes() == meta_before
     assert not (series / "sm120-inkling-moe-stages" / "0.5.23.diff").exists()

@@ -15,9 +15,15 @@ from packaging.specifiers import SpecifierSet
 from sm120kit.errors import SeriesError
 from sm120kit.patching.hunks import file_diffs, place_hunks, split_lines
 from sm120kit.patching.series import load_patch, load_series
-from sm120kit.upstream.refresh import (_new_duplicates, conflict_regions, edit_metadata, merge_file, new_ranges,
-                              unified_diff)
 from sm120kit.upstream.moved import MOVE_SIMILARITY, find_moved
+from sm120kit.upstream.refresh import (
+    _new_duplicates,
+    conflict_regions,
+    edit_metadata,
+    merge_file,
+    new_ranges,
+    unified_diff,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,8 +48,10 @@ def test_new_ranges_close_the_old_range_at_the_new_release():
     prefill = series.get("sm120-prefill-attention")
     assert new_ranges(prefill, prefill.variants[0], "0.5.12") == (">=0.5.2,<0.5.12", ">=0.5.12,<0.5.16")
     for old, new in (new_ranges(gating, by_name["0.5.12.diff"], "0.5.15"),):
-        assert not any(SpecifierSet(old).contains(v) and SpecifierSet(new).contains(v)
-                       for v in ("0.5.12", "0.5.14", "0.5.15", "0.5.18", "0.5.19"))
+        assert not any(
+            SpecifierSet(old).contains(v) and SpecifierSet(new).contains(v)
+            for v in ("0.5.12", "0.5.14", "0.5.15", "0.5.18", "0.5.19")
+        )
 
 
 def test_edit_metadata_changes_two_places_and_keeps_every_other_line(tmp_path):
@@ -59,8 +67,12 @@ def test_edit_metadata_changes_two_places_and_keeps_every_other_line(tmp_path):
     removed = [line for line in old_lines if line not in new_lines]
     added = [line for line in new_lines if line not in old_lines]
     assert removed == ['releases = ">=0.5.21"']
-    assert added == ['releases = ">=0.5.21,<0.5.24"', 'diff = "0.5.24.diff"', 'releases = ">=0.5.24"',
-                     'base = "0.5.24"']
+    assert added == [
+        'releases = ">=0.5.21,<0.5.24"',
+        'diff = "0.5.24.diff"',
+        'releases = ">=0.5.24"',
+        'base = "0.5.24"',
+    ]
     # The new entry goes after the last [[variants]] and before the comment that leads the markers.
     assert new.index('diff = "0.5.24.diff"') < new.index("# Present upstream only when")
     (folder / "patch.toml").write_text(new)
@@ -99,7 +111,8 @@ def test_edit_metadata_keeps_comments_quoting_and_layout(tmp_path):
     assert new == UNUSUAL_LAYOUT.replace(
         'releases = ">=0.5.10"  # open-ended\nbase = "0.5.10"\n\n',
         'releases = ">=0.5.10,<0.5.24"  # open-ended\nbase = "0.5.10"\n\n'
-        '[[variants]]\ndiff = "0.5.24.diff"\nreleases = ">=0.5.24"\nbase = "0.5.24"\n\n')
+        '[[variants]]\ndiff = "0.5.24.diff"\nreleases = ">=0.5.24"\nbase = "0.5.24"\n\n',
+    )
     data = tomllib.loads(new)
     assert [v["releases"] for v in data["variants"]] == [">=0.5.2,<0.5.10", ">=0.5.10,<0.5.24", ">=0.5.24"]
     assert data["variants"][2] == {"diff": "0.5.24.diff", "releases": ">=0.5.24", "base": "0.5.24"}
@@ -107,17 +120,21 @@ def test_edit_metadata_keeps_comments_quoting_and_layout(tmp_path):
     # at the end of the file, after a blank line).
     last = UNUSUAL_LAYOUT.split("# This comment")[0].rstrip("\n") + "\n"
     assert edit_metadata(last, None, None, "0.5.7.diff", ">=0.5.7,<0.5.10", "0.5.7", 2) == (
-        last + '\n[[variants]]\ndiff = "0.5.7.diff"\nreleases = ">=0.5.7,<0.5.10"\nbase = "0.5.7"\n')
+        last + '\n[[variants]]\ndiff = "0.5.7.diff"\nreleases = ">=0.5.7,<0.5.10"\nbase = "0.5.7"\n'
+    )
 
 
 def test_edit_metadata_extends_an_inline_array_of_variants():
-    text = ('id = "demo"\nvariants = [\n    { diff = "0.5.2.diff", releases = ">=0.5.2", base = "0.5.2" },  # one\n]\n'
-            "# the rest\n[upstream]\nforwarded = false\n")
+    text = (
+        'id = "demo"\nvariants = [\n    { diff = "0.5.2.diff", releases = ">=0.5.2", base = "0.5.2" },  # one\n]\n'
+        "# the rest\n[upstream]\nforwarded = false\n"
+    )
     new = edit_metadata(text, 0, ">=0.5.2,<0.5.3", "0.5.3.diff", ">=0.5.3", "0.5.3", 1)
     assert new == text.replace(
         '    { diff = "0.5.2.diff", releases = ">=0.5.2", base = "0.5.2" },  # one\n',
         '    { diff = "0.5.2.diff", releases = ">=0.5.2,<0.5.3", base = "0.5.2" },  # one\n'
-        '    {diff = "0.5.3.diff", releases = ">=0.5.3", base = "0.5.3"},\n')
+        '    {diff = "0.5.3.diff", releases = ">=0.5.3", base = "0.5.3"},\n',
+    )
     assert tomllib.loads(new)["variants"][1] == {"diff": "0.5.3.diff", "releases": ">=0.5.3", "base": "0.5.3"}
 
 
@@ -126,8 +143,8 @@ def test_edit_metadata_keeps_the_quoting_of_the_range_it_closes():
     (tomlkit releases differ in what a plain assignment writes, so the quoting is chosen explicitly)."""
     table = "id = 'demo'\n\n[[variants]]\ndiff = '0.5.2.diff'\nreleases = '>=0.5.2'  # open\nbase = '0.5.2'\n"
     assert edit_metadata(table, 0, ">=0.5.2,<0.5.3", "0.5.3.diff", ">=0.5.3", "0.5.3", 1) == table.replace(
-        "releases = '>=0.5.2'  # open\n", "releases = '>=0.5.2,<0.5.3'  # open\n") + (
-        '\n[[variants]]\ndiff = "0.5.3.diff"\nreleases = ">=0.5.3"\nbase = "0.5.3"\n')
+        "releases = '>=0.5.2'  # open\n", "releases = '>=0.5.2,<0.5.3'  # open\n"
+    ) + ('\n[[variants]]\ndiff = "0.5.3.diff"\nreleases = ">=0.5.3"\nbase = "0.5.3"\n')
     inline = "variants = [{ diff = '0.5.2.diff', releases = '>=0.5.2', base = '0.5.2' }]\n"
     new = edit_metadata(inline, 0, ">=0.5.2,<0.5.3", "0.5.3.diff", ">=0.5.3", "0.5.3", 1)
     assert new.startswith("variants = [{ diff = '0.5.2.diff', releases = '>=0.5.2,<0.5.3', base = '0.5.2' },")
@@ -136,11 +153,14 @@ def test_edit_metadata_keeps_the_quoting_of_the_range_it_closes():
 
 def test_edit_metadata_refuses_a_layout_it_would_reorder():
     """tomlkit writes [[variants]] entries split by another table back together: that is refused, clearly."""
-    split = UNUSUAL_LAYOUT.replace("[upstream]\n  forwarded = false\n  reason = \"indented keys\"\n\n", "")
+    split = UNUSUAL_LAYOUT.replace('[upstream]\n  forwarded = false\n  reason = "indented keys"\n\n', "")
     split = split.replace("[[variants]]\n# a comment", "[upstream]\nforwarded = false\n\n[[variants]]\n# a comment")
     assert tomllib.loads(split)["upstream"] == {"forwarded": False}
-    with pytest.raises(SeriesError, match=r"cannot be edited without reordering it .* put its \[\[variants\]\] "
-                                          r"entries together, or add the new variant by hand"):
+    with pytest.raises(
+        SeriesError,
+        match=r"cannot be edited without reordering it .* put its \[\[variants\]\] "
+        r"entries together, or add the new variant by hand",
+    ):
         edit_metadata(split, 1, ">=0.5.10,<0.5.24", "0.5.24.diff", ">=0.5.24", "0.5.24", 2)
     with pytest.raises(SeriesError, match="holds 2 variant entries where 3 were loaded"):
         edit_metadata(UNUSUAL_LAYOUT, 1, ">=0.5.10,<0.5.24", "0.5.24.diff", ">=0.5.24", "0.5.24", 3)
@@ -198,12 +218,15 @@ def test_find_moved_on_real_releases(release_dir):
     assert "is gone" in gone.describe()
 
 
-@pytest.mark.parametrize("args, message", [
-    (("matrix",), "Name some targets"),
-    (("matrix", "--releases", "9.9.1..9.9.9"), "names no SGLang release"),
-    (("refresh", "no-such-patch", "--release", "0.5.2"), "has no patch 'no-such-patch'"),
-    (("check-upstream", "--release", "not-a-version"), "is not a release version"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("matrix",), "Name some targets"),
+        (("matrix", "--releases", "9.9.1..9.9.9"), "names no SGLang release"),
+        (("refresh", "no-such-patch", "--release", "0.5.2"), "has no patch 'no-such-patch'"),
+        (("check-upstream", "--release", "not-a-version"), "is not a release version"),
+    ],
+)
 def test_usage_errors_are_one_paragraph(args, message, release_dir):
     from apply_support import run_cli
 
@@ -232,8 +255,11 @@ def test_nightly_workflow_runs_commands_that_parse():
     assert len(commands) == 2
     _register()
     for command in commands:
-        words = shlex.split(command.split(" > ")[0].replace("${{ steps.newest.outputs.version }}", "0.5.23")
-                            .replace("$SGLANG_REF", "origin/main"))
+        words = shlex.split(
+            command.split(" > ")[0]
+            .replace("${{ steps.newest.outputs.version }}", "0.5.23")
+            .replace("$SGLANG_REF", "origin/main")
+        )
         sub = cli.get_command(click.Context(cli), words[1])
         ctx = sub.make_context(words[1], words[2:])  # raises on an unknown option or a bad value
         assert ctx.params["fmt"] == "markdown"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from build_support import run_cli
+
 from sm120kit.errors import UsageError
 from sm120kit.verify import check, check_sglang, checks
 from sm120kit.verify.check import ABS, FAIL, OK, REL_FRO, REL_MAX, SKIPPED, CaseResult, Check, Skip
@@ -58,15 +58,19 @@ def test_reference_attention_matches_torch_sdpa():
     q, k, v = torch.randn(37, 8, 64), torch.randn(37, 2, 64), torch.randn(37, 2, 32)
     ours = check.ref_attention(torch, q, k, v, 0.125, causal_offset=0)
     sdpa = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(0, 1), k.repeat_interleave(4, 1).transpose(0, 1), v.repeat_interleave(4, 1).transpose(0, 1),
-        is_causal=True, scale=0.125).transpose(0, 1)
+        q.transpose(0, 1),
+        k.repeat_interleave(4, 1).transpose(0, 1),
+        v.repeat_interleave(4, 1).transpose(0, 1),
+        is_causal=True,
+        scale=0.125,
+    ).transpose(0, 1)
     assert torch.allclose(ours, sdpa, atol=1e-5)
     # a prefix of 5 cached tokens: query i sees keys 0 .. 5 + i
     q2 = torch.randn(3, 8, 64)
     shifted = check.ref_attention(torch, q2, k[:8], v[:8], 0.125, causal_offset=5)
     for i in range(3):
-        alone = check.ref_attention(torch, q2[i:i + 1], k[:6 + i], v[:6 + i], 0.125)
-        assert torch.allclose(shifted[i:i + 1], alone, atol=1e-5)
+        alone = check.ref_attention(torch, q2[i : i + 1], k[: 6 + i], v[: 6 + i], 0.125)
+        assert torch.allclose(shifted[i : i + 1], alone, atol=1e-5)
 
 
 def test_moe_align_reference():
@@ -85,8 +89,9 @@ DUMMY = Check("dummy", "triton", "a dummy", lambda ctx: [])
 def test_status_from_cases():
     good = CaseResult("a", True, 0.001, 0.01, ABS)
     bad = CaseResult("b", False, 0.5, 0.01, ABS)
-    raised = CaseResult("c", False, error="RuntimeError: out of resource: shared memory, Required: 163840, "
-                                          "Hardware limit: 101376")
+    raised = CaseResult(
+        "c", False, error="RuntimeError: out of resource: shared memory, Required: 163840, Hardware limit: 101376"
+    )
     skipped = CaseResult("d", False, skipped="needs the Python package 'dill', which is not installed")
     assert checks.summarize(DUMMY, [good], 1.0, (12, 0)).status == OK
     result = checks.summarize(DUMMY, [good, raised], 1.0, (12, 0))
@@ -126,7 +131,11 @@ def test_select_checks_by_name_and_backend():
     assert [c.name for c in checks.select_checks(["triton-extend"])] == ["triton-extend"]
     assert {c.backend for c in checks.select_checks(["sgl-kernel"])} == {"sgl_kernel"}
     assert {c.name for c in checks.select_checks(["flashinfer", "flashinfer-mla"])} == {
-        "flashinfer-prefill", "flashinfer-decode", "flashinfer-mla", "flashinfer-fp4-gemm"}
+        "flashinfer-prefill",
+        "flashinfer-decode",
+        "flashinfer-mla",
+        "flashinfer-fp4-gemm",
+    }
     with pytest.raises(UsageError, match="names no check"):
         checks.select_checks(["fa3"])
 
@@ -199,10 +208,13 @@ def test_cli_human_output_and_usage_errors():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version, extend_mla, extend_hd256", [
-    ("0.5.23", 71680, 73728),   # SM120 block sizes (sglang PR #14311, from 0.5.9): both fit 101376
-    ("0.5.2", 106496, 114688),  # Hopper block sizes taken on SM120: both over 101376
-])
+@pytest.mark.parametrize(
+    "version, extend_mla, extend_hd256",
+    [
+        ("0.5.23", 71680, 73728),  # SM120 block sizes (sglang PR #14311, from 0.5.9): both fit 101376
+        ("0.5.2", 106496, 114688),  # Hopper block sizes taken on SM120: both over 101376
+    ],
+)
 def test_sglang_checks_compile_against_real_release_for_faked_sm120(release_dir, version, extend_mla, extend_hd256):
     """A real SGLang release from PyPI, imported for a faked 12.0 device (a stand-in for the SM120 GPU this
     machine lacks) with ``sgl_kernel``/``torchvision`` stood in for: every case of the Triton checks reaches
@@ -210,8 +222,12 @@ def test_sglang_checks_compile_against_real_release_for_faked_sm120(release_dir,
     arguments it accepts, and Triton really compiles each kernel for sm_120. The shared memory of the
     compiled kernels is what these checks meet on a real SM120 GPU (30-60 s per release)."""
     root = release_dir(version)
-    proc = subprocess.run([sys.executable, str(TESTS / "verify_plumbing.py"), str(root), "12.0"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(TESTS / "verify_plumbing.py"), str(root), "12.0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     assert set(data["checks"]) == {"triton-extend", "triton-decode", "triton-prefill", "triton-fused-moe"}
@@ -223,8 +239,11 @@ def test_sglang_checks_compile_against_real_release_for_faked_sm120(release_dir,
             # Only an op of the stood-in sgl_kernel may refuse (0.5.2 quantizes FP8 MoE inputs with it).
             assert case["ok"] or case["error"].startswith("StandInCalled: sgl_kernel."), (name, case)
         assert any(c["ok"] for c in cases), name
-    shared = {(k["module"].rsplit(".", 1)[-1], k["constexprs"].get("BLOCK_DMODEL")): k["shared"]
-              for k in data["kernels"] if k["name"] == "_fwd_kernel"}
+    shared = {
+        (k["module"].rsplit(".", 1)[-1], k["constexprs"].get("BLOCK_DMODEL")): k["shared"]
+        for k in data["kernels"]
+        if k["name"] == "_fwd_kernel"
+    }
     assert shared[("extend_attention", 512)] == extend_mla  # MLA 576/512
     assert shared[("extend_attention", 256)] == extend_hd256
     # prefill attention, head dim 256: BLOCK 128 needs 163840 B in both releases (sglang PR #27962 is open)

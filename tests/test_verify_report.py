@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.verify import report
 from sm120kit.hardware.fake_device import PRESETS, faked_cuda
+from sm120kit.verify import report
 from sm120kit.verify.report import (
     ERROR,
     INFO,
@@ -65,8 +65,12 @@ def test_arch_lists_in_every_spelling():
     assert [e.name for e in torch_list] == ["sm_75", "sm_90", "sm_120", "compute_120"]
     env = parse_arch_list("8.0;9.0+PTX 12.0a,12.1f")
     assert [(e.capability, e.suffix, e.kind) for e in env] == [
-        ((8, 0), "", "sass"), ((9, 0), "", "sass"), ((9, 0), "", "ptx"), ((12, 0), "a", "sass"),
-        ((12, 1), "f", "sass")]
+        ((8, 0), "", "sass"),
+        ((9, 0), "", "sass"),
+        ((9, 0), "", "ptx"),
+        ((12, 0), "a", "sass"),
+        ((12, 1), "f", "sass"),
+    ]
     # The fat-binary reader names PTX entries sm_XY, as cuobjdump does; the caller says which kind they are.
     assert parse_arch_list(["sm_80"], kind="ptx")[0].name == "compute_80"
     for bad in ("sm_", "gfx1201", "sm_12x", "9"):
@@ -74,51 +78,76 @@ def test_arch_lists_in_every_spelling():
             parse_arch_list([bad])
 
 
-@pytest.mark.parametrize("name, kind, capability, expected", [
-    ("sm_120a", "sass", (12, 0), True),
-    ("sm_120a", "sass", (12, 1), False),   # arch-specific code runs on exactly that GPU
-    ("sm_121a", "sass", (12, 0), False),
-    ("sm_120", "sass", (12, 1), True),     # plain SASS runs on later minors of the same major
-    ("sm_120f", "sass", (12, 1), True),    # family code: the whole 12.x family from 12.0 on
-    ("sm_120f", "sass", (10, 0), False),
-    ("sm_90a", "sass", (9, 0), True),
-    ("sm_90", "sass", (12, 0), False),     # SASS never crosses a major version
-    ("sm_100a", "sass", (12, 0), False),
-    ("compute_90", "ptx", (12, 0), True),  # PTX is compiled by the driver for any newer GPU
-    ("compute_120", "ptx", (9, 0), False),
-    ("compute_90a", "ptx", (12, 0), False),
-])
+@pytest.mark.parametrize(
+    "name, kind, capability, expected",
+    [
+        ("sm_120a", "sass", (12, 0), True),
+        ("sm_120a", "sass", (12, 1), False),  # arch-specific code runs on exactly that GPU
+        ("sm_121a", "sass", (12, 0), False),
+        ("sm_120", "sass", (12, 1), True),  # plain SASS runs on later minors of the same major
+        ("sm_120f", "sass", (12, 1), True),  # family code: the whole 12.x family from 12.0 on
+        ("sm_120f", "sass", (10, 0), False),
+        ("sm_90a", "sass", (9, 0), True),
+        ("sm_90", "sass", (12, 0), False),  # SASS never crosses a major version
+        ("sm_100a", "sass", (12, 0), False),
+        ("compute_90", "ptx", (12, 0), True),  # PTX is compiled by the driver for any newer GPU
+        ("compute_120", "ptx", (9, 0), False),
+        ("compute_90a", "ptx", (12, 0), False),
+    ],
+)
 def test_which_code_runs_on_which_gpu(name, kind, capability, expected):
     (entry,) = parse_arch_list([name], kind=kind)
     assert runs_on(entry, capability) is expected
 
 
 def test_relevant_environment_variables():
-    env = {"PATH": "/usr/bin", "HOME": "/root", "SGLANG_ENABLE_JIT_DEEPGEMM": "0", "NCCL_PROTO": "LL",
-           "TORCH_CUDA_ARCH_LIST": "12.0a", "FLASHINFER_CUDA_ARCH_LIST": "12.0f", "TRITON_PTXAS_PATH": "/x",
-           "SGL_KERNEL_COMPILE_THREADS": "8", "CUDA_VISIBLE_DEVICES": "0", "LD_LIBRARY_PATH": "/lib"}
+    env = {
+        "PATH": "/usr/bin",
+        "HOME": "/root",
+        "SGLANG_ENABLE_JIT_DEEPGEMM": "0",
+        "NCCL_PROTO": "LL",
+        "TORCH_CUDA_ARCH_LIST": "12.0a",
+        "FLASHINFER_CUDA_ARCH_LIST": "12.0f",
+        "TRITON_PTXAS_PATH": "/x",
+        "SGL_KERNEL_COMPILE_THREADS": "8",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "LD_LIBRARY_PATH": "/lib",
+    }
     assert list(report.relevant_env(env)) == sorted(
-        ["SGLANG_ENABLE_JIT_DEEPGEMM", "NCCL_PROTO", "TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST",
-         "TRITON_PTXAS_PATH", "SGL_KERNEL_COMPILE_THREADS", "CUDA_VISIBLE_DEVICES"])
+        [
+            "SGLANG_ENABLE_JIT_DEEPGEMM",
+            "NCCL_PROTO",
+            "TORCH_CUDA_ARCH_LIST",
+            "FLASHINFER_CUDA_ARCH_LIST",
+            "TRITON_PTXAS_PATH",
+            "SGL_KERNEL_COMPILE_THREADS",
+            "CUDA_VISIBLE_DEVICES",
+        ]
+    )
 
 
 def test_driver_version_from_proc_file():
-    text = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
-            "(dvs-builder@U16-I3-C07-1-1)  Thu Oct  9 19:49:13 UTC 2025\nGCC version:  gcc version 12.3.0\n")
+    text = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+        "(dvs-builder@U16-I3-C07-1-1)  Thu Oct  9 19:49:13 UTC 2025\nGCC version:  gcc version 12.3.0\n"
+    )
     assert report.parse_driver_version_file(text) == "580.159.04"
-    assert report.parse_driver_version_file(
-        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 22 2025") == "570.86.15"
+    assert (
+        report.parse_driver_version_file("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 22 2025")
+        == "570.86.15"
+    )
     assert report.parse_driver_version_file("") is None
 
 
 def test_release_pins_and_mismatches():
-    meta = ("Metadata-Version: 2.4\nName: sglang\nVersion: 0.5.23\nRequires-Dist: torch==2.14.1\n"
-            "Requires-Dist: sglang-kernel==0.4.10\nRequires-Dist: flashinfer_python[cu13]==0.7.2\n"
-            "Requires-Dist: numpy\nRequires-Dist: torch==2.9.1; extra == \"cpu\"\n")
+    meta = (
+        "Metadata-Version: 2.4\nName: sglang\nVersion: 0.5.23\nRequires-Dist: torch==2.14.1\n"
+        "Requires-Dist: sglang-kernel==0.4.10\nRequires-Dist: flashinfer_python[cu13]==0.7.2\n"
+        'Requires-Dist: numpy\nRequires-Dist: torch==2.9.1; extra == "cpu"\n'
+    )
     pins = report.parse_pins(meta)
     assert pins == {"torch": "==2.14.1", "sglang-kernel": "==0.4.10", "flashinfer-python": "==0.7.2"}
-    found = report.pin_mismatches(pins, {"torch": "2.14.1+cu130", "sglang-kernel": "0.4.5",
-                                         "flashinfer-python": None})
+    found = report.pin_mismatches(pins, {"torch": "2.14.1+cu130", "sglang-kernel": "0.4.5", "flashinfer-python": None})
     assert found == [("sglang-kernel", "==0.4.10", "0.4.5")]  # the local tag (+cu130) does not count
 
 
@@ -141,8 +170,10 @@ def test_triton_ptxas_choice(tmp_path):
     own.write_text("#!/bin/sh\n")
     own.chmod(0o755)
     # Triton >= 3.6 assembles sm_90 and later with ptxas-blackwell, earlier targets with ptxas.
-    assert report.triton_ptxas_choice(triton_dir, 120, {}, True)[:2] == (str(bin_dir / "ptxas-blackwell"),
-                                                                         "bundled with triton")
+    assert report.triton_ptxas_choice(triton_dir, 120, {}, True)[:2] == (
+        str(bin_dir / "ptxas-blackwell"),
+        "bundled with triton",
+    )
     assert report.triton_ptxas_choice(triton_dir, 80, {}, True)[0] == str(bin_dir / "ptxas")
     assert report.triton_ptxas_choice(triton_dir, 120, {}, False)[0] == str(bin_dir / "ptxas")
     env = {"TRITON_PTXAS_BLACKWELL_PATH": str(own)}
@@ -162,8 +193,12 @@ def _library(folder: Path, name: str, archs: list[str]) -> Path:
     src.write_text(KERNEL)
     out = folder / f"{name}.abi3.so"
     gencodes = [f"-gencode=arch=compute_{a.removeprefix('sm_')},code={a}" for a in archs]
-    subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", *gencodes, str(src), "-o", str(out)], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        ["nvcc", "-shared", "-Xcompiler", "-fPIC", *gencodes, str(src), "-o", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     src.unlink()
     return out
 
@@ -197,11 +232,14 @@ def _use_site(monkeypatch, site: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset, variant, error", [
-    ("12.0", "sm100", False),  # the loader takes sm100/ for every capability but 9.0; it holds sm_120a
-    ("12.1", "sm100", True),   # sm_120a code does not run on 12.1
-    ("9.0", "sm90", False),
-])
+@pytest.mark.parametrize(
+    "preset, variant, error",
+    [
+        ("12.0", "sm100", False),  # the loader takes sm100/ for every capability but 9.0; it holds sm_120a
+        ("12.1", "sm100", True),  # sm_120a code does not run on 12.1
+        ("9.0", "sm90", False),
+    ],
+)
 def test_sgl_kernel_loader_variant_and_its_archs(kernel_packages, monkeypatch, preset, variant, error):
     """Faked devices stand in for the GPUs; the libraries are real fat binaries."""
     _use_site(monkeypatch, kernel_packages["good"])
@@ -279,7 +317,9 @@ def test_no_gpu_is_judged_for_sm120():
         pytest.skip("this machine has a GPU")
     assert "no GPU" in note
     assert report.judged_capability(None, None) == (
-        (12, 0), "no NVIDIA GPU present: judged for SM120 (12.0), the GPU family sm120kit targets")
+        (12, 0),
+        "no NVIDIA GPU present: judged for SM120 (12.0), the GPU family sm120kit targets",
+    )
 
 
 # -- the decision logic ---------------------------------------------------------------------------------------
@@ -293,8 +333,14 @@ GOOD = dict(
     torch=TorchInfo("2.9.1+cu130", "13.0", None, ("sm_80", "sm_90", "sm_100", "sm_120")),
     triton=PackageInfo("triton", "3.5.1", "/t"),
     sglang=SglangInfo("0.5.23", "/s/sglang", "installed"),
-    sgl_kernel=SglKernelInfo("0.4.10", "/s/sgl_kernel", "sm100", "sm100/common_ops.abi3.so", "why",
-                             (report.LibraryInfo("sm100/common_ops.abi3.so", ("sm_100a", "sm_120a"), (), True),)),
+    sgl_kernel=SglKernelInfo(
+        "0.4.10",
+        "/s/sgl_kernel",
+        "sm100",
+        "sm100/common_ops.abi3.so",
+        "why",
+        (report.LibraryInfo("sm100/common_ops.abi3.so", ("sm_100a", "sm_120a"), (), True),),
+    ),
     flashinfer=FlashInferInfo("0.6.8", "/s/flashinfer", ("12.0f",), "from the visible GPUs"),
     env={},
 )
@@ -321,7 +367,6 @@ def test_cpu_only_torch_is_an_error():
 
 def test_cuda_older_than_12_8_cannot_target_sm120():
     """torch built with CUDA 12.6 on a faked 12.0 device (no SM120 GPU here)."""
-    import torch
 
     old = dataclasses.replace(PRESETS["12.0"], cuda_version="12.6")
     with faked_cuda(old):
@@ -344,28 +389,52 @@ def test_torch_arch_list_coverage_differs_between_12_0_and_12_1():
     assert not _torch_errors(_assess(torch=plain, judged=(12, 1)))
 
 
-@pytest.mark.parametrize("release, judged, bad, machine", [
-    ((12, 4), (12, 0), True, "x86_64"), ((12, 8), (12, 0), False, "x86_64"), ((12, 8), (12, 1), True, "aarch64"),
-    ((12, 9), (12, 1), False, "aarch64"), ((12, 9), (12, 1), True, "x86_64"), ((13, 0), (12, 1), False, "x86_64"),
-    ((12, 4), (9, 0), False, "x86_64"),
-])
+@pytest.mark.parametrize(
+    "release, judged, bad, machine",
+    [
+        ((12, 4), (12, 0), True, "x86_64"),
+        ((12, 8), (12, 0), False, "x86_64"),
+        ((12, 8), (12, 1), True, "aarch64"),
+        ((12, 9), (12, 1), False, "aarch64"),
+        ((12, 9), (12, 1), True, "x86_64"),
+        ((13, 0), (12, 1), False, "x86_64"),
+        ((12, 4), (9, 0), False, "x86_64"),
+    ],
+)
 def test_triton_ptxas_too_old_for_the_target(release, judged, bad, machine):
     tool = ToolInfo("ptxas (Triton)", "/t/ptxas", release, f"{release[0]}.{release[1]}.0", "bundled with triton")
     kernel = dataclasses.replace(GOOD["sgl_kernel"], libraries=())
-    flags = [f for f in _assess(triton_ptxas=tool, judged=judged, sgl_kernel=kernel, machine=machine,
-                                torch=TorchInfo("2.9.1", "13.0", None, ("sm_90", "sm_120", "sm_121")))
-             if f.component == "triton"]
+    flags = [
+        f
+        for f in _assess(
+            triton_ptxas=tool,
+            judged=judged,
+            sgl_kernel=kernel,
+            machine=machine,
+            torch=TorchInfo("2.9.1", "13.0", None, ("sm_90", "sm_120", "sm_121")),
+        )
+        if f.component == "triton"
+    ]
     assert bool(flags) is bad
     if bad:
         assert flags[0].severity == ERROR and "needs ptxas" in flags[0].message
 
 
 def test_flashinfer_jit_archs_must_cover_the_gpu():
-    assert not _errors(_assess(judged=(12, 1), torch=TorchInfo("2.9.1", "13.0", None, ("sm_120",)),
-                               sgl_kernel=SglKernelInfo(None, None)))  # 12.0f runs on 12.1
+    assert not _errors(
+        _assess(
+            judged=(12, 1), torch=TorchInfo("2.9.1", "13.0", None, ("sm_120",)), sgl_kernel=SglKernelInfo(None, None)
+        )
+    )  # 12.0f runs on 12.1
     a_only = dataclasses.replace(GOOD["flashinfer"], jit_archs=("12.0a",))
-    flags = _errors(_assess(judged=(12, 1), flashinfer=a_only, torch=TorchInfo("2.9.1", "13.0", None, ("sm_120",)),
-                            sgl_kernel=SglKernelInfo(None, None)))
+    flags = _errors(
+        _assess(
+            judged=(12, 1),
+            flashinfer=a_only,
+            torch=TorchInfo("2.9.1", "13.0", None, ("sm_120",)),
+            sgl_kernel=SglKernelInfo(None, None),
+        )
+    )
     assert [f.component for f in flags] == ["flashinfer"]
     hopper = dataclasses.replace(GOOD["flashinfer"], jit_archs=("9.0a",))
     assert [f.component for f in _errors(_assess(flashinfer=hopper))] == ["flashinfer"]
@@ -379,8 +448,13 @@ def test_flashinfer_jit_needs_cuda_12_9_on_sm12x():
 
 
 def test_environment_findings():
-    flags = _assess(env={"TORCH_CUDA_ARCH_LIST": "8.0;9.0", "SGLANG_ENABLE_JIT_DEEPGEMM": "1",
-                         "TRITON_PTXAS_PATH": "/does/not/exist"})
+    flags = _assess(
+        env={
+            "TORCH_CUDA_ARCH_LIST": "8.0;9.0",
+            "SGLANG_ENABLE_JIT_DEEPGEMM": "1",
+            "TRITON_PTXAS_PATH": "/does/not/exist",
+        }
+    )
     found = {(f.severity, f.component) for f in flags}
     assert found == {(WARNING, "env"), (WARNING, "triton")}
     assert len([f for f in flags if f.component == "env"]) == 2
@@ -399,8 +473,10 @@ def test_driver_older_than_torch_cuda_is_an_error():
 
 
 def test_other_kernel_libraries_without_the_gpu_are_only_noted():
-    libs = (report.LibraryInfo("sm100/common_ops.abi3.so", ("sm_100a", "sm_120a"), (), True),
-            report.LibraryInfo("flash_ops.abi3.so", ("sm_80", "sm_90a"), (), False))
+    libs = (
+        report.LibraryInfo("sm100/common_ops.abi3.so", ("sm_100a", "sm_120a"), (), True),
+        report.LibraryInfo("flash_ops.abi3.so", ("sm_80", "sm_90a"), (), False),
+    )
     flags = _assess(sgl_kernel=dataclasses.replace(GOOD["sgl_kernel"], libraries=libs))
     assert [(f.severity, f.component) for f in flags] == [(INFO, "sgl_kernel")]
     assert "flash_ops.abi3.so holds sm_80 sm_90a" in flags[0].message
@@ -412,7 +488,20 @@ def test_report_on_this_machine_is_complete_and_serializable():
 
     r = report.collect_report()
     data = json.loads(json.dumps(r.to_json()))
-    assert set(data) >= {"judged_for", "gpu", "driver", "nvcc", "ptxas", "triton_ptxas", "torch", "triton",
-                         "sglang", "sgl_kernel", "flashinfer", "env", "flags"}
+    assert set(data) >= {
+        "judged_for",
+        "gpu",
+        "driver",
+        "nvcc",
+        "ptxas",
+        "triton_ptxas",
+        "torch",
+        "triton",
+        "sglang",
+        "sgl_kernel",
+        "flashinfer",
+        "env",
+        "flags",
+    }
     assert data["torch"]["version"] and data["triton"]["version"]
     assert isinstance(r.flags, tuple) and all(isinstance(e, ArchEntry) for e in parse_arch_list(["sm_90"]))

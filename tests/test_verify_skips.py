@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT
+
 from sm120kit.patching.engine import apply_series
 from sm120kit.patching.series import load_series
 from sm120kit.sglang import releases
@@ -31,8 +31,15 @@ from sm120kit.verify import verifier
 from sm120kit.verify.check import ABSENT, MISSING_PACKAGE, NO_GPU
 
 DRIVER = REPO_ROOT / "tests" / "verify_hidden_dependency.py"
-SGLANG_CHECKS = ("triton-extend", "triton-decode", "triton-prefill", "triton-fused-moe", "triton-tree-verify",
-                 "triton-mla-decode", "torch-native")
+SGLANG_CHECKS = (
+    "triton-extend",
+    "triton-decode",
+    "triton-prefill",
+    "triton-fused-moe",
+    "triton-tree-verify",
+    "triton-mla-decode",
+    "torch-native",
+)
 MLA_CHECKS = ("triton-tree-verify", "triton-mla-decode")
 
 
@@ -46,8 +53,9 @@ def patched_0523(tmp_path_factory) -> Path:
 
 
 def _driver(root: Path, hidden: str, mode: str) -> dict:
-    proc = subprocess.run([sys.executable, str(DRIVER), str(root), hidden, mode], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(DRIVER), str(root), hidden, mode], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -84,8 +92,11 @@ def test_a_hidden_dependency_is_named_and_the_present_module_is_not_called_absen
     patched = _driver(patched_0523, "starlette", "checks")
     assert set(patched) == set(SGLANG_CHECKS)
     for name, result in patched.items():
-        assert (result["status"], result["skip_cause"], result["packages"]) == ("skipped", MISSING_PACKAGE,
-                                                                                 ["starlette"]), (name, result)
+        assert (result["status"], result["skip_cause"], result["packages"]) == (
+            "skipped",
+            MISSING_PACKAGE,
+            ["starlette"],
+        ), (name, result)
         assert "'starlette', which is not installed" in result["detail"] and "is in this SGLang" in result["detail"]
         assert "no sm120_mla module" not in result["detail"]
     for name in MLA_CHECKS:

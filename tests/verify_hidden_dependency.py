@@ -56,9 +56,11 @@ def main() -> int:
     checks.gpu_context = stand_in_gpu
     if mode == "checks":
         ctx, _ = stand_in_gpu(torch)
-        out = {c.name: {"status": r.status, "skip_cause": r.skip_cause, "packages": list(r.packages),
-                        "detail": r.detail}
-               for c in check_sglang.CHECKS for r in [checks.run_check(c, ctx)]}
+        out = {
+            c.name: {"status": r.status, "skip_cause": r.skip_cause, "packages": list(r.packages), "detail": r.detail}
+            for c in check_sglang.CHECKS
+            for r in [checks.run_check(c, ctx)]
+        }
         print(json.dumps(out))
         return 0
     from sm120kit.cli import main as cli_main
@@ -67,17 +69,38 @@ def main() -> int:
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured):
         try:
-            cli_main(["verify", "--sglang", root, "--backend", "triton", "--backend", "torch_native", "--no-audits",
-                      "--json"])
+            cli_main(
+                [
+                    "verify",
+                    "--sglang",
+                    root,
+                    "--backend",
+                    "triton",
+                    "--backend",
+                    "torch_native",
+                    "--no-audits",
+                    "--json",
+                ]
+            )
             code = 0
         except SystemExit as stop:
             code = stop.code
     result = verifier.run_verify(verifier.VerifyPlan(backends=("triton", "torch_native"), sglang=root, audits=False))
     clean = dataclasses.replace(result, report=dataclasses.replace(result.report, flags=()))
-    print(json.dumps({"exit_code": code, "document": json.loads(captured.getvalue()),
-                      "without_report_findings": {"ok": clean.ok, "verdict": clean.verdict,
-                                                  "exit_code": verifier.exit_code(clean),
-                                                  "reason": clean.nothing_verified_reason()}}))
+    print(
+        json.dumps(
+            {
+                "exit_code": code,
+                "document": json.loads(captured.getvalue()),
+                "without_report_findings": {
+                    "ok": clean.ok,
+                    "verdict": clean.verdict,
+                    "exit_code": verifier.exit_code(clean),
+                    "reason": clean.nothing_verified_reason(),
+                },
+            }
+        )
+    )
     return 0
 
 

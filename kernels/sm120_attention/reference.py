@@ -50,7 +50,7 @@ def make_verify_case(
     total_prefix = sum(prefix_lens)
     total_tok = sum(draft_lens)
     pool = total_prefix + pool_extra
-    k_pool = (torch.randn(pool, kv_heads, lk, generator=gen) * 0.5)
+    k_pool = torch.randn(pool, kv_heads, lk, generator=gen) * 0.5
     if lk > lv and kv_heads == 1:  # MLA: V is the first lv dims of the latent K
         v_pool = k_pool[:, :, :lv]
     else:
@@ -58,7 +58,9 @@ def make_verify_case(
     slots = torch.randperm(pool, generator=gen)[:total_prefix]
     q = torch.randn(total_tok, heads, lk, generator=gen) * 0.5
     k_ext = torch.randn(total_tok, kv_heads, lk, generator=gen) * 0.5
-    v_ext = (k_ext[:, :, :lv] if (lk > lv and kv_heads == 1) else torch.randn(total_tok, kv_heads, lv, generator=gen) * 0.5)
+    v_ext = (
+        k_ext[:, :, :lv] if (lk > lv and kv_heads == 1) else torch.randn(total_tok, kv_heads, lv, generator=gen) * 0.5
+    )
     qo_indptr = torch.zeros(batch + 1, dtype=torch.int32)
     kv_indptr = torch.zeros(batch + 1, dtype=torch.int32)
     mask_indptr = torch.zeros(batch + 1, dtype=torch.int64)
@@ -68,7 +70,7 @@ def make_verify_case(
         kv_indptr[b + 1] = kv_indptr[b] + prefix_lens[b]
         n = draft_lens[b]
         full = torch.ones(n, prefix_lens[b] + n, dtype=torch.bool)
-        full[:, prefix_lens[b]:] = tree_mask(n, tree, gen)
+        full[:, prefix_lens[b] :] = tree_mask(n, tree, gen)
         masks.append(full.flatten())
         mask_indptr[b + 1] = mask_indptr[b] + full.numel()
     custom_mask = torch.cat(masks)
@@ -128,8 +130,19 @@ def reference_verify(case, sm_scale=None, k_scale=1.0, v_scale=1.0) -> torch.Ten
 def make_decode_case(prefix_lens, heads=16, lk=576, lv=512, dtype=torch.float16, kv_dtype=None, device="cpu", seed=0):
     """A decode step in the Triton backend's layout: one query token per request, its KV (itself
     included) already in the pool, one latent KV head (MLA)."""
-    case = make_verify_case(prefix_lens, [1] * len(prefix_lens), heads=heads, kv_heads=1, lk=lk, lv=lv,
-                            dtype=dtype, kv_dtype=kv_dtype, tree="chain", device=device, seed=seed)
+    case = make_verify_case(
+        prefix_lens,
+        [1] * len(prefix_lens),
+        heads=heads,
+        kv_heads=1,
+        lk=lk,
+        lv=lv,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        tree="chain",
+        device=device,
+        seed=seed,
+    )
     return case
 
 

@@ -41,7 +41,6 @@ memory (``sm120kit audit`` checks it).
 import importlib.util
 import inspect
 import os
-from typing import Dict, Optional, Tuple
 
 import torch
 import triton
@@ -50,8 +49,9 @@ import triton.language as tl
 
 def _sibling(name: str):
     """The module ``name`` from its file beside this one (for a copy of the kernels loaded from its files)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                     name + ".py"))
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -75,15 +75,15 @@ MAX_TAIL = 64  # longest draft tail (tokens per request) the tree-verify path se
 TAIL_BLOCK_DK = 64  # query/key dims the merge's draft-tail scores take per step ([64 tokens, 64] fp32 at most)
 LOG2E = 1.4426950408889634
 
-_CAPABILITY: Dict[int, Tuple[int, int]] = {}
-_SM_COUNT: Dict[int, int] = {}
+_CAPABILITY: dict[int, tuple[int, int]] = {}
+_SM_COUNT: dict[int, int] = {}
 
 
 def _env_enabled() -> bool:
     return os.environ.get("SGLANG_SM120_MLA", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def _device_index(device) -> Optional[int]:
+def _device_index(device) -> int | None:
     """The CUDA device index of ``device`` (a tensor, torch.device, string, int or None), else None."""
     if isinstance(device, torch.Tensor):
         device = device.device
@@ -110,7 +110,7 @@ def enabled(device=None) -> bool:
     return cap[0] == 12
 
 
-def _positional_names(fn) -> Tuple[str, ...]:
+def _positional_names(fn) -> tuple[str, ...]:
     """The names of ``fn``'s positional parameters, in order (through torch.compiler.disable's wrapper).
 
     The release's launchers take their arguments in orders that changed over releases (``k_scale`` and
@@ -119,7 +119,7 @@ def _positional_names(fn) -> Tuple[str, ...]:
     return tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
-def _by_name(names: Tuple[str, ...], args: tuple, kwargs: dict) -> dict:
+def _by_name(names: tuple[str, ...], args: tuple, kwargs: dict) -> dict:
     named = dict(zip(names, args))
     named.update(kwargs)
     return named
@@ -194,8 +194,9 @@ def _split_range(kv_len, split, num_splits, BLOCK_N: tl.constexpr, MIN_SPLIT: tl
 
 
 @triton.jit
-def _row_block(tb, hb, g, q_start, n_tok, kv_group, kvh, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
-               BLOCK_M: tl.constexpr):
+def _row_block(
+    tb, hb, g, q_start, n_tok, kv_group, kvh, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_M: tl.constexpr
+):
     """Token, head and validity of the rows of row group ``g`` (BLOCK_M rows) of a program's row block."""
     offs_m = g * BLOCK_M + tl.arange(0, BLOCK_M)
     t_loc = tb * BLOCK_T + offs_m // BLOCK_H
@@ -321,11 +322,7 @@ def _prefix_kernel(
 
     acc = acc * (v_scale / l_i[:, None])
     tl.store(
-        O_part
-        + t_glob[:, None] * stride_ot
-        + head[:, None] * stride_oh
-        + split * stride_os
-        + offs_dv[None, :],
+        O_part + t_glob[:, None] * stride_ot + head[:, None] * stride_oh + split * stride_os + offs_dv[None, :],
         acc,
         mask=row_ok[:, None] & (offs_dv[None, :] < Lv),
     )
@@ -432,10 +429,16 @@ def _prefix_pair_kernel(
         m1 = m1_new
 
     o_cols = split * stride_os + offs_d[None, :]
-    tl.store(O_part + t0[:, None] * stride_ot + h0[:, None] * stride_oh + o_cols, acc0 * (v_scale / l0[:, None]),
-             mask=ok0[:, None])
-    tl.store(O_part + t1[:, None] * stride_ot + h1[:, None] * stride_oh + o_cols, acc1 * (v_scale / l1[:, None]),
-             mask=ok1[:, None])
+    tl.store(
+        O_part + t0[:, None] * stride_ot + h0[:, None] * stride_oh + o_cols,
+        acc0 * (v_scale / l0[:, None]),
+        mask=ok0[:, None],
+    )
+    tl.store(
+        O_part + t1[:, None] * stride_ot + h1[:, None] * stride_oh + o_cols,
+        acc1 * (v_scale / l1[:, None]),
+        mask=ok1[:, None],
+    )
     tl.store(L_part + t0 * stride_lt + h0 * stride_lh + split, m0 + tl.log2(l0), mask=ok0)
     tl.store(L_part + t1 * stride_lt + h1 * stride_lh + split, m1 + tl.log2(l1), mask=ok1)
 
@@ -547,8 +550,7 @@ def _tail_kernel(
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     acc = acc / l_safe[:, None]
     tl.store(
-        O_part + t_glob[:, None] * stride_ot + head[:, None] * stride_oh + slot * stride_os
-        + offs_dv[None, :],
+        O_part + t_glob[:, None] * stride_ot + head[:, None] * stride_oh + slot * stride_os + offs_dv[None, :],
         acc,
         mask=row_ok[:, None] & (offs_dv[None, :] < Lv),
     )
@@ -568,13 +570,17 @@ def _slot_parts(O_part, row_o, offs_dv, dv_ok, stride_os, s0, lse, CHUNK_S: tl.c
     """The partial results of the same slots; a slot with no tokens (lse -inf) is neither written by the
     prefix pass nor read here."""
     s = s0 + tl.arange(0, CHUNK_S)
-    return tl.load(O_part + row_o + s[:, None] * stride_os + offs_dv[None, :],
-                   mask=(lse > float("-inf"))[:, None] & dv_ok[None, :], other=0.0)
+    return tl.load(
+        O_part + row_o + s[:, None] * stride_os + offs_dv[None, :],
+        mask=(lse > float("-inf"))[:, None] & dv_ok[None, :],
+        other=0.0,
+    )
 
 
 @triton.jit
-def _merge_slots(O_part, L_part, row_o, row_l, offs_dv, dv_ok, n_slots, stride_os, m_safe, lse0, parts0,
-                 CHUNK_S: tl.constexpr):
+def _merge_slots(
+    O_part, L_part, row_o, row_l, offs_dv, dv_ok, n_slots, stride_os, m_safe, lse0, parts0, CHUNK_S: tl.constexpr
+):
     """Sum over every slot of its partial result weighted by exp2(lse - m_safe), and the sum of the
     weights: the first chunk as the caller loaded it (so its loads overlap the caller's), the rest here."""
     w = tl.where(lse0 > float("-inf"), tl.exp2(lse0 - m_safe), 0.0)
@@ -626,8 +632,9 @@ def _merge_kernel(
     parts0 = _slot_parts(O_part, row_o, offs_dv, dv_ok, stride_os, 0, lse0, CHUNK_S)
     m = tl.max(lse_all, 0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
-    acc, denom = _merge_slots(O_part, L_part, row_o, row_l, offs_dv, dv_ok, n_slots, stride_os, m_safe, lse0, parts0,
-                              CHUNK_S)
+    acc, denom = _merge_slots(
+        O_part, L_part, row_o, row_l, offs_dv, dv_ok, n_slots, stride_os, m_safe, lse0, parts0, CHUNK_S
+    )
     out = acc / tl.where(denom > 0, denom, 1.0)
     tl.store(O + t * stride_out_t + h * stride_out_h + offs_dv, out.to(O.dtype.element_ty), mask=dv_ok)
     if STORE_LSE:
@@ -715,8 +722,11 @@ def _merge_tail_kernel(
     k_rows = K_Ext + (q_start + offs_n)[:, None] * stride_kt + kvh * stride_kh
     parts0 = _slot_parts(O_part, row_o, offs_dv, dv_ok, stride_os, 0, lse0, CHUNK_S)
     allowed = tl.load(mask_ptr + m_start + t_loc * (kv_len + n_tok) + kv_len + offs_n, mask=col_ok, other=0)
-    v = tl.load(V_Ext + (q_start + offs_n)[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
-                mask=col_ok[:, None] & dv_ok[None, :], other=0.0).to(tl.float32)
+    v = tl.load(
+        V_Ext + (q_start + offs_n)[:, None] * stride_vt + kvh * stride_vh + offs_dv[None, :],
+        mask=col_ok[:, None] & dv_ok[None, :],
+        other=0.0,
+    ).to(tl.float32)
     scores = tl.zeros([BLOCK_N], dtype=tl.float32)
     for d0 in tl.static_range(0, Lk, BLOCK_DK):
         offs_d = d0 + offs_k
@@ -735,8 +745,9 @@ def _merge_tail_kernel(
     m = tl.maximum(tl.max(lse_all, 0), lse_tail)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     w_tail = tl.where(lse_tail > float("-inf"), tl.exp2(lse_tail - m_safe), 0.0)
-    acc, denom = _merge_slots(O_part, L_part, row_o, row_l, offs_dv, dv_ok, n_slots, stride_os, m_safe, lse0, parts0,
-                              CHUNK_S)
+    acc, denom = _merge_slots(
+        O_part, L_part, row_o, row_l, offs_dv, dv_ok, n_slots, stride_os, m_safe, lse0, parts0, CHUNK_S
+    )
     acc += o_tail * (w_tail / tl.where(l_tail > 0, l_tail, 1.0))
     denom += w_tail
     out = acc / tl.where(denom > 0, denom, 1.0)
@@ -745,9 +756,23 @@ def _merge_tail_kernel(
 
 def _shared_args(q, k, v, o_part, l_part, n_kv, group, n_head_blocks, splits) -> tuple:
     """The strides and counts the prefix and tail kernels take in the same order."""
-    return (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o_part.stride(0),
-            o_part.stride(1), o_part.stride(2), l_part.stride(0), l_part.stride(1), n_kv, group, n_head_blocks,
-            splits)
+    return (
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        o_part.stride(0),
+        o_part.stride(1),
+        o_part.stride(2),
+        l_part.stride(0),
+        l_part.stride(1),
+        n_kv,
+        group,
+        n_head_blocks,
+        splits,
+    )
 
 
 def _v_shares_k(k_buffer: torch.Tensor, v_buffer: torch.Tensor, block_d: int, lv: int) -> bool:
@@ -759,8 +784,9 @@ def _v_shares_k(k_buffer: torch.Tensor, v_buffer: torch.Tensor, block_d: int, lv
     )
 
 
-def call_of(q, k_buffer, v_buffer, o, q_indptr, kv_indptr, kv_indices, batch, max_tokens, tail=None,
-            lse_out=None) -> "routes.Call":
+def call_of(
+    q, k_buffer, v_buffer, o, q_indptr, kv_indptr, kv_indices, batch, max_tokens, tail=None, lse_out=None
+) -> "routes.Call":
     """What the route needs to know of a call of :func:`_run_split_attention` (same arguments): its shape and
     dtypes, the GPU's SM count, and what the CUDA kernels offer it (compiled at first use where they take it)."""
     lk, lv = q.shape[-1], v_buffer.shape[-1]
@@ -769,24 +795,60 @@ def call_of(q, k_buffer, v_buffer, o, q_indptr, kv_indptr, kv_indices, batch, ma
     v_from_k = _v_shares_k(k_buffer, v_buffer, head_dim_split(lk)[0], lv)
     cuda = None
     # decode has no query pointers yet: kv_indptr stands in for their dtype and layout checks
-    if (v_from_k and cuda_prefix.serves(q, k_buffer, kv_indptr if decode else q_indptr, kv_indptr, kv_indices, n_kv)
-            and cuda_prefix.kernel(q.device) is not None):
+    if (
+        v_from_k
+        and cuda_prefix.serves(q, k_buffer, kv_indptr if decode else q_indptr, kv_indptr, kv_indices, n_kv)
+        and cuda_prefix.kernel(q.device) is not None
+    ):
         one_launch = cuda_prefix.output_fits(o, lse_out) and (tail is None or cuda_prefix.fused_fits(q, o, *tail))
-        cuda = routes.Cuda(cuda_prefix.ROWS, cuda_prefix.ROWS16, cuda_prefix.FUSED_MAX_SLOTS,
-                           cuda_prefix.fused_capacity(q, k_buffer, kv_indices, cuda_prefix.ROWS),
-                           cuda_prefix.fused_capacity(q, k_buffer, kv_indices, cuda_prefix.ROWS16), one_launch)
-    return routes.Call(decode, batch, max_tokens, q.shape[1], n_kv, lk, lv, str(k_buffer.dtype).replace("torch.", ""),
-                       tail is not None, _sm_count(q), v_from_k, cuda)
+        cuda = routes.Cuda(
+            cuda_prefix.ROWS,
+            cuda_prefix.ROWS16,
+            cuda_prefix.FUSED_MAX_SLOTS,
+            cuda_prefix.fused_capacity(q, k_buffer, kv_indices, cuda_prefix.ROWS),
+            cuda_prefix.fused_capacity(q, k_buffer, kv_indices, cuda_prefix.ROWS16),
+            one_launch,
+        )
+    return routes.Call(
+        decode,
+        batch,
+        max_tokens,
+        q.shape[1],
+        n_kv,
+        lk,
+        lv,
+        str(k_buffer.dtype).replace("torch.", ""),
+        tail is not None,
+        _sm_count(q),
+        v_from_k,
+        cuda,
+    )
 
 
-def _run_split_attention(q, k_buffer, v_buffer, o, q_indptr, kv_indptr, kv_indices, batch, max_tokens, sm_scale,
-                         k_scale, v_scale, tail=None, lse_out=None, route=None):
+def _run_split_attention(
+    q,
+    k_buffer,
+    v_buffer,
+    o,
+    q_indptr,
+    kv_indptr,
+    kv_indices,
+    batch,
+    max_tokens,
+    sm_scale,
+    k_scale,
+    v_scale,
+    tail=None,
+    lse_out=None,
+    route=None,
+):
     """Attention of ``q`` over each request's prefix (and, for verify, its draft ``tail`` = (k_ext, v_ext, mask,
     mask_indptr)) into ``o`` (and each row's log-sum-exp into ``lse_out`` where given), by ``route``: by default
     the route :func:`sm120_mla_route.choose` picks for the call (:func:`call_of`)."""
     if route is None:
-        route = routes.choose(call_of(q, k_buffer, v_buffer, o, q_indptr, kv_indptr, kv_indices, batch, max_tokens,
-                                      tail, lse_out))
+        route = routes.choose(
+            call_of(q, k_buffer, v_buffer, o, q_indptr, kv_indptr, kv_indices, batch, max_tokens, tail, lse_out)
+        )
     decode = q_indptr is None
     if decode and route.path != routes.TRITON:  # the CUDA kernel takes a request's query rows from q_indptr
         q_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
@@ -796,35 +858,94 @@ def _run_split_attention(q, k_buffer, v_buffer, o, q_indptr, kv_indptr, kv_indic
         shape = (q.shape[0], q.shape[1], route.splits + (tail is not None))
         o_part = torch.empty(shape + (o.shape[-1],), dtype=torch.bfloat16, device=q.device)
         l_part = torch.empty(shape, dtype=torch.float32, device=q.device)
-        if not cuda_prefix.fused_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, tail, o_part, l_part, o, qk_scale,
-                                      float(v_scale), float(sm_scale) * LOG2E, batch, max_tokens, route.splits,
-                                      route.min_chunk, rows, lse_out):
+        if not cuda_prefix.fused_pass(
+            q,
+            k_buffer,
+            q_indptr,
+            kv_indptr,
+            kv_indices,
+            tail,
+            o_part,
+            l_part,
+            o,
+            qk_scale,
+            float(v_scale),
+            float(sm_scale) * LOG2E,
+            batch,
+            max_tokens,
+            route.splits,
+            route.min_chunk,
+            rows,
+            lse_out,
+        ):
             raise RuntimeError(f"the CUDA kernel declined the route it was given: {route}")
         return
     slots = route.splits + (route.tail == "own pass")
     o_part = torch.empty((q.shape[0], q.shape[1], slots, v_buffer.shape[-1]), dtype=torch.float32, device=q.device)
     l_part = torch.empty((q.shape[0], q.shape[1], slots), dtype=torch.float32, device=q.device)
     if route.path == routes.CUDA64:
-        cuda_prefix.prefix_pass(q, k_buffer, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale,
-                                float(v_scale), batch, max_tokens, route.splits, route.min_chunk)
+        cuda_prefix.prefix_pass(
+            q,
+            k_buffer,
+            q_indptr,
+            kv_indptr,
+            kv_indices,
+            o_part,
+            l_part,
+            qk_scale,
+            float(v_scale),
+            batch,
+            max_tokens,
+            route.splits,
+            route.min_chunk,
+        )
     else:
-        _triton_prefix(route, q, k_buffer, v_buffer, q_indptr if not decode else kv_indptr, kv_indptr, kv_indices,
-                       o_part, l_part, batch, max_tokens, qk_scale, float(v_scale), decode)
+        _triton_prefix(
+            route,
+            q,
+            k_buffer,
+            v_buffer,
+            q_indptr if not decode else kv_indptr,
+            kv_indptr,
+            kv_indices,
+            o_part,
+            l_part,
+            batch,
+            max_tokens,
+            qk_scale,
+            float(v_scale),
+            decode,
+        )
     if route.tail == "own pass":
         _triton_tail(route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part, batch, max_tokens, sm_scale)
-    _triton_merge(route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part, o, lse_out, batch, max_tokens,
-                  sm_scale)
+    _triton_merge(
+        route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part, o, lse_out, batch, max_tokens, sm_scale
+    )
 
 
-def _blocks(route, q, k_buffer, max_tokens) -> Tuple[int, int, int]:
+def _blocks(route, q, k_buffer, max_tokens) -> tuple[int, int, int]:
     """(KV heads, head blocks, row blocks) of a Triton prefix or tail pass."""
     n_kv = k_buffer.shape[-2]
     n_head_blocks = -(-(q.shape[1] // n_kv) // route.tiles.block_h)
     return n_kv, n_head_blocks, n_head_blocks * -(-max_tokens // route.tiles.block_t)
 
 
-def _triton_prefix(route, q, k_buffer, v_buffer, q_indptr, kv_indptr, kv_indices, o_part, l_part, batch, max_tokens,
-                   qk_scale, v_scale, decode):
+def _triton_prefix(
+    route,
+    q,
+    k_buffer,
+    v_buffer,
+    q_indptr,
+    kv_indptr,
+    kv_indices,
+    o_part,
+    l_part,
+    batch,
+    max_tokens,
+    qk_scale,
+    v_scale,
+    decode,
+):
     """The Triton prefix pass: every split's partial result into o_part/l_part."""
     cfg, lk, lv = route.tiles, q.shape[-1], v_buffer.shape[-1]
     n_kv, n_head_blocks, rows_blocks = _blocks(route, q, k_buffer, max_tokens)
@@ -926,8 +1047,9 @@ def _triton_tail(route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part, 
     )
 
 
-def _triton_merge(route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part, o, lse_out, batch, max_tokens,
-                  sm_scale):
+def _triton_merge(
+    route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part, o, lse_out, batch, max_tokens, sm_scale
+):
     """The merge of the slots into ``o`` (the draft tail scored in place where the route says so)."""
     total_tokens, heads, n_slots, lv = o_part.shape
     merge_dv, merge_chunk, merge_warps = route.merge
@@ -999,9 +1121,7 @@ def _triton_merge(route, q, k_buffer, tail, q_indptr, kv_indptr, o_part, l_part,
 
 
 _QDTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_KVDTYPES = _QDTYPES + tuple(
-    getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name)
-)
+_KVDTYPES = _QDTYPES + tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, name))
 
 
 def _scale(value) -> float:
@@ -1150,7 +1270,8 @@ def sm120_mla_decode_fwd(
     release's ``decode_attention_fwd``; returns False, having written nothing, for a case it does
     not serve (not MLA-shaped, soft cap, sinks, score_mod, temperature scaling)."""
     if any(
-        v is not None and not isinstance(v, (bool, int, float)) for k, v in unknown.items()
+        v is not None and not isinstance(v, (bool, int, float))
+        for k, v in unknown.items()
         if not k.startswith("lean_") and k != "uneven_batch"
     ):
         return False

@@ -22,15 +22,17 @@ import ctypes
 import importlib.util
 import os
 import threading
-from typing import Dict, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Optional
 
 import torch
 
 
 def _sibling(name: str):
     """The module ``name`` from its file beside this one (for a copy of the kernels loaded from its files)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                     name + ".py"))
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -63,11 +65,22 @@ SMEM_BYTES = {
     torch.float8_e4m3fn: TILE_BYTES + 2 * FP8_TILE_BYTES + IDX_BYTES + XCH_BYTES,
 }
 # What the source takes as -D flags: it names these and checks its layout against them (static_assert).
-FIGURES: Dict[str, int] = {
-    "ROWS": ROWS, "ROWS16": ROWS16, "BLOCK_N": BLOCK_N, "HEAD_DIM": HEAD_DIM, "V_DIM": V_DIM, "THREADS": THREADS,
-    "SROW": SROW, "SROW8": SROW8, "TILE_BYTES": TILE_BYTES, "TILE8_BYTES": FP8_TILE_BYTES, "IDX_BYTES": IDX_BYTES,
-    "XCH_BYTES": XCH_BYTES, "SMEM_BYTES_BF16": SMEM_BYTES[torch.bfloat16],
-    "SMEM_BYTES_FP8": SMEM_BYTES[torch.float8_e4m3fn], "SMEM_LIMIT": SMEM_LIMIT,
+FIGURES: dict[str, int] = {
+    "ROWS": ROWS,
+    "ROWS16": ROWS16,
+    "BLOCK_N": BLOCK_N,
+    "HEAD_DIM": HEAD_DIM,
+    "V_DIM": V_DIM,
+    "THREADS": THREADS,
+    "SROW": SROW,
+    "SROW8": SROW8,
+    "TILE_BYTES": TILE_BYTES,
+    "TILE8_BYTES": FP8_TILE_BYTES,
+    "IDX_BYTES": IDX_BYTES,
+    "XCH_BYTES": XCH_BYTES,
+    "SMEM_BYTES_BF16": SMEM_BYTES[torch.bfloat16],
+    "SMEM_BYTES_FP8": SMEM_BYTES[torch.float8_e4m3fn],
+    "SMEM_LIMIT": SMEM_LIMIT,
 }
 # The running max of a row moves (and the output is rescaled) only when a step's scores pass it by more
 # than this, base 2: exact up to rounding, and it skips most of the 128 multiplies a thread does per step
@@ -75,9 +88,11 @@ FIGURES: Dict[str, int] = {
 RESCALE_SLACK = 8.0
 FUSED_MAX_SLOTS = 256  # slots (prefix splits and the draft tail) a row block of the fused kernels may have
 
-_NAMED = [((kv, idx), f"{kv_name}_{idx_name}")
-          for kv, kv_name in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8"))
-          for idx, idx_name in ((torch.int32, "i32"), (torch.int64, "i64"))]
+_NAMED = [
+    ((kv, idx), f"{kv_name}_{idx_name}")
+    for kv, kv_name in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8"))
+    for idx, idx_name in ((torch.int32, "i32"), (torch.int64, "i64"))
+]
 KERNEL_NAMES = {key: f"sm120_mla_prefix_mma_{name}" for key, name in _NAMED}
 # The prefix splits, the draft tail and the merge in one cooperative launch (verify with a draft tail).
 FUSED_NAMES = {key: f"sm120_mla_fused_mma_{name}" for key, name in _NAMED}
@@ -92,8 +107,8 @@ SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), SOURCE_NA
 OPTIONS = ("--std=c++17", "--use_fast_math")
 
 _LOCK = threading.Lock()
-_KERNELS: Dict[int, Optional["_Kernel"]] = {}
-_ERRORS: Dict[int, str] = {}
+_KERNELS: dict[int, Optional["_Kernel"]] = {}
+_ERRORS: dict[int, str] = {}
 
 
 def _env_enabled() -> bool:
@@ -109,8 +124,9 @@ def read_source() -> str:
         raise CompileError(f"the CUDA source {SOURCE_PATH} could not be read: {exc}") from exc
 
 
-def compile_cubin(arch: str, source: Optional[str] = None, defines: Tuple[str, ...] = (),
-                  figures: Optional[Mapping[str, int]] = None) -> bytes:
+def compile_cubin(
+    arch: str, source: str | None = None, defines: tuple[str, ...] = (), figures: Mapping[str, int] | None = None
+) -> bytes:
     """Compile the kernels to a cubin for ``arch`` (``sm_120a``, ``sm_90a``) with NVRTC; no GPU needed.
     ``source``: another source text (tests); ``defines``: extra macros (``SM120_TIMELINE`` for the benchmark's
     timeline); ``figures``: other figures than :data:`FIGURES` (tests: the source refuses a layout that differs)."""
@@ -133,13 +149,21 @@ class _Kernel:
                 function = self.module.function(name, SMEM_BYTES[kv_dtype])
                 self.functions[(entry, kv_dtype, idx_dtype)] = function
                 if entry != "prefix":
-                    self.capacity[(entry, kv_dtype, idx_dtype)] = self.module.resident(function, THREADS,
-                                                                                       SMEM_BYTES[kv_dtype])
+                    self.capacity[(entry, kv_dtype, idx_dtype)] = self.module.resident(
+                        function, THREADS, SMEM_BYTES[kv_dtype]
+                    )
 
-    def launch(self, kv_dtype, index_dtype, grid: Tuple[int, int, int], stream: int, args, entry="prefix") -> None:
+    def launch(self, kv_dtype, index_dtype, grid: tuple[int, int, int], stream: int, args, entry="prefix") -> None:
         """Launch ``entry`` for these dtypes; the fused entry points cooperatively (their grid barrier)."""
-        self.module.launch(self.functions[(entry, kv_dtype, index_dtype)], grid, THREADS, SMEM_BYTES[kv_dtype],
-                           stream, args, cooperative=entry != "prefix")
+        self.module.launch(
+            self.functions[(entry, kv_dtype, index_dtype)],
+            grid,
+            THREADS,
+            SMEM_BYTES[kv_dtype],
+            stream,
+            args,
+            cooperative=entry != "prefix",
+        )
 
 
 def _arch(index: int) -> str:
@@ -147,7 +171,7 @@ def _arch(index: int) -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
-def kernel(device: torch.device) -> Optional[_Kernel]:
+def kernel(device: torch.device) -> _Kernel | None:
     """The kernel for ``device``, compiled and loaded on first use; None if it cannot be."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     with _LOCK:
@@ -162,7 +186,7 @@ def kernel(device: torch.device) -> Optional[_Kernel]:
         return _KERNELS[index]
 
 
-def error(device: torch.device) -> Optional[str]:
+def error(device: torch.device) -> str | None:
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _ERRORS.get(index)
 
@@ -202,22 +226,47 @@ def row_blocks(max_tokens: int, heads: int, rows: int = ROWS) -> int:
     return -(-(max_tokens * heads) // rows)
 
 
-def prefix_pass(q, kv, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale: float, v_scale: float,
-                batch: int, max_tokens: int, num_splits: int, min_split: int) -> bool:
+def prefix_pass(
+    q,
+    kv,
+    q_indptr,
+    kv_indptr,
+    kv_indices,
+    o_part,
+    l_part,
+    qk_scale: float,
+    v_scale: float,
+    batch: int,
+    max_tokens: int,
+    num_splits: int,
+    min_split: int,
+) -> bool:
     """Write the prefix partial results of every split into ``o_part``/``l_part``; False if not run."""
     k = kernel(q.device)
     if k is None:
         return False
     heads = q.shape[1]
     args = [
-        ctypes.c_void_p(q.data_ptr()), ctypes.c_void_p(kv.data_ptr()), ctypes.c_void_p(q_indptr.data_ptr()),
-        ctypes.c_void_p(kv_indptr.data_ptr()), ctypes.c_void_p(kv_indices.data_ptr()),
-        ctypes.c_void_p(o_part.data_ptr()), ctypes.c_void_p(l_part.data_ptr()),
-        ctypes.c_float(qk_scale), ctypes.c_float(v_scale), ctypes.c_float(RESCALE_SLACK),
-        ctypes.c_longlong(q.stride(0)), ctypes.c_longlong(q.stride(1)), ctypes.c_longlong(kv.stride(0)),
-        ctypes.c_longlong(o_part.stride(0)), ctypes.c_longlong(o_part.stride(1)),
-        ctypes.c_longlong(o_part.stride(2)), ctypes.c_longlong(l_part.stride(0)),
-        ctypes.c_longlong(l_part.stride(1)), ctypes.c_int(heads), ctypes.c_int(num_splits),
+        ctypes.c_void_p(q.data_ptr()),
+        ctypes.c_void_p(kv.data_ptr()),
+        ctypes.c_void_p(q_indptr.data_ptr()),
+        ctypes.c_void_p(kv_indptr.data_ptr()),
+        ctypes.c_void_p(kv_indices.data_ptr()),
+        ctypes.c_void_p(o_part.data_ptr()),
+        ctypes.c_void_p(l_part.data_ptr()),
+        ctypes.c_float(qk_scale),
+        ctypes.c_float(v_scale),
+        ctypes.c_float(RESCALE_SLACK),
+        ctypes.c_longlong(q.stride(0)),
+        ctypes.c_longlong(q.stride(1)),
+        ctypes.c_longlong(kv.stride(0)),
+        ctypes.c_longlong(o_part.stride(0)),
+        ctypes.c_longlong(o_part.stride(1)),
+        ctypes.c_longlong(o_part.stride(2)),
+        ctypes.c_longlong(l_part.stride(0)),
+        ctypes.c_longlong(l_part.stride(1)),
+        ctypes.c_int(heads),
+        ctypes.c_int(num_splits),
         ctypes.c_int(min_split),
     ]
     stream = torch.cuda.current_stream(q.device).cuda_stream
@@ -227,7 +276,7 @@ def prefix_pass(q, kv, q_indptr, kv_indptr, kv_indices, o_part, l_part, qk_scale
 
 # One word per (device, stream) for the fused kernel's grid barrier: it leaves it ready for the next
 # launch, so it is zeroed once (a launch on another stream gets its own, as two may run at once).
-_BARRIERS: Dict[Tuple[int, int], torch.Tensor] = {}
+_BARRIERS: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def _barrier(device: torch.device, stream: int) -> torch.Tensor:
@@ -292,9 +341,26 @@ def fused_fits(q, o, k_ext, v_ext, mask, mask_indptr) -> bool:
     return _tail_fits(k_ext, v_ext, mask, mask_indptr) and output_fits(o)
 
 
-def fused_pass(q, kv, q_indptr, kv_indptr, kv_indices, tail, o_part, l_part, o, qk_scale: float, v_scale: float,
-               tail_scale: float, batch: int, max_tokens: int, num_splits: int, min_split: int, rows: int = ROWS,
-               lse=None) -> bool:
+def fused_pass(
+    q,
+    kv,
+    q_indptr,
+    kv_indptr,
+    kv_indices,
+    tail,
+    o_part,
+    l_part,
+    o,
+    qk_scale: float,
+    v_scale: float,
+    tail_scale: float,
+    batch: int,
+    max_tokens: int,
+    num_splits: int,
+    min_split: int,
+    rows: int = ROWS,
+    lse=None,
+) -> bool:
     """A whole verify or decode call in one cooperative launch of (row blocks, num_splits (+ 1 for a draft
     tail), batch) programs of ``rows`` query rows (ROWS or ROWS16): the prefix splits, the draft tail
     (``tail`` = (k_ext, v_ext, mask, mask_indptr), or None for decode) and the merge into ``o`` (and each
@@ -306,36 +372,66 @@ def fused_pass(q, kv, q_indptr, kv_indptr, kv_indices, tail, o_part, l_part, o, 
     heads = q.shape[1]
     has_tail = 1 if tail is not None else 0
     grid = (row_blocks(max_tokens, heads, rows), num_splits + has_tail, batch)
-    if (grid[0] * grid[1] * grid[2] > fused_capacity(q, kv, kv_indices, rows)
-            or num_splits + has_tail > FUSED_MAX_SLOTS):
+    if grid[0] * grid[1] * grid[2] > fused_capacity(q, kv, kv_indices, rows) or num_splits + has_tail > FUSED_MAX_SLOTS:
         return False
     stream = torch.cuda.current_stream(q.device).cuda_stream
     bar = _barrier(q.device, stream)
     if tail is not None:
         k_ext, v_ext, mask, mask_indptr = tail
-        tail_args = [ctypes.c_void_p(k_ext.data_ptr()), ctypes.c_longlong(k_ext.stride(0)),
-                     ctypes.c_void_p(mask.data_ptr()), ctypes.c_void_p(mask_indptr.data_ptr()),
-                     ctypes.c_void_p(v_ext.data_ptr()), ctypes.c_longlong(v_ext.stride(0))]
+        tail_args = [
+            ctypes.c_void_p(k_ext.data_ptr()),
+            ctypes.c_longlong(k_ext.stride(0)),
+            ctypes.c_void_p(mask.data_ptr()),
+            ctypes.c_void_p(mask_indptr.data_ptr()),
+            ctypes.c_void_p(v_ext.data_ptr()),
+            ctypes.c_longlong(v_ext.stride(0)),
+        ]
     else:
-        tail_args = [ctypes.c_void_p(0), ctypes.c_longlong(0), ctypes.c_void_p(0), ctypes.c_void_p(0),
-                     ctypes.c_void_p(0), ctypes.c_longlong(0)]
-    args = [
-        ctypes.c_void_p(q.data_ptr()), ctypes.c_void_p(kv.data_ptr()), ctypes.c_void_p(q_indptr.data_ptr()),
-        ctypes.c_void_p(kv_indptr.data_ptr()), ctypes.c_void_p(kv_indices.data_ptr()),
-        ctypes.c_void_p(o_part.data_ptr()), ctypes.c_void_p(l_part.data_ptr()),
-        ctypes.c_float(qk_scale), ctypes.c_float(v_scale), ctypes.c_float(RESCALE_SLACK),
-        ctypes.c_longlong(q.stride(0)), ctypes.c_longlong(q.stride(1)), ctypes.c_longlong(kv.stride(0)),
-        ctypes.c_longlong(o_part.stride(0)), ctypes.c_longlong(o_part.stride(1)),
-        ctypes.c_longlong(o_part.stride(2)), ctypes.c_longlong(l_part.stride(0)),
-        ctypes.c_longlong(l_part.stride(1)), ctypes.c_int(heads), ctypes.c_int(num_splits),
-        ctypes.c_int(min_split),
-    ] + tail_args + [
-        ctypes.c_float(tail_scale), ctypes.c_void_p(o.data_ptr()),
-        ctypes.c_longlong(o.stride(0)), ctypes.c_longlong(o.stride(1)), ctypes.c_int(q.shape[0] * heads),
-        ctypes.c_void_p(bar.data_ptr()), ctypes.c_int(has_tail),
-        ctypes.c_void_p(lse.data_ptr() if lse is not None else 0),
-        ctypes.c_longlong(lse.stride(0) if lse is not None else 0),
-        ctypes.c_longlong(lse.stride(1) if lse is not None else 0),
-    ]
+        tail_args = [
+            ctypes.c_void_p(0),
+            ctypes.c_longlong(0),
+            ctypes.c_void_p(0),
+            ctypes.c_void_p(0),
+            ctypes.c_void_p(0),
+            ctypes.c_longlong(0),
+        ]
+    args = (
+        [
+            ctypes.c_void_p(q.data_ptr()),
+            ctypes.c_void_p(kv.data_ptr()),
+            ctypes.c_void_p(q_indptr.data_ptr()),
+            ctypes.c_void_p(kv_indptr.data_ptr()),
+            ctypes.c_void_p(kv_indices.data_ptr()),
+            ctypes.c_void_p(o_part.data_ptr()),
+            ctypes.c_void_p(l_part.data_ptr()),
+            ctypes.c_float(qk_scale),
+            ctypes.c_float(v_scale),
+            ctypes.c_float(RESCALE_SLACK),
+            ctypes.c_longlong(q.stride(0)),
+            ctypes.c_longlong(q.stride(1)),
+            ctypes.c_longlong(kv.stride(0)),
+            ctypes.c_longlong(o_part.stride(0)),
+            ctypes.c_longlong(o_part.stride(1)),
+            ctypes.c_longlong(o_part.stride(2)),
+            ctypes.c_longlong(l_part.stride(0)),
+            ctypes.c_longlong(l_part.stride(1)),
+            ctypes.c_int(heads),
+            ctypes.c_int(num_splits),
+            ctypes.c_int(min_split),
+        ]
+        + tail_args
+        + [
+            ctypes.c_float(tail_scale),
+            ctypes.c_void_p(o.data_ptr()),
+            ctypes.c_longlong(o.stride(0)),
+            ctypes.c_longlong(o.stride(1)),
+            ctypes.c_int(q.shape[0] * heads),
+            ctypes.c_void_p(bar.data_ptr()),
+            ctypes.c_int(has_tail),
+            ctypes.c_void_p(lse.data_ptr() if lse is not None else 0),
+            ctypes.c_longlong(lse.stride(0) if lse is not None else 0),
+            ctypes.c_longlong(lse.stride(1) if lse is not None else 0),
+        ]
+    )
     k.launch(kv.dtype, kv_indices.dtype, grid, stream, args, "fused16" if rows == ROWS16 else "fused")
     return True

@@ -10,7 +10,7 @@ import ctypes
 import glob
 import os
 import sys
-from typing import Sequence, Tuple
+from collections.abc import Sequence
 
 
 class CompileError(RuntimeError):
@@ -102,8 +102,9 @@ class Module:
         """The kernel ``name``, allowed ``dynamic_shared`` bytes of dynamic shared memory (past 48 KB a kernel
         must be allowed them before its launch)."""
         function = ctypes.c_void_p()
-        _check(self.driver.cuModuleGetFunction(ctypes.byref(function), self.handle, name.encode()),
-               "cuModuleGetFunction")
+        _check(
+            self.driver.cuModuleGetFunction(ctypes.byref(function), self.handle, name.encode()), "cuModuleGetFunction"
+        )
         # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _check(self.driver.cuFuncSetAttribute(function, 8, dynamic_shared), "cuFuncSetAttribute")
         return function
@@ -111,28 +112,57 @@ class Module:
     def resident(self, function: ctypes.c_void_p, threads: int, dynamic_shared: int) -> int:
         """Programs of ``function`` one SM holds at once (a cooperative launch's limit)."""
         per_sm = ctypes.c_int()
-        _check(self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            ctypes.byref(per_sm), function, threads, ctypes.c_size_t(dynamic_shared)),
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        _check(
+            self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                ctypes.byref(per_sm), function, threads, ctypes.c_size_t(dynamic_shared)
+            ),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        )
         return per_sm.value
 
-    def global_address(self, name: str) -> Tuple[int, int]:
+    def global_address(self, name: str) -> tuple[int, int]:
         """(device address, bytes) of the ``__device__`` variable ``name``."""
         ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
-        _check(self.driver.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), self.handle, name.encode()),
-               "cuModuleGetGlobal")
+        _check(
+            self.driver.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), self.handle, name.encode()),
+            "cuModuleGetGlobal",
+        )
         return ptr.value, size.value
 
-    def launch(self, function: ctypes.c_void_p, grid: Tuple[int, int, int], threads: int, dynamic_shared: int,
-               stream: int, args, cooperative: bool = False) -> None:
+    def launch(
+        self,
+        function: ctypes.c_void_p,
+        grid: tuple[int, int, int],
+        threads: int,
+        dynamic_shared: int,
+        stream: int,
+        args,
+        cooperative: bool = False,
+    ) -> None:
         """Launch ``function`` on ``stream`` with ``args`` (ctypes values, in the kernel's order); a cooperative
         launch where the programs wait for each other (all of them must be resident at once)."""
         params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
         if cooperative:
-            _check(self.driver.cuLaunchCooperativeKernel(function, grid[0], grid[1], grid[2], threads, 1, 1,
-                                                         dynamic_shared, ctypes.c_void_p(stream), params),
-                   "cuLaunchCooperativeKernel")
+            _check(
+                self.driver.cuLaunchCooperativeKernel(
+                    function, grid[0], grid[1], grid[2], threads, 1, 1, dynamic_shared, ctypes.c_void_p(stream), params
+                ),
+                "cuLaunchCooperativeKernel",
+            )
             return
-        _check(self.driver.cuLaunchKernel(function, grid[0], grid[1], grid[2], threads, 1, 1, dynamic_shared,
-                                          ctypes.c_void_p(stream), params, None),
-               "cuLaunchKernel")
+        _check(
+            self.driver.cuLaunchKernel(
+                function,
+                grid[0],
+                grid[1],
+                grid[2],
+                threads,
+                1,
+                1,
+                dynamic_shared,
+                ctypes.c_void_p(stream),
+                params,
+                None,
+            ),
+            "cuLaunchKernel",
+        )

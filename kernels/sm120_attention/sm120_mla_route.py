@@ -18,7 +18,8 @@ Benchmarks and tests choose with another table (``TABLE._replace(...)``, :func:`
 """
 
 import contextlib
-from typing import Iterator, NamedTuple, Optional, Tuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 TRITON = "triton"
 CUDA64 = "cuda64"
@@ -52,9 +53,9 @@ class Table(NamedTuple):
     min_chunk_one: int = 64  # the same where a split has one program: "Route: fewest tokens a split"
     waves_decode: int = 8  # Triton decode: waves of programs the splits fill: "Route: split count"
     waves_verify: int = 2  # Triton verify: the same: "Route: split count"
-    merge: Tuple[int, int, int] = (64, 128, 4)  # merge program: value dims, slots a step, warps: "Route: merge program"
-    splits: Optional[int] = None  # a fixed split count (benchmarks); None: from the SM count
-    tiles: Optional[TileConfig] = None  # fixed Triton tiles (benchmarks, compile tests); None: pick_tiles
+    merge: tuple[int, int, int] = (64, 128, 4)  # merge program: value dims, slots a step, warps: "Route: merge program"
+    splits: int | None = None  # a fixed split count (benchmarks); None: from the SM count
+    tiles: TileConfig | None = None  # fixed Triton tiles (benchmarks, compile tests); None: pick_tiles
 
 
 TABLE = Table()
@@ -85,7 +86,7 @@ class Call(NamedTuple):
     tail: bool  # a draft tail to score (verify)
     sm_count: int  # SMs of the GPU
     v_from_k: bool  # the values are the first lv dims of the keys' rows (MLA's latent KV)
-    cuda: Optional[Cuda]  # the CUDA kernels, where they take the call; None: Triton only
+    cuda: Cuda | None  # the CUDA kernels, where they take the call; None: Triton only
 
 
 class Route(NamedTuple):
@@ -95,11 +96,11 @@ class Route(NamedTuple):
     tiles: TileConfig  # the Triton kernels' tiles (TRITON)
     pair: bool  # TRITON verify: the two-group prefix kernel (_prefix_pair_kernel)
     tail: str  # where the draft tail is scored: "none", "one launch", "merge", "own pass"
-    merge: Tuple[int, int, int]  # the Triton merge's value dims, slots a step and warps
+    merge: tuple[int, int, int]  # the Triton merge's value dims, slots a step and warps
     v_from_k: bool  # the Triton prefix kernel reads the values from the keys' rows
 
 
-def head_dim_split(lk: int) -> Optional[Tuple[int, int]]:
+def head_dim_split(lk: int) -> tuple[int, int] | None:
     """(BLOCK_D, BLOCK_DPE) for a query/key head dim: a power of two plus an optional rope part."""
     if lk & (lk - 1) == 0 and 16 <= lk <= 512:
         return lk, 0
@@ -147,7 +148,7 @@ def row_blocks(tokens: int, heads: int, rows: int) -> int:
     return -(-(tokens * heads) // rows)
 
 
-def _one_launch_splits(call: Call, rows: int, capacity: int, table: Table) -> Optional[int]:
+def _one_launch_splits(call: Call, rows: int, capacity: int, table: Table) -> int | None:
     """Prefix splits of a one launch with ``rows`` query rows a program: as many as leave the draft tail its
     slot and fit the GPU at once; None where the one launch cannot take the call."""
     cuda, has_tail = call.cuda, int(call.tail)
@@ -160,7 +161,7 @@ def _one_launch_splits(call: Call, rows: int, capacity: int, table: Table) -> Op
     return splits
 
 
-def choose(call: Call, table: Optional[Table] = None) -> Route:
+def choose(call: Call, table: Table | None = None) -> Route:
     """The route of ``call`` under ``table`` (:data:`TABLE` when None, or what :func:`using` put in its place)."""
     table = TABLE if table is None else table
     group = call.heads // call.kv_heads
@@ -203,7 +204,7 @@ def choose(call: Call, table: Optional[Table] = None) -> Route:
     return route(TRITON, splits, min_chunk, pair=pair, tail=tail)
 
 
-def force(path: str, table: Optional[Table] = None) -> Table:
+def force(path: str, table: Table | None = None) -> Table:
     """``table`` (default :data:`TABLE`) changed so that :func:`choose` takes ``path`` wherever the kernels of
     that path take the call (TRITON: always); benchmarks time each path on the same inputs with it. A one
     launch that cannot take the call leaves CUDA16_ONE_LAUNCH to TRITON and CUDA64_ONE_LAUNCH to CUDA64."""
@@ -215,8 +216,9 @@ def force(path: str, table: Optional[Table] = None) -> Table:
     if path == CUDA64_ONE_LAUNCH:
         return table._replace(mma_min_rows=0, one_launch_max_programs=NEVER)
     if path == CUDA16_ONE_LAUNCH:
-        return table._replace(mma_min_rows=NEVER, rows16_max_programs=NEVER, rows16_min_programs_bf16=0,
-                              rows16_min_programs_bf16_verify=0)
+        return table._replace(
+            mma_min_rows=NEVER, rows16_max_programs=NEVER, rows16_min_programs_bf16=0, rows16_min_programs_bf16_verify=0
+        )
     raise ValueError(f"no route path {path!r}; the paths are {', '.join(PATHS)}")
 
 

@@ -20,27 +20,41 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
-from sm120kit.util.report import Progress, Step, tell
 from sm120kit import runner
-from sm120kit.hardware.arch import is_sm12x, parse_capability
+from sm120kit.audit import backend_support, probe_env, slow_settings
 from sm120kit.errors import UsageError
+from sm120kit.hardware.arch import is_sm12x, parse_capability
 from sm120kit.sglang.target import Target, find_target
-from sm120kit.audit import backend_support
-from sm120kit.audit import probe_env
-from sm120kit.audit import slow_settings
+from sm120kit.util.report import Progress, Step, tell
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-BUNDLED_MODELS = ("llama-mha", "qwen3-moe", "deepseek-v3-mla", "deepseek-v2-lite-mla", "gpt-oss", "qwen3-next-gdn",
-                  "qwen2.5-vl")
+BUNDLED_MODELS = (
+    "llama-mha",
+    "qwen3-moe",
+    "deepseek-v3-mla",
+    "deepseek-v2-lite-mla",
+    "gpt-oss",
+    "qwen3-next-gdn",
+    "qwen2.5-vl",
+)
 DEFAULT_CAPABILITIES = ("12.0", "12.1", "9.0", "10.0")
 SUPPORTED_CAPABILITIES = ("12.0", "12.1", "10.0", "9.0", "8.9")
-BACKEND_KEYS = ("attention_prefill", "attention_decode", "moe_runner", "sampling", "fp8_gemm", "fp4_gemm",
-                "deep_gemm", "mm_attention", "linear_attention")
+BACKEND_KEYS = (
+    "attention_prefill",
+    "attention_decode",
+    "moe_runner",
+    "sampling",
+    "fp8_gemm",
+    "fp4_gemm",
+    "deep_gemm",
+    "mm_attention",
+    "linear_attention",
+)
 PROBE_TIMEOUT_S = 1200
 FAKED = "faked device: no such GPU here; SGLang's own argument resolution ran against it"
 
@@ -124,13 +138,27 @@ class Resolution:
 
     def to_json(self) -> dict:
         return {
-            "ok": self.ok, "status": self.status, "release": self.release, "capability": self.capability,
-            "model": self.model, "args": list(self.args), "flashinfer": self.flashinfer,
-            "deep_gemm_installed": self.deep_gemm, "backends": dict(self.backends),
-            "flagged": [d.to_json() for d in self.details], "error": self.error, "error_type": self.error_type,
-            "missing_module": self.missing_module, "stand_ins": list(self.stand_ins), "method": self.method,
-            "dependency_overlay": list(self.overlay), "device": FAKED, "seconds": self.seconds,
-            "slow": [f.to_json() for f in self.slow], "given": self.given, "attention_arch": self.attention_arch,
+            "ok": self.ok,
+            "status": self.status,
+            "release": self.release,
+            "capability": self.capability,
+            "model": self.model,
+            "args": list(self.args),
+            "flashinfer": self.flashinfer,
+            "deep_gemm_installed": self.deep_gemm,
+            "backends": dict(self.backends),
+            "flagged": [d.to_json() for d in self.details],
+            "error": self.error,
+            "error_type": self.error_type,
+            "missing_module": self.missing_module,
+            "stand_ins": list(self.stand_ins),
+            "method": self.method,
+            "dependency_overlay": list(self.overlay),
+            "device": FAKED,
+            "seconds": self.seconds,
+            "slow": [f.to_json() for f in self.slow],
+            "given": self.given,
+            "attention_arch": self.attention_arch,
             "triton_decode": self.triton_decode,
         }
 
@@ -155,8 +183,7 @@ class BackendAuditResult:
 
     @property
     def rejected_on_12x(self) -> tuple[Resolution, ...]:
-        return tuple(r for r in self.resolutions
-                     if r.status == "rejected" and is_sm12x(parse_capability(r.capability)))
+        return tuple(r for r in self.resolutions if r.status == "rejected" and is_sm12x(parse_capability(r.capability)))
 
     @property
     def slow_on_12x(self) -> tuple[Resolution, ...]:
@@ -181,12 +208,20 @@ class BackendAuditResult:
                 if (f.rule, f.value) in seen:
                     continue
                 seen.add((f.rule, f.value))
-                where = sorted({f"{x.model} on {x.capability}" for x in self.resolutions
-                                if any(o.rule == f.rule and o.value == f.value for o in x.slow)})
+                where = sorted(
+                    {
+                        f"{x.model} on {x.capability}"
+                        for x in self.resolutions
+                        if any(o.rule == f.rule and o.value == f.value for o in x.slow)
+                    }
+                )
                 label = {slow_settings.SLOW: "slow", slow_settings.OVER_SMEM: "over the shared-memory limit"}.get(
-                    f.severity, "no SM120 code")
-                lines.append(f"{label}: {f} ({f.origin}; seen for: {', '.join(where)})"
-                             + (f"; the largest value that fits: {f.largest_fitting}" if f.largest_fitting else ""))
+                    f.severity, "no SM120 code"
+                )
+                lines.append(
+                    f"{label}: {f} ({f.origin}; seen for: {', '.join(where)})"
+                    + (f"; the largest value that fits: {f.largest_fitting}" if f.largest_fitting else "")
+                )
                 lines.append(f"  why: {f.why} [source: {f.source}]")
                 lines.append(f"  fix: {f.fix}")
         return lines
@@ -200,8 +235,13 @@ class BackendAuditResult:
                 if (str(d), d.reason) in seen:
                     continue
                 seen.add((str(d), d.reason))
-                where = sorted({f"{x.model} on {x.capability}" for x in self.resolutions
-                                if any(str(o) == str(d) and o.reason == d.reason for o in x.details)})
+                where = sorted(
+                    {
+                        f"{x.model} on {x.capability}"
+                        for x in self.resolutions
+                        if any(str(o) == str(d) and o.reason == d.reason for o in x.details)
+                    }
+                )
                 lines.append(f"{d}: {d.reason} [source: {d.source}] (seen for: {', '.join(where)})")
         lines.extend(self.split_notes())
         for r in self.resolutions:
@@ -234,21 +274,39 @@ class BackendAuditResult:
             if splits is None:
                 lines.append(f"kv splits: {where}: not computed ({source})")
                 continue
-            lines.append(f"kv splits: {where}: Triton decode max {splits} ({source}; context {context}; "
-                         f"attn_logits+lse {size / (1 << 20):.2f} MiB per decode token)"
-                         + (f"; {note}" if note else ""))
+            lines.append(
+                f"kv splits: {where}: Triton decode max {splits} ({source}; context {context}; "
+                f"attn_logits+lse {size / (1 << 20):.2f} MiB per decode token)" + (f"; {note}" if note else "")
+            )
         return lines
 
     def summary(self) -> str:
         rejected = sum(r.status == "rejected" for r in self.resolutions)
-        return (f"SGLang {self.release or '(unknown release)'}: {len(self.resolutions)} resolution(s), "
-                f"{len(self.flagged)} flagged on 12.x, {rejected} rejected by SGLang, {len(self.not_run)} not run, "
-                f"{len(self.slow_on_12x)} with slow settings on 12.x"
-                + (f", {len(self.over_smem_on_12x)} with a setting whose kernels exceed 12.x's shared memory"
-                   if self.over_smem_on_12x else "") + f" ({self.seconds:.1f} s)")
+        return (
+            f"SGLang {self.release or '(unknown release)'}: {len(self.resolutions)} resolution(s), "
+            f"{len(self.flagged)} flagged on 12.x, {rejected} rejected by SGLang, {len(self.not_run)} not run, "
+            f"{len(self.slow_on_12x)} with slow settings on 12.x"
+            + (
+                f", {len(self.over_smem_on_12x)} with a setting whose kernels exceed 12.x's shared memory"
+                if self.over_smem_on_12x
+                else ""
+            )
+            + f" ({self.seconds:.1f} s)"
+        )
 
-    HEADERS = ("model", "cap", "flashinfer", "attention (prefill/decode)", "kv splits", "moe runner", "sampling",
-               "fp8 gemm", "fp4 gemm", "deepgemm", "result")
+    HEADERS = (
+        "model",
+        "cap",
+        "flashinfer",
+        "attention (prefill/decode)",
+        "kv splits",
+        "moe runner",
+        "sampling",
+        "fp8 gemm",
+        "fp4 gemm",
+        "deepgemm",
+        "result",
+    )
 
     def rows(self) -> list[list[str]]:
         rows = []
@@ -265,24 +323,44 @@ class BackendAuditResult:
                 verdict += "; slow: " + ", ".join(str(f) for f in r.slow_only)
             if r.over_smem:
                 verdict += "; OVER SHARED MEMORY: " + ", ".join(
-                    f"{f} (largest that fits: {f.largest_fitting})" for f in r.over_smem)
+                    f"{f} (largest that fits: {f.largest_fitting})" for f in r.over_smem
+                )
             label = r.model + (" " + " ".join(r.args) if r.args else "")
             attention = r.attention if (b.get("attention_prefill") or b.get("attention_decode")) else "-"
-            rows.append([label, r.capability, "yes" if r.flashinfer else "no", attention, r.kv_splits,
-                         b.get("moe_runner") or "-",
-                         b.get("sampling") or "-", b.get("fp8_gemm") or "-", b.get("fp4_gemm") or "-",
-                         b.get("deep_gemm") or "-", verdict])
+            rows.append(
+                [
+                    label,
+                    r.capability,
+                    "yes" if r.flashinfer else "no",
+                    attention,
+                    r.kv_splits,
+                    b.get("moe_runner") or "-",
+                    b.get("sampling") or "-",
+                    b.get("fp8_gemm") or "-",
+                    b.get("fp4_gemm") or "-",
+                    b.get("deep_gemm") or "-",
+                    verdict,
+                ]
+            )
         return rows
 
     def to_json(self) -> dict:
         return {
-            "root": self.root, "release": self.release, "ok": self.ok, "device": FAKED,
-            "stand_ins": list(self.stand_ins), "dependency_overlay": list(self.overlay),
+            "root": self.root,
+            "release": self.release,
+            "ok": self.ok,
+            "device": FAKED,
+            "stand_ins": list(self.stand_ins),
+            "dependency_overlay": list(self.overlay),
             "seconds": round(self.seconds, 2),
-            "summary": {"resolutions": len(self.resolutions), "flagged_on_12x": len(self.flagged),
-                        "not_run": len(self.not_run),
-                        "rejected": sum(r.status == "rejected" for r in self.resolutions),
-                        "slow_on_12x": len(self.slow_on_12x), "over_smem_on_12x": len(self.over_smem_on_12x)},
+            "summary": {
+                "resolutions": len(self.resolutions),
+                "flagged_on_12x": len(self.flagged),
+                "not_run": len(self.not_run),
+                "rejected": sum(r.status == "rejected" for r in self.resolutions),
+                "slow_on_12x": len(self.slow_on_12x),
+                "over_smem_on_12x": len(self.over_smem_on_12x),
+            },
             "resolutions": [r.to_json() for r in self.resolutions],
             "rules": [rule.to_json() for rule in backend_support.UNSUPPORTED],
             "slow_rules": [rule.to_json() for rule in slow_settings.RULES],
@@ -306,9 +384,9 @@ def model_dir(model: str | Path) -> Path:
         path = path.parent
     if not (path / "config.json").is_file():
         raise UsageError(
-            f"'{model}' is neither a bundled model ({', '.join(BUNDLED_MODELS)}) nor a folder holding a "
-            "config.json.",
-            hint="Pass one of the bundled names, or a folder with the model's config.json (weights are not needed).")
+            f"'{model}' is neither a bundled model ({', '.join(BUNDLED_MODELS)}) nor a folder holding a config.json.",
+            hint="Pass one of the bundled names, or a folder with the model's config.json (weights are not needed).",
+        )
     return path.resolve()
 
 
@@ -322,12 +400,14 @@ def check_capability(text: str) -> str:
     try:
         major, minor = parse_capability(text)
     except ValueError:
-        raise UsageError(f"'{text}' is not a compute capability (expected one of "
-                         f"{', '.join(SUPPORTED_CAPABILITIES)}).") from None
+        raise UsageError(
+            f"'{text}' is not a compute capability (expected one of {', '.join(SUPPORTED_CAPABILITIES)})."
+        ) from None
     label = f"{major}.{minor}"
     if label not in SUPPORTED_CAPABILITIES:
-        raise UsageError(f"No faked device for compute capability {label}; choose from "
-                         f"{', '.join(SUPPORTED_CAPABILITIES)}.")
+        raise UsageError(
+            f"No faked device for compute capability {label}; choose from {', '.join(SUPPORTED_CAPABILITIES)}."
+        )
     return label
 
 
@@ -352,35 +432,56 @@ def _probe_env(target: Target, overlay: probe_env.Overlay, env: Mapping[str, str
     base = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_ENV_PREFIXES)}
     sm120kit_parent = str(Path(__file__).resolve().parents[2])
     paths = [str(target.root)] + ([str(overlay.path)] if overlay.path else []) + [sm120kit_parent]
-    base.update({
-        "PYTHONPATH": os.pathsep.join(paths),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-    })
+    base.update(
+        {
+            "PYTHONPATH": os.pathsep.join(paths),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     base.pop("PYTHONSTARTUP", None)
     if env:
         base.update(env)
     return base
 
 
-def _run_probe(target: Target, overlay: probe_env.Overlay, capability: str, flashinfer: bool, deep_gemm: bool,
-               jobs: Sequence[_Job], env: Mapping[str, str] | None) -> tuple[dict, dict[str, dict]]:
-    request = {"capability": capability, "flashinfer": flashinfer, "deep_gemm": deep_gemm,
-               "jobs": [{"id": j.key, "model": str(j.path), "args": list(j.args)} for j in jobs]}
+def _run_probe(
+    target: Target,
+    overlay: probe_env.Overlay,
+    capability: str,
+    flashinfer: bool,
+    deep_gemm: bool,
+    jobs: Sequence[_Job],
+    env: Mapping[str, str] | None,
+) -> tuple[dict, dict[str, dict]]:
+    request = {
+        "capability": capability,
+        "flashinfer": flashinfer,
+        "deep_gemm": deep_gemm,
+        "jobs": [{"id": j.key, "model": str(j.path), "args": list(j.args)} for j in jobs],
+    }
     with tempfile.TemporaryDirectory(prefix="sm120kit-resolve-") as tmp:
         req_path, out_path = Path(tmp) / "request.json", Path(tmp) / "result.jsonl"
         req_path.write_text(json.dumps(request))
-        result = runner.run(runner.python_argv("-m", "sm120kit.audit.resolve_probe", str(req_path), str(out_path)),
-                            env=_probe_env(target, overlay, env), check=False, timeout=PROBE_TIMEOUT_S,
-                            cwd=tmp, what=f"argument resolution probe ({capability})")
+        result = runner.run(
+            runner.python_argv("-m", "sm120kit.audit.resolve_probe", str(req_path), str(out_path)),
+            env=_probe_env(target, overlay, env),
+            check=False,
+            timeout=PROBE_TIMEOUT_S,
+            cwd=tmp,
+            what=f"argument resolution probe ({capability})",
+        )
         lines = out_path.read_text().splitlines() if out_path.is_file() else []
     if not lines:
         tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
-        failure = {"status": "not-run", "error_type": "ProbeFailed",
-                   "error": f"the resolution probe exited with code {result.returncode} and wrote no result: {tail}"}
+        failure = {
+            "status": "not-run",
+            "error_type": "ProbeFailed",
+            "error": f"the resolution probe exited with code {result.returncode} and wrote no result: {tail}",
+        }
         return {}, {j.key: {"id": j.key, **failure} for j in jobs}
     header = json.loads(lines[0]).get("header", {})
     results = {}
@@ -406,10 +507,12 @@ def backends_from_raw(raw: dict, deep_gemm: bool | None) -> dict[str, str | None
     base = _first(raw, "attention_backend")
     moe = _first(raw, "moe_runner_backend")
     if moe in (None, "auto"):  # releases before the unified moe_runner_backend used switches
-        for flag, name in (("enable_flashinfer_trtllm_moe", "flashinfer_trtllm"),
-                           ("enable_flashinfer_cutlass_moe", "flashinfer_cutlass"),
-                           ("enable_flashinfer_mxfp4_moe", "flashinfer_mxfp4"),
-                           ("enable_triton_kernel_moe", "triton_kernel")):
+        for flag, name in (
+            ("enable_flashinfer_trtllm_moe", "flashinfer_trtllm"),
+            ("enable_flashinfer_cutlass_moe", "flashinfer_cutlass"),
+            ("enable_flashinfer_mxfp4_moe", "flashinfer_mxfp4"),
+            ("enable_triton_kernel_moe", "triton_kernel"),
+        ):
             if raw.get(flag):
                 moe = name
                 break
@@ -432,7 +535,7 @@ def _details(release: str | None, capability: str, backends: dict) -> tuple[Flag
 
 
 def _attention_kind(arch: str | None, model: Path) -> str | None:
-    """"mla" / "mha" from SGLang's own reading (AttentionArch), else from the model's config.json."""
+    """ "mla" / "mha" from SGLang's own reading (AttentionArch), else from the model's config.json."""
     if arch:
         return "mla" if arch.upper() == "MLA" else "mha"
     try:
@@ -442,26 +545,58 @@ def _attention_kind(arch: str | None, model: Path) -> str | None:
     return slow_settings.attention_kind_from_config(config if isinstance(config, dict) else {})
 
 
-def _slow(target: Target, release: str | None, capability: str, job: _Job, raw: dict, backends: dict,
-          given: dict | None, arch: str | None, env: Mapping[str, str] | None) -> tuple:
+def _slow(
+    target: Target,
+    release: str | None,
+    capability: str,
+    job: _Job,
+    raw: dict,
+    backends: dict,
+    given: dict | None,
+    arch: str | None,
+    env: Mapping[str, str] | None,
+) -> tuple:
     from sm120kit.hardware.fake_device import PRESETS
 
     device = PRESETS.get(capability)
     ctx = slow_settings.Context(
-        release=release, capability=capability, package_dir=Path(target.root) / "sglang",
-        given=given or {}, values={**raw, **backends}, env=dict(env or {}),
-        attention=_attention_kind(arch, job.path), sm_count=device.multi_processor_count if device else None)
+        release=release,
+        capability=capability,
+        package_dir=Path(target.root) / "sglang",
+        given=given or {},
+        values={**raw, **backends},
+        env=dict(env or {}),
+        attention=_attention_kind(arch, job.path),
+        sm_count=device.multi_processor_count if device else None,
+    )
     return slow_settings.find(ctx)
 
 
-def _resolution(target: Target, job: _Job, capability: str, flashinfer: bool, deep_gemm: bool, header: dict,
-                data: dict, overlay: probe_env.Overlay, env: Mapping[str, str] | None = None) -> Resolution:
+def _resolution(
+    target: Target,
+    job: _Job,
+    capability: str,
+    flashinfer: bool,
+    deep_gemm: bool,
+    header: dict,
+    data: dict,
+    overlay: probe_env.Overlay,
+    env: Mapping[str, str] | None = None,
+) -> Resolution:
     stand_ins = tuple(header.get("stand_ins", ()))
     # A git clone's files may not state the release; then the version the imported package reports counts.
     release = target.version or header.get("sglang_version")
-    common = dict(release=release, capability=capability, model=job.model, stand_ins=stand_ins,
-                  args=job.args, flashinfer=flashinfer, deep_gemm=deep_gemm, overlay=overlay.packages,
-                  seconds=data.get("seconds"))
+    common = dict(
+        release=release,
+        capability=capability,
+        model=job.model,
+        stand_ins=stand_ins,
+        args=job.args,
+        flashinfer=flashinfer,
+        deep_gemm=deep_gemm,
+        overlay=overlay.packages,
+        seconds=data.get("seconds"),
+    )
     status = data.get("status", "not-run")
     if status != "resolved":
         error = data.get("error") or "no message"
@@ -470,24 +605,46 @@ def _resolution(target: Target, job: _Job, capability: str, flashinfer: bool, de
         elif status == "not-run":
             error = f"{data.get('error_type')}: {error}"
         if data.get("missing_module"):
-            error += (f" (the Python module '{data['missing_module']}' is missing; "
-                      "pip install 'sm120kit[audit]' installs what SGLang's argument code imports)")
+            error += (
+                f" (the Python module '{data['missing_module']}' is missing; "
+                "pip install 'sm120kit[audit]' installs what SGLang's argument code imports)"
+            )
         # What SGLang had chosen when it raised (read from the record it was resolving), flagged the same way:
         # 0.5.6.post2 picks trtllm_mha on 12.0 and then rejects its own choice.
         partial = data.get("partial_raw")
         backends = backends_from_raw(partial, None) if partial else {k: None for k in BACKEND_KEYS}
         details = _details(release, capability, backends) if partial else ()
-        return Resolution(ok=False, backends=backends, flagged=tuple(str(d) for d in details), error=error,
-                          details=details, status=status, error_type=data.get("error_type"),
-                          missing_module=data.get("missing_module"), traceback=data.get("traceback"),
-                          raw=partial or {}, **common)
+        return Resolution(
+            ok=False,
+            backends=backends,
+            flagged=tuple(str(d) for d in details),
+            error=error,
+            details=details,
+            status=status,
+            error_type=data.get("error_type"),
+            missing_module=data.get("missing_module"),
+            traceback=data.get("traceback"),
+            raw=partial or {},
+            **common,
+        )
     backends = backends_from_raw(data.get("raw", {}), data.get("deep_gemm"))
     details = _details(release, capability, backends)
     given, arch = data.get("given"), data.get("attention_arch")
     slow = _slow(target, release, capability, job, data.get("raw", {}), backends, given, arch, env)
-    return Resolution(ok=True, backends=backends, flagged=tuple(str(d) for d in details), error=None,
-                      details=details, method=data.get("method"), raw=data.get("raw", {}), slow=slow,
-                      given=given, attention_arch=arch, triton_decode=data.get("triton_decode"), **common)
+    return Resolution(
+        ok=True,
+        backends=backends,
+        flagged=tuple(str(d) for d in details),
+        error=None,
+        details=details,
+        method=data.get("method"),
+        raw=data.get("raw", {}),
+        slow=slow,
+        given=given,
+        attention_arch=arch,
+        triton_decode=data.get("triton_decode"),
+        **common,
+    )
 
 
 def _overlay(target: Target, release_pins: bool, on_step: Step | None) -> probe_env.Overlay:
@@ -499,23 +656,41 @@ def _overlay(target: Target, release_pins: bool, on_step: Step | None) -> probe_
 # -- public API ---------------------------------------------------------------------------------------------
 
 
-def resolve_many(root: Path | str | Target, requests: Iterable[tuple[str | Path, Sequence[str]]],
-                 capability: str, *, flashinfer: bool = True, deep_gemm: bool = True,
-                 env: Mapping[str, str] | None = None, release_pins: bool = True,
-                 on_step: Step | None = None) -> list[Resolution]:
+def resolve_many(
+    root: Path | str | Target,
+    requests: Iterable[tuple[str | Path, Sequence[str]]],
+    capability: str,
+    *,
+    flashinfer: bool = True,
+    deep_gemm: bool = True,
+    env: Mapping[str, str] | None = None,
+    release_pins: bool = True,
+    on_step: Step | None = None,
+) -> list[Resolution]:
     """Resolve several (model, extra arguments) pairs on one capability in one probe interpreter."""
     target = _target_of(root)
     capability = check_capability(capability)
     overlay = _overlay(target, release_pins, on_step)
     jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(a)) for i, (m, a) in enumerate(requests)]
     header, results = _run_probe(target, overlay, capability, flashinfer, deep_gemm, jobs, env)
-    return [_resolution(target, j, capability, flashinfer, deep_gemm, header, results.get(j.key, {}), overlay, env)
-            for j in jobs]
+    return [
+        _resolution(target, j, capability, flashinfer, deep_gemm, header, results.get(j.key, {}), overlay, env)
+        for j in jobs
+    ]
 
 
-def resolve(root: Path | str | Target, model: str | Path, capability: str, *, args: Sequence[str] = (),
-            flashinfer: bool = True, deep_gemm: bool = True, env: Mapping[str, str] | None = None,
-            release_pins: bool = True, on_step: Step | None = None) -> Resolution:
+def resolve(
+    root: Path | str | Target,
+    model: str | Path,
+    capability: str,
+    *,
+    args: Sequence[str] = (),
+    flashinfer: bool = True,
+    deep_gemm: bool = True,
+    env: Mapping[str, str] | None = None,
+    release_pins: bool = True,
+    on_step: Step | None = None,
+) -> Resolution:
     """Run SGLang's own argument resolution for ``model`` on a faked ``capability`` device.
 
     ``root`` is the folder holding ``sglang/`` (or any path :func:`sm120kit.sglang.target.find_target` accepts);
@@ -526,15 +701,32 @@ def resolve(root: Path | str | Target, model: str | Path, capability: str, *, ar
     :class:`NotSglangTree`) or a dependency that cannot be installed; a failed resolution is a
     :class:`Resolution` with ``ok=False``.
     """
-    return resolve_many(root, [(model, args)], capability, flashinfer=flashinfer, deep_gemm=deep_gemm,
-                        env=env, release_pins=release_pins, on_step=on_step)[0]
+    return resolve_many(
+        root,
+        [(model, args)],
+        capability,
+        flashinfer=flashinfer,
+        deep_gemm=deep_gemm,
+        env=env,
+        release_pins=release_pins,
+        on_step=on_step,
+    )[0]
 
 
-def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | None = None,
-                   capabilities: Sequence[str] = DEFAULT_CAPABILITIES, args: Sequence[str] = (),
-                   flashinfer: Sequence[bool] = (True, False), deep_gemm: bool = True,
-                   env: Mapping[str, str] | None = None, jobs: int | None = None, release_pins: bool = True,
-                   progress: Progress | None = None, on_step: Step | None = None) -> BackendAuditResult:
+def audit_backends(
+    root: Path | str | Target,
+    *,
+    models: Sequence[str | Path] | None = None,
+    capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
+    args: Sequence[str] = (),
+    flashinfer: Sequence[bool] = (True, False),
+    deep_gemm: bool = True,
+    env: Mapping[str, str] | None = None,
+    jobs: int | None = None,
+    release_pins: bool = True,
+    progress: Progress | None = None,
+    on_step: Step | None = None,
+) -> BackendAuditResult:
     """Every model × capability × flashinfer-installed combination, in parallel probe interpreters."""
     started = time.perf_counter()
     target = _target_of(root)
@@ -547,8 +739,11 @@ def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | 
     overlay = _overlay(target, release_pins, on_step)
     combos = [(c, fi) for c in caps for fi in flashinfer]
     workers = max(1, min(len(combos), jobs or os.cpu_count() or 1))
-    tell(on_step, f"resolving {len(models)} model(s) x {len(combos)} device setting(s) with SGLang "
-                     f"{target.version or '(unknown release)'} on faked devices ({workers} in parallel) ...")
+    tell(
+        on_step,
+        f"resolving {len(models)} model(s) x {len(combos)} device setting(s) with SGLang "
+        f"{target.version or '(unknown release)'} on faked devices ({workers} in parallel) ...",
+    )
     done = 0
     outcome: dict[tuple[str, bool], list[Resolution]] = {}
 
@@ -556,8 +751,9 @@ def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | 
         cap, fi = combo
         probe_jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(args)) for i, m in enumerate(models)]
         header, results = _run_probe(target, overlay, cap, fi, deep_gemm, probe_jobs, env)
-        return combo, [_resolution(target, j, cap, fi, deep_gemm, header, results.get(j.key, {}), overlay, env)
-                       for j in probe_jobs]
+        return combo, [
+            _resolution(target, j, cap, fi, deep_gemm, header, results.get(j.key, {}), overlay, env) for j in probe_jobs
+        ]
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for combo, found in pool.map(one, combos):
@@ -571,10 +767,25 @@ def audit_backends(root: Path | str | Target, *, models: Sequence[str | Path] | 
             ordered.append(outcome[combo][index])
     stand_ins = sorted({s for r in ordered for s in r.stand_ins})
     release = target.version or next((r.release for r in ordered if r.release), None)
-    return BackendAuditResult(root=str(target.root), release=release, resolutions=tuple(ordered),
-                              seconds=time.perf_counter() - started, stand_ins=tuple(stand_ins),
-                              overlay=overlay.packages)
+    return BackendAuditResult(
+        root=str(target.root),
+        release=release,
+        resolutions=tuple(ordered),
+        seconds=time.perf_counter() - started,
+        stand_ins=tuple(stand_ins),
+        overlay=overlay.packages,
+    )
 
 
-__all__ = ["Resolution", "BackendAuditResult", "FlaggedChoice", "resolve", "resolve_many", "audit_backends",
-           "BUNDLED_MODELS", "DEFAULT_CAPABILITIES", "model_dir", "backends_from_raw"]
+__all__ = [
+    "Resolution",
+    "BackendAuditResult",
+    "FlaggedChoice",
+    "resolve",
+    "resolve_many",
+    "audit_backends",
+    "BUNDLED_MODELS",
+    "DEFAULT_CAPABILITIES",
+    "model_dir",
+    "backends_from_raw",
+]

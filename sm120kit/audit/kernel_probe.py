@@ -64,7 +64,7 @@ class _ServingDefaults:
     def __init__(self, path: str = "server_args") -> None:
         self._path = path
 
-    def __call__(self) -> "_ServingDefaults":
+    def __call__(self) -> _ServingDefaults:
         return self
 
     def __getattr__(self, name: str) -> Any:
@@ -149,9 +149,9 @@ class Probe:
 
                 assert x.shape[-1] % group_size == 0, (
                     f"the last dimension of `x` ({x.shape[-1]}) is not divisible by `group_size` ({group_size}) "
-                    "(SGLang's sglang_per_token_group_quant_fp8 asserts the same)")
-                scales = torch.empty(*x.shape[:-1], x.shape[-1] // group_size, dtype=torch.float32,
-                                     device=x.device)
+                    "(SGLang's sglang_per_token_group_quant_fp8 asserts the same)"
+                )
+                scales = torch.empty(*x.shape[:-1], x.shape[-1] // group_size, dtype=torch.float32, device=x.device)
                 return torch.empty_like(x, dtype=torch.float8_e4m3fn), scales
 
             kernels.sglang_per_token_group_quant_fp8 = quant_shapes
@@ -265,8 +265,9 @@ class Probe:
         """The CUDA kernels the patch adds beside the Triton ones (sm120_mla_mma.py) for MLA verify and decode,
         for the shapes they take on a GPU: compiled with NVRTC for the target, as at first use on the card."""
         mma = getattr(module, "cuda_prefix", None)
-        if mma is None or not mma.fits(args["q_extend"], args["k_buffer"], args["qo_indptr"], args["kv_indptr"],
-                                       args["kv_indices"], kv_heads):
+        if mma is None or not mma.fits(
+            args["q_extend"], args["k_buffer"], args["qo_indptr"], args["kv_indptr"], args["kv_indices"], kv_heads
+        ):
             return None
         import hashlib
 
@@ -282,19 +283,27 @@ class Probe:
         kv_dtype, idx_dtype = args["k_buffer"].dtype, args["kv_indices"].dtype
         # The prefix kernel, the one-launch verify and decode (prefix, draft tail, merge) the launcher may pick
         # instead, and their 16-row programs (ENTRY_NAMES; releases of the patch before it name two tables).
-        entries = getattr(mma, "ENTRY_NAMES", None) or {"prefix": mma.KERNEL_NAMES,
-                                                         "fused": getattr(mma, "FUSED_NAMES", {})}
+        entries = getattr(mma, "ENTRY_NAMES", None) or {
+            "prefix": mma.KERNEL_NAMES,
+            "fused": getattr(mma, "FUSED_NAMES", {}),
+        }
         for names in entries.values():
             name = names[(kv_dtype, idx_dtype)]
             res = usage.get(name)
-            self.cuda_kernels.append({
-                "name": name, "module": mma.__name__, "constexprs": {"ROWS": mma.ROWS, "BLOCK_N": mma.BLOCK_N},
-                "num_warps": mma.THREADS // 32, "num_stages": 2,
-                # dynamic shared memory the launcher asks for, plus what the cubin reserves itself
-                "shared": mma.SMEM_BYTES[kv_dtype] + (res.shared if res else 0),
-                "target": f"cuda:{major}{minor}", "hash": hashlib.sha256(binary).hexdigest()[:16],
-                "registers": res.registers if res else None,
-            })
+            self.cuda_kernels.append(
+                {
+                    "name": name,
+                    "module": mma.__name__,
+                    "constexprs": {"ROWS": mma.ROWS, "BLOCK_N": mma.BLOCK_N},
+                    "num_warps": mma.THREADS // 32,
+                    "num_stages": 2,
+                    # dynamic shared memory the launcher asks for, plus what the cubin reserves itself
+                    "shared": mma.SMEM_BYTES[kv_dtype] + (res.shared if res else 0),
+                    "target": f"cuda:{major}{minor}",
+                    "hash": hashlib.sha256(binary).hexdigest()[:16],
+                    "registers": res.registers if res else None,
+                }
+            )
         return None
 
     def _mla_decode(self, p: dict) -> str | None:
@@ -327,8 +336,17 @@ class Probe:
             return None  # a patch whose decode takes the Triton kernels only
         # Decode takes the CUDA kernel too (16-row programs, or 64-row ones from 64 heads), its rows
         # from one query token a request.
-        return self._mma_prefix(module, {"q_extend": args["q"], "k_buffer": k_buffer, "qo_indptr": args["kv_indptr"],
-                                         "kv_indptr": args["kv_indptr"], "kv_indices": args["kv_indices"]}, hkv)
+        return self._mma_prefix(
+            module,
+            {
+                "q_extend": args["q"],
+                "k_buffer": k_buffer,
+                "qo_indptr": args["kv_indptr"],
+                "kv_indptr": args["kv_indptr"],
+                "kv_indices": args["kv_indices"],
+            },
+            hkv,
+        )
 
     def _ds_extend(self, p: dict) -> str | None:
         """The double-sparsity backend's extend_attention_fwd (a request-to-token table, no KV scales)."""
@@ -343,17 +361,23 @@ class Probe:
         k_extend = torch.empty(tokens, hkv, dq, dtype=dtype, **meta)
         k_buffer = torch.empty(slots, hkv, dq, dtype=dtype, **meta)
         i32 = lambda *shape: torch.empty(*shape, dtype=torch.int32, **meta)  # noqa: E731
-        _call(module.extend_attention_fwd, {
-            "q_extend": torch.empty(tokens, h, dq, dtype=dtype, **meta),
-            "k_extend": k_extend,
-            "v_extend": k_extend[..., :dv] if mla else torch.empty(tokens, hkv, dv, dtype=dtype, **meta),
-            "o_extend": torch.empty(tokens, h, dv, dtype=dtype, **meta),
-            "k_buffer": k_buffer,
-            "v_buffer": k_buffer[..., :dv] if mla else torch.empty(slots, hkv, dv, dtype=dtype, **meta),
-            "req_to_tokens": i32(BATCH, PREFIX_PER_SEQUENCE + TOKENS_PER_SEQUENCE),
-            "b_req_idx": i32(BATCH), "b_seq_len": i32(BATCH), "b_seq_len_extend": i32(BATCH),
-            "b_start_loc_extend": i32(BATCH), "max_len_extend": TOKENS_PER_SEQUENCE,
-        })
+        _call(
+            module.extend_attention_fwd,
+            {
+                "q_extend": torch.empty(tokens, h, dq, dtype=dtype, **meta),
+                "k_extend": k_extend,
+                "v_extend": k_extend[..., :dv] if mla else torch.empty(tokens, hkv, dv, dtype=dtype, **meta),
+                "o_extend": torch.empty(tokens, h, dv, dtype=dtype, **meta),
+                "k_buffer": k_buffer,
+                "v_buffer": k_buffer[..., :dv] if mla else torch.empty(slots, hkv, dv, dtype=dtype, **meta),
+                "req_to_tokens": i32(BATCH, PREFIX_PER_SEQUENCE + TOKENS_PER_SEQUENCE),
+                "b_req_idx": i32(BATCH),
+                "b_seq_len": i32(BATCH),
+                "b_seq_len_extend": i32(BATCH),
+                "b_start_loc_extend": i32(BATCH),
+                "max_len_extend": TOKENS_PER_SEQUENCE,
+            },
+        )
         return None
 
     def _inkling_moe(self, p: dict) -> str | None:
@@ -372,12 +396,23 @@ class Probe:
         meta = dict(device="meta")
         i32 = lambda *shape: torch.empty(*shape, dtype=torch.int32, **meta)  # noqa: E731
         schedule = i32(-(-routed // block_m) + E)
-        for a, b in ((torch.empty(routed, H, dtype=dtype, **meta), torch.empty(E, 2 * inter, H, dtype=dtype, **meta)),
-                     (torch.empty(routed, inter, dtype=dtype, **meta), torch.empty(E, H, inter, dtype=dtype, **meta))):
-            _call(module.grouped_gemm_triton, {
-                "a": a, "b": b, "num_experts": E, "num_tokens_per_expert": i32(E), "expert_token_offs": i32(E + 1),
-                "expert_block_offs": i32(E + 1), "expert_block_schedule": schedule, "block_size_m": block_m,
-            })
+        for a, b in (
+            (torch.empty(routed, H, dtype=dtype, **meta), torch.empty(E, 2 * inter, H, dtype=dtype, **meta)),
+            (torch.empty(routed, inter, dtype=dtype, **meta), torch.empty(E, H, inter, dtype=dtype, **meta)),
+        ):
+            _call(
+                module.grouped_gemm_triton,
+                {
+                    "a": a,
+                    "b": b,
+                    "num_experts": E,
+                    "num_tokens_per_expert": i32(E),
+                    "expert_token_offs": i32(E + 1),
+                    "expert_block_offs": i32(E + 1),
+                    "expert_block_schedule": schedule,
+                    "block_size_m": block_m,
+                },
+            )
         return f"block M {block_m} for {routed} routed tokens"
 
     def _lightning(self, p: dict) -> str | None:
@@ -390,14 +425,17 @@ class Probe:
         h, d, e = p["num_heads"], p["qk_head_dim"], p["v_head_dim"]
         meta = dict(device="meta")
         n = LIGHTNING_TOKENS
-        _call(module.lightning_attention, {
-            "q": torch.empty(1, h, n, d, dtype=dtype, **meta),
-            "k": torch.empty(1, h, n, d, dtype=dtype, **meta),
-            "v": torch.empty(1, h, n, e, dtype=dtype, **meta),
-            "ed": torch.empty(h, dtype=torch.float32, **meta),
-            "block_size": 256,
-            "kv_history": torch.empty(1, h, d, e, dtype=torch.float32, **meta),
-        })
+        _call(
+            module.lightning_attention,
+            {
+                "q": torch.empty(1, h, n, d, dtype=dtype, **meta),
+                "k": torch.empty(1, h, n, d, dtype=dtype, **meta),
+                "v": torch.empty(1, h, n, e, dtype=dtype, **meta),
+                "ed": torch.empty(h, dtype=torch.float32, **meta),
+                "block_size": 256,
+                "kv_history": torch.empty(1, h, d, e, dtype=torch.float32, **meta),
+            },
+        )
         return None
 
     def _prefill(self, p: dict) -> str | None:
@@ -446,8 +484,9 @@ class Probe:
             kwargs["per_channel_quant"] = True
         with _device_named(p.get("device_name"), config_module):
             if "return_down_config" in choose_sig:
-                config, (down_config, _) = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M,
-                                                   return_down_config=True, **kwargs)
+                config, (down_config, _) = chooser(
+                    w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M, return_down_config=True, **kwargs
+                )
             else:
                 config = chooser(w1.shape, w2.shape, topk, "fp8_w8a8" if fp8 else None, M, **kwargs)
                 down_config = None
@@ -470,9 +509,11 @@ class Probe:
 
         def routing(block_m: int):
             padded = M * topk + E * (block_m - 1)
-            return (torch.empty(padded, dtype=torch.int32, **meta),
-                    torch.empty(-(-padded // block_m), dtype=torch.int32, **meta),
-                    torch.empty(1, dtype=torch.int32, **meta))
+            return (
+                torch.empty(padded, dtype=torch.int32, **meta),
+                torch.empty(-(-padded // block_m), dtype=torch.int32, **meta),
+                torch.empty(1, dtype=torch.int32, **meta),
+            )
 
         def scales(w):
             if not fp8:
@@ -489,32 +530,63 @@ class Probe:
             # build): this stand-in returns tensors of that op's shapes and dtypes and runs nothing.
             def tensor_quant(A, A_scale=None, *args, use_per_token_if_dynamic=False, **kw):
                 rows = A.shape[0] if use_per_token_if_dynamic else 1
-                scale = A_scale if A_scale is not None else torch.empty(rows, 1, dtype=torch.float32,
-                                                                          device=A.device)
+                scale = A_scale if A_scale is not None else torch.empty(rows, 1, dtype=torch.float32, device=A.device)
                 return torch.empty_like(A, dtype=torch.float8_e4m3fn), scale
 
             kernels.scaled_fp8_quant = tensor_quant
 
-        common = {"compute_type": tl.bfloat16, "use_fp8_w8a8": fp8, "use_int8_w8a8": False,
-                  "use_int8_w8a16": False, "use_int4_w4a16": False, "per_channel_quant": per_channel,
-                  "block_shape": block_shape, "B_zp": None, "A_scale": None}
+        common = {
+            "compute_type": tl.bfloat16,
+            "use_fp8_w8a8": fp8,
+            "use_int8_w8a8": False,
+            "use_int8_w8a16": False,
+            "use_int4_w4a16": False,
+            "per_channel_quant": per_channel,
+            "block_shape": block_shape,
+            "B_zp": None,
+            "A_scale": None,
+        }
         up_routing = routing(config["BLOCK_SIZE_M"])
-        _call(invoke, dict(common, A=hidden, B=w1,
-                           bias=torch.empty(E, 2 * inter, dtype=torch.bfloat16, **meta) if p["bias"] else None,
-                           C=torch.empty(M, topk, 2 * inter, dtype=torch.bfloat16, **meta),
-                           B_scale=scales(w1), topk_weights=topk_weights, topk_ids=topk_ids,
-                           sorted_token_ids=up_routing[0], expert_ids=up_routing[1],
-                           num_tokens_post_padded=up_routing[2], mul_routed_weight=False, top_k=topk,
-                           config=config))
+        _call(
+            invoke,
+            dict(
+                common,
+                A=hidden,
+                B=w1,
+                bias=torch.empty(E, 2 * inter, dtype=torch.bfloat16, **meta) if p["bias"] else None,
+                C=torch.empty(M, topk, 2 * inter, dtype=torch.bfloat16, **meta),
+                B_scale=scales(w1),
+                topk_weights=topk_weights,
+                topk_ids=topk_ids,
+                sorted_token_ids=up_routing[0],
+                expert_ids=up_routing[1],
+                num_tokens_post_padded=up_routing[2],
+                mul_routed_weight=False,
+                top_k=topk,
+                config=config,
+            ),
+        )
         down = down_config or config
         down_routing = routing(down["BLOCK_SIZE_M"]) if down is not config else up_routing
-        _call(invoke, dict(common, A=torch.empty(M * topk, inter, dtype=torch.bfloat16, **meta), B=w2,
-                           bias=torch.empty(E, H, dtype=torch.bfloat16, **meta) if p["bias"] else None,
-                           C=torch.empty(M, topk, H, dtype=torch.bfloat16, **meta),
-                           B_scale=scales(w2), topk_weights=topk_weights, topk_ids=topk_ids,
-                           sorted_token_ids=down_routing[0], expert_ids=down_routing[1],
-                           num_tokens_post_padded=down_routing[2], mul_routed_weight=True, top_k=1,
-                           config=down))
+        _call(
+            invoke,
+            dict(
+                common,
+                A=torch.empty(M * topk, inter, dtype=torch.bfloat16, **meta),
+                B=w2,
+                bias=torch.empty(E, H, dtype=torch.bfloat16, **meta) if p["bias"] else None,
+                C=torch.empty(M, topk, H, dtype=torch.bfloat16, **meta),
+                B_scale=scales(w2),
+                topk_weights=topk_weights,
+                topk_ids=topk_ids,
+                sorted_token_ids=down_routing[0],
+                expert_ids=down_routing[1],
+                num_tokens_post_padded=down_routing[2],
+                mul_routed_weight=True,
+                top_k=1,
+                config=down,
+            ),
+        )
         return "; ".join(notes) or None
 
 
@@ -557,12 +629,18 @@ def _dtypes(p: dict, sig) -> tuple:
 def _call(fn, available: dict) -> Any:
     """Call ``fn`` with the arguments of ``available`` it declares; fail if it needs one we lack."""
     params = inspect.signature(fn).parameters
-    missing = [name for name, prm in params.items()
-               if prm.default is inspect.Parameter.empty and name not in available
-               and prm.kind not in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD)]
+    missing = [
+        name
+        for name, prm in params.items()
+        if prm.default is inspect.Parameter.empty
+        and name not in available
+        and prm.kind not in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD)
+    ]
     if missing:
-        raise RuntimeError(f"{fn.__module__}.{fn.__name__} needs argument(s) {', '.join(missing)} that the "
-                           "audit does not know how to build for this release")
+        raise RuntimeError(
+            f"{fn.__module__}.{fn.__name__} needs argument(s) {', '.join(missing)} that the "
+            "audit does not know how to build for this release"
+        )
     return fn(**{name: value for name, value in available.items() if name in params})
 
 
@@ -582,9 +660,17 @@ def _kernel_json(record, usage) -> dict:
     if usage:
         match = usage.get(record.name) or next(iter(usage.values()), None)
         regs = match.registers if match else None
-    return {"name": record.name, "module": record.module, "constexprs": record.constexprs,
-            "num_warps": record.num_warps, "num_stages": record.num_stages, "shared": record.shared,
-            "target": record.target, "hash": record.hash, "registers": regs}
+    return {
+        "name": record.name,
+        "module": record.module,
+        "constexprs": record.constexprs,
+        "num_warps": record.num_warps,
+        "num_stages": record.num_stages,
+        "shared": record.shared,
+        "target": record.target,
+        "hash": record.hash,
+        "registers": regs,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -628,16 +714,27 @@ def main(argv: list[str] | None = None) -> int:
                 if record.hash in seen:
                     continue
                 seen.add(record.hash)
-                entry["kernels"].append(_kernel_json(record, cubin.resource_usage(record.cubin, tool) if tool else None))
+                entry["kernels"].append(
+                    _kernel_json(record, cubin.resource_usage(record.cubin, tool) if tool else None)
+                )
             entry["kernels"] += probe.cuda_kernels
             probe.cuda_kernels = []
             entry["seconds"] = round(time.perf_counter() - case_start, 3)
             results[case["id"]] = entry
             print(DONE_MARK + case["id"], flush=True)
-    args.out.write_text(json.dumps({
-        "arch": args.arch, "device": device.name, "stood_in": list(stood_in),
-        "register_reader": tool, "seconds": round(time.perf_counter() - started, 3), "cases": results,
-    }, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "arch": args.arch,
+                "device": device.name,
+                "stood_in": list(stood_in),
+                "register_reader": tool,
+                "seconds": round(time.perf_counter() - started, 3),
+                "cases": results,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

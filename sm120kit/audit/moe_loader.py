@@ -27,8 +27,10 @@ from pathlib import Path
 FP8_METHOD_FILE = "sglang/srt/layers/quantization/fp8.py"
 _MAX_BYTES = 8 << 20  # fp8.py is 0.1-0.2 MB in every release; anything far larger is not SGLang's file
 
-_CHECK = (r"(?m)^(?P<indent>[ \t]{0,40})if[ \t]+intermediate_size(?:_per_partition)?[ \t]*%[ \t]*NAME"
-          r"[ \t]*!=[ \t]*0[ \t]*:")
+_CHECK = (
+    r"(?m)^(?P<indent>[ \t]{0,40})if[ \t]+intermediate_size(?:_per_partition)?[ \t]*%[ \t]*NAME"
+    r"[ \t]*!=[ \t]*0[ \t]*:"
+)
 _BLOCK_N = re.compile(_CHECK.replace("NAME", "block_n"))
 _BLOCK_K = re.compile(_CHECK.replace("NAME", "block_k"))
 _TP_GUARD = re.compile(r"(?m)^(?P<indent>[ \t]{0,40})if[ \t]+tp_size[ \t]*>[ \t]*1[ \t]*:")
@@ -50,19 +52,27 @@ class LoaderRule:
             return None
         block_n, block_k = int(block_shape[0]), int(block_shape[1])
         if block_n > 0 and intermediate_size % block_n:
-            return (f"SGLang's FP8 block-quantized MoE loader refuses an intermediate size per "
-                    f"partition of {intermediate_size}, not a multiple of block_n = {block_n} (it raises "
-                    f"ValueError at {self.path}:{self.block_n_line}, Fp8MoEMethod.create_weights), so no model "
-                    "of this shape loads and its MoE kernels are never launched")
+            return (
+                f"SGLang's FP8 block-quantized MoE loader refuses an intermediate size per "
+                f"partition of {intermediate_size}, not a multiple of block_n = {block_n} (it raises "
+                f"ValueError at {self.path}:{self.block_n_line}, Fp8MoEMethod.create_weights), so no model "
+                "of this shape loads and its MoE kernels are never launched"
+            )
         if self.block_k_line is not None and not self.block_k_needs_tp and block_k > 0 and intermediate_size % block_k:
-            return (f"SGLang's FP8 block-quantized MoE loader refuses an intermediate size per "
-                    f"partition of {intermediate_size}, not a multiple of block_k = {block_k} (it raises "
-                    f"ValueError at {self.path}:{self.block_k_line}, Fp8MoEMethod.create_weights)")
+            return (
+                f"SGLang's FP8 block-quantized MoE loader refuses an intermediate size per "
+                f"partition of {intermediate_size}, not a multiple of block_k = {block_k} (it raises "
+                f"ValueError at {self.path}:{self.block_k_line}, Fp8MoEMethod.create_weights)"
+            )
         return None
 
     def to_json(self) -> dict:
-        return {"path": self.path, "block_n_line": self.block_n_line, "block_k_line": self.block_k_line,
-                "block_k_needs_tp": self.block_k_needs_tp}
+        return {
+            "path": self.path,
+            "block_n_line": self.block_n_line,
+            "block_k_line": self.block_k_line,
+            "block_k_needs_tp": self.block_k_needs_tp,
+        }
 
 
 def _read(root: Path) -> str | None:
@@ -103,12 +113,18 @@ def fp8_block_rule(root: Path) -> LoaderRule | None:
     needs_tp = False
     if found_k is not None:
         # The nearest "if tp_size > 1:" above the block_k check, indented less than it, guards it.
-        guards = [g for g in _TP_GUARD.finditer(text, found_n.end(), found_k.start())
-                  if len(g.group("indent").expandtabs()) < len(found_k.group("indent").expandtabs())]
+        guards = [
+            g
+            for g in _TP_GUARD.finditer(text, found_n.end(), found_k.start())
+            if len(g.group("indent").expandtabs()) < len(found_k.group("indent").expandtabs())
+        ]
         needs_tp = bool(guards)
-    return LoaderRule(FP8_METHOD_FILE, _line(text, found_n.start() + len(found_n.group("indent"))),
-                      None if found_k is None else _line(text, found_k.start() + len(found_k.group("indent"))),
-                      needs_tp)
+    return LoaderRule(
+        FP8_METHOD_FILE,
+        _line(text, found_n.start() + len(found_n.group("indent"))),
+        None if found_k is None else _line(text, found_k.start() + len(found_k.group("indent"))),
+        needs_tp,
+    )
 
 
 __all__ = ["LoaderRule", "fp8_block_rule", "FP8_METHOD_FILE"]

@@ -20,12 +20,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from sm120kit.util.report import Step, tell
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, ToolFailed
 from sm120kit.sglang.metadata import dist_metadata_files, installed_version, read_dist_metadata
 from sm120kit.util.atomicfile import make_temp_dir, replace_folder, sweep_temp_dirs
 from sm120kit.util.cache import cache_dir
+from sm120kit.util.report import Step, tell
 
 # Packages whose version decides whether a release's server arguments import at all.
 OVERLAY_PACKAGES = ("transformers",)
@@ -39,8 +39,7 @@ class Overlay:
     reason: str  # why it was needed, or why none was
 
     def to_json(self) -> dict:
-        return {"path": str(self.path) if self.path else None, "packages": list(self.packages),
-                "reason": self.reason}
+        return {"path": str(self.path) if self.path else None, "packages": list(self.packages), "reason": self.reason}
 
 
 def release_requirements(root: Path, repo_root: Path | None = None) -> dict[str, Requirement]:
@@ -51,7 +50,9 @@ def release_requirements(root: Path, repo_root: Path | None = None) -> dict[str,
         lines += read_dist_metadata(meta).get_all("Requires-Dist") or []
     if not lines:
         for pyproject in ([repo_root / "python" / "pyproject.toml"] if repo_root else []) + [
-                root / "pyproject.toml", root.parent / "pyproject.toml"]:
+            root / "pyproject.toml",
+            root.parent / "pyproject.toml",
+        ]:
             if pyproject.is_file():
                 lines += _pyproject_requirements(pyproject)
                 break
@@ -82,13 +83,18 @@ def _pyproject_requirements(path: Path) -> list[str]:
 
 
 def _satisfied(req: Requirement, version: str | None) -> bool:
-    return version is not None and (not req.specifier or req.specifier.contains(Version(version),
-                                                                                  prereleases=True))
+    return version is not None and (not req.specifier or req.specifier.contains(Version(version), prereleases=True))
 
 
 def _overlay_name(reqs: list[Requirement]) -> str:
-    return "+".join(sorted(f"{canonicalize_name(r.name)}{r.specifier}" for r in reqs)).replace("=", "_") \
-        .replace("<", "lt").replace(">", "gt").replace(",", "_").replace("!", "not")
+    return (
+        "+".join(sorted(f"{canonicalize_name(r.name)}{r.specifier}" for r in reqs))
+        .replace("=", "_")
+        .replace("<", "lt")
+        .replace(">", "gt")
+        .replace(",", "_")
+        .replace("!", "not")
+    )
 
 
 def dependency_overlay(root: Path, repo_root: Path | None = None, *, on_step: Step | None = None) -> Overlay:
@@ -140,8 +146,19 @@ def _unmet(folder: Path) -> list[str]:
 
 
 def _pip_target(folder: Path, specs: list[str]) -> None:
-    argv = runner.python_argv("-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
-                              "--disable-pip-version-check", "--upgrade", "--target", str(folder), *specs)
+    argv = runner.python_argv(
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-compile",
+        "--disable-pip-version-check",
+        "--upgrade",
+        "--target",
+        str(folder),
+        *specs,
+    )
     try:
         runner.run(argv, what="pip install of " + " ".join(specs), timeout=900)
     except ToolFailed as exc:
@@ -149,7 +166,8 @@ def _pip_target(folder: Path, specs: list[str]) -> None:
         raise MissingDependency(
             f"SGLang's argument resolution for this release needs {' '.join(specs)}, and pip could not "
             f"install it into {folder}: {last}",
-            hint="Check that PyPI is reachable, or install the release's pinned packages yourself.") from exc
+            hint="Check that PyPI is reachable, or install the release's pinned packages yourself.",
+        ) from exc
 
 
 def _build(folder: Path, needed: list[Requirement], on_step: Step | None) -> None:
@@ -166,8 +184,10 @@ def _build(folder: Path, needed: list[Requirement], on_step: Step | None) -> Non
                 break
             _pip_target(tmp, unmet)
         else:
-            raise MissingDependency(f"Could not settle the requirements of {', '.join(specs)} in {tmp}: "
-                                    f"still unmet: {', '.join(_unmet(tmp))}.")
+            raise MissingDependency(
+                f"Could not settle the requirements of {', '.join(specs)} in {tmp}: "
+                f"still unmet: {', '.join(_unmet(tmp))}."
+            )
         shutil.rmtree(tmp / "bin", ignore_errors=True)
         pins = sorted(f"{name}=={version}" for name, (version, _) in _dists(tmp).items())
         (tmp / ".complete").write_text("\n".join(pins) + "\n")

@@ -47,20 +47,44 @@ CHILD_TIMEOUT_S = 180
 
 # Server-argument fields read after resolution (absent ones are skipped: they vary by release).
 RAW_FIELDS = (
-    "attention_backend", "prefill_attention_backend", "decode_attention_backend", "mm_attention_backend",
-    "sampling_backend", "moe_runner_backend", "moe_a2a_backend", "fp8_gemm_runner_backend",
-    "fp4_gemm_runner_backend", "linear_attn_backend", "linear_attn_decode_backend",
-    "linear_attn_prefill_backend", "mamba_backend", "quantization", "kv_cache_dtype", "dtype",
-    "speculative_algorithm", "enable_flashinfer_mla", "enable_flashmla", "enable_ep_moe", "enable_deepep_moe",
-    "enable_flashinfer_cutlass_moe", "enable_flashinfer_trtllm_moe", "enable_flashinfer_mxfp4_moe",
-    "enable_triton_kernel_moe", "disable_cuda_graph", "page_size", "chunked_prefill_size",
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "mm_attention_backend",
+    "sampling_backend",
+    "moe_runner_backend",
+    "moe_a2a_backend",
+    "fp8_gemm_runner_backend",
+    "fp4_gemm_runner_backend",
+    "linear_attn_backend",
+    "linear_attn_decode_backend",
+    "linear_attn_prefill_backend",
+    "mamba_backend",
+    "quantization",
+    "kv_cache_dtype",
+    "dtype",
+    "speculative_algorithm",
+    "enable_flashinfer_mla",
+    "enable_flashmla",
+    "enable_ep_moe",
+    "enable_deepep_moe",
+    "enable_flashinfer_cutlass_moe",
+    "enable_flashinfer_trtllm_moe",
+    "enable_flashinfer_mxfp4_moe",
+    "enable_triton_kernel_moe",
+    "disable_cuda_graph",
+    "page_size",
+    "chunked_prefill_size",
     "triton_attention_num_kv_splits",
 )
 
 # Imported by resolution in every release that has them; preloaded in the parent (missing ones skipped).
 PRELOAD = (
-    "sglang.srt.configs.model_config", "sglang.srt.arg_groups.pipeline", "sglang.srt.layers.quantization",
-    "sglang.srt.layers.deep_gemm_wrapper.configurer", "sglang.srt.layers.quantization.deep_gemm_wrapper.configurer",
+    "sglang.srt.configs.model_config",
+    "sglang.srt.arg_groups.pipeline",
+    "sglang.srt.layers.quantization",
+    "sglang.srt.layers.deep_gemm_wrapper.configurer",
+    "sglang.srt.layers.quantization.deep_gemm_wrapper.configurer",
 )
 
 # Where the DeepGEMM switch lives, by release (module, attribute).
@@ -178,14 +202,17 @@ def _deep_gemm_switch() -> bool | None:
 
 
 def _classify(exc: BaseException, sglang_dir: str) -> str:
-    """"rejected" when SGLang itself refused the arguments; "not-run" when the environment failed."""
+    """ "rejected" when SGLang itself refused the arguments; "not-run" when the environment failed."""
     if isinstance(exc, (ImportError, MemoryError)):
         return "not-run"
     if isinstance(exc, SystemExit):  # argparse: bad or unknown argument
         return "rejected"
     frames = traceback.extract_tb(exc.__traceback__)
-    if frames and frames[-1].filename.startswith(sglang_dir) and isinstance(
-            exc, (AssertionError, ValueError, NotImplementedError, RuntimeError, KeyError, TypeError)):
+    if (
+        frames
+        and frames[-1].filename.startswith(sglang_dir)
+        and isinstance(exc, (AssertionError, ValueError, NotImplementedError, RuntimeError, KeyError, TypeError))
+    ):
         # TypeError/KeyError raised inside sglang are usually the environment's fault (a dependency's
         # API changed), so only count them as a rejection when raised by an explicit check.
         if isinstance(exc, (TypeError, KeyError)):
@@ -233,13 +260,15 @@ def _runner_stage(args: Any) -> str | None:
     except Exception:  # noqa: BLE001 - only some releases read it
         spec = None
     runner = types.SimpleNamespace(
-        server_args=args, model_config=model_config,
+        server_args=args,
+        model_config=model_config,
         use_mla_backend=model_config.attention_arch == AttentionArch.MLA,
         is_multimodal=getattr(model_config, "is_multimodal", False),
-        is_multimodal_chunked_prefill_supported=getattr(model_config, "is_multimodal_chunked_prefill_supported",
-                                                        False),
-        tp_size=getattr(args, "tp_size", 1), dp_size=getattr(args, "dp_size", 1),
-        moe_ep_size=getattr(args, "ep_size", 1), mem_fraction_static=getattr(args, "mem_fraction_static", 0.9),
+        is_multimodal_chunked_prefill_supported=getattr(model_config, "is_multimodal_chunked_prefill_supported", False),
+        tp_size=getattr(args, "tp_size", 1),
+        dp_size=getattr(args, "dp_size", 1),
+        moe_ep_size=getattr(args, "ep_size", 1),
+        mem_fraction_static=getattr(args, "mem_fraction_static", 0.9),
         spec_algorithm=spec,
     )
     ModelRunner.model_specific_adjustment(runner)
@@ -263,8 +292,11 @@ def given_arguments(argv: list[str]) -> dict | None:
             namespace, _ = parser.parse_known_args(argv)
     except BaseException:  # noqa: BLE001 - the resolution below reports a bad line
         return None
-    return {k: _plain(v) if not isinstance(v, list) else [_plain(x) for x in v]
-            for k, v in vars(namespace).items() if k != "model_path"}
+    return {
+        k: _plain(v) if not isinstance(v, list) else [_plain(x) for x in v]
+        for k, v in vars(namespace).items()
+        if k != "model_path"
+    }
 
 
 def _model_config(args: Any) -> tuple[Any, BaseException | None]:
@@ -287,7 +319,6 @@ def _attention_arch(model_config: Any) -> str | None:
     return getattr(arch, "name", None) or str(arch)
 
 
-
 # -- the Triton decode's maximum KV-split count --------------------------------------------------------------
 
 TRITON_BACKEND_FILE = ("srt", "layers", "attention", "triton_backend.py")
@@ -303,13 +334,22 @@ def split_cap_functions(source: str, filename: str = "triton_backend.py") -> dic
     import ast
 
     tree = ast.parse(source)
-    keep = [node for node in tree.body
-            if (isinstance(node, ast.FunctionDef) and node.name in _SPLIT_FUNCTIONS)
-            or (isinstance(node, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id.startswith(_SPLIT_CONSTANT_PREFIXES) for t in node.targets))]
+    keep = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and node.name in _SPLIT_FUNCTIONS)
+        or (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id.startswith(_SPLIT_CONSTANT_PREFIXES) for t in node.targets)
+        )
+    ]
     used = {n.id for node in keep for n in ast.walk(node) if isinstance(n, ast.Name)}
-    used |= {n.value.id for node in keep for n in ast.walk(node)
-             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+    used |= {
+        n.value.id
+        for node in keep
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+    }
     namespace: dict = {"__name__": "sm120kit_triton_backend_caps"}
     for node in tree.body:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -319,8 +359,10 @@ def split_cap_functions(source: str, filename: str = "triton_backend.py") -> dic
             continue
         node = ast.copy_location(type(node)(**{**{f: getattr(node, f) for f in node._fields}, "names": names}), node)
         with contextlib.suppress(Exception):
-            exec(compile(ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[])), filename, "exec"),
-                 namespace)
+            exec(
+                compile(ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[])), filename, "exec"),
+                namespace,
+            )
     exec(compile(ast.Module(body=keep, type_ignores=[]), filename, "exec"), namespace)
     return namespace
 
@@ -347,8 +389,9 @@ def _sliding_window(model_config: Any) -> int | None:
     return window
 
 
-def triton_decode_splits(model_config: Any, raw: dict, sglang_dir: str,
-                         config_error: BaseException | None = None) -> dict | None:
+def triton_decode_splits(
+    model_config: Any, raw: dict, sglang_dir: str, config_error: BaseException | None = None
+) -> dict | None:
     """The Triton decode's maximum KV-split count this tree's TritonAttnBackend would set on the faked
     device, with the inputs its constructor reads (from SGLang's ModelConfig of the model, tensor
     parallel size 1) and the fp32 attn_logits + attn_lse bytes per decode token that count implies.
@@ -365,8 +408,11 @@ def triton_decode_splits(model_config: Any, raw: dict, sglang_dir: str,
 
     config = model_config
     mla = config.attention_arch == AttentionArch.MLA
-    heads = (config.get_max_num_attention_heads() if hasattr(config, "get_max_num_attention_heads")
-             else config.num_attention_heads)
+    heads = (
+        config.get_max_num_attention_heads()
+        if hasattr(config, "get_max_num_attention_heads")
+        else config.num_attention_heads
+    )
     try:
         kv_heads = config.get_num_kv_heads(1)
     except TypeError:
@@ -397,22 +443,39 @@ def triton_decode_splits(model_config: Any, raw: dict, sglang_dir: str,
         launcher = lambda *a, **k: None  # noqa: E731
         launcher.__name__ = _sm120_mla_decode_name(source, sglang_dir)
         backend = _types.SimpleNamespace(
-            max_kv_splits=splits, device_core_count=sms, max_context_len=context, num_head=heads,
-            num_kv_head=kv_heads, v_head_dim=v_dim, decode_attention_fwd=launcher,
+            max_kv_splits=splits,
+            device_core_count=sms,
+            max_context_len=context,
+            num_head=heads,
+            num_kv_head=kv_heads,
+            v_head_dim=v_dim,
+            decode_attention_fwd=launcher,
             static_kv_splits=os.environ.get("SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS", "false").lower()
-            in ("1", "true", "yes", "y"))
+            in ("1", "true", "yes", "y"),
+        )
         if swa_v is not None:
             backend.swa_v_head_dim = swa_v
-        raised = int(ns["_sm120_decode_max_kv_splits"](backend, _types.SimpleNamespace(gpu_id=0,
-                                                                                        use_mla_backend=mla)))
+        raised = int(ns["_sm120_decode_max_kv_splits"](backend, _types.SimpleNamespace(gpu_id=0, use_mla_backend=mla)))
         if raised != splits:
             splits, by = raised, "_sm120_decode_kv_splits_cap"
         elif mla and launcher.__name__ == "decode_attention_fwd_sm120":
             note = "MLA decode runs sm120-mla-attention's kernel, which sizes its own splits"
     row = 4 * heads * ((v_dim + 1) + ((swa_v + 1) if swa_v else 0))
-    return {"max_kv_splits": splits, "configured": configured, "source": by, "bytes_per_token": row * splits,
-            "sm_count": sms, "context_len": context, "mla": mla, "num_head": heads, "num_kv_head": kv_heads,
-            "v_head_dim": v_dim, "swa_v_head_dim": swa_v, "sliding_window": window, "note": note}
+    return {
+        "max_kv_splits": splits,
+        "configured": configured,
+        "source": by,
+        "bytes_per_token": row * splits,
+        "sm_count": sms,
+        "context_len": context,
+        "mla": mla,
+        "num_head": heads,
+        "num_kv_head": kv_heads,
+        "v_head_dim": v_dim,
+        "swa_v_head_dim": swa_v,
+        "sliding_window": window,
+        "note": note,
+    }
 
 
 def resolve_job(job: dict, sglang_dir: str) -> dict:
@@ -439,8 +502,10 @@ def resolve_job(job: dict, sglang_dir: str) -> dict:
             view = resolved_view(args)
             method += " + resolved_view"
         stage = "model-runner"
-        if not any(getattr(view, name, None) for name in
-                   ("attention_backend", "prefill_attention_backend", "decode_attention_backend")):
+        if not any(
+            getattr(view, name, None)
+            for name in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+        ):
             extra = _runner_stage(args)
             if extra:
                 method += " + " + extra
@@ -456,20 +521,34 @@ def resolve_job(job: dict, sglang_dir: str) -> dict:
             splits = triton_decode_splits(model_config, raw, sglang_dir, config_error)
         except Exception as exc:  # noqa: BLE001 - reported with the resolution, which stands
             splits = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-        return {"id": job["id"], "status": "resolved", "raw": raw, "deep_gemm": deep_gemm, "method": method,
-                "given": given, "attention_arch": attention_arch, "triton_decode": splits,
-                "seconds": round(time.perf_counter() - started, 2)}
+        return {
+            "id": job["id"],
+            "status": "resolved",
+            "raw": raw,
+            "deep_gemm": deep_gemm,
+            "method": method,
+            "given": given,
+            "attention_arch": attention_arch,
+            "triton_decode": splits,
+            "seconds": round(time.perf_counter() - started, 2),
+        }
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, none is fatal
         message = str(exc).strip()
         if isinstance(exc, SystemExit):
             usage = captured.getvalue().strip().splitlines()
-            message = (usage[-1] if usage else f"argument parsing exited with {exc.code}")
+            message = usage[-1] if usage else f"argument parsing exited with {exc.code}"
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         partial = _partial_server_args(exc)
-        result = {"id": job["id"], "status": _classify(exc, sglang_dir), "stage": stage,
-                  "error_type": type(exc).__name__, "error": message[:2000], "traceback": tb[-4000:],
-                  "missing_module": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
-                  "seconds": round(time.perf_counter() - started, 2)}
+        result = {
+            "id": job["id"],
+            "status": _classify(exc, sglang_dir),
+            "stage": stage,
+            "error_type": type(exc).__name__,
+            "error": message[:2000],
+            "traceback": tb[-4000:],
+            "missing_module": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
+            "seconds": round(time.perf_counter() - started, 2),
+        }
         if partial is not None:
             result["partial_raw"] = _read_fields(partial)
         return result
@@ -487,8 +566,15 @@ def _run_in_child(job: dict, sglang_dir: str) -> dict:
             result = resolve_job(job, sglang_dir)
             data = json.dumps(result, default=str).encode()
         except BaseException as exc:  # noqa: BLE001
-            data = json.dumps({"id": job["id"], "status": "not-run", "stage": "probe",
-                               "error_type": type(exc).__name__, "error": str(exc)}).encode()
+            data = json.dumps(
+                {
+                    "id": job["id"],
+                    "status": "not-run",
+                    "stage": "probe",
+                    "error_type": type(exc).__name__,
+                    "error": str(exc),
+                }
+            ).encode()
         with os.fdopen(write_fd, "wb") as pipe:
             pipe.write(data)
         os._exit(0)
@@ -498,12 +584,18 @@ def _run_in_child(job: dict, sglang_dir: str) -> dict:
     _, status = os.waitpid(pid, 0)
     if data:
         return json.loads(data)
-    why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-           else f"exit status {os.WEXITSTATUS(status)}")
+    why = (
+        f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
+    )
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == 14:
         why = f"did not finish within {CHILD_TIMEOUT_S} s"
-    return {"id": job["id"], "status": "not-run", "stage": "probe", "error_type": "ProbeCrashed",
-            "error": f"the resolution process ended without a result ({why})"}
+    return {
+        "id": job["id"],
+        "status": "not-run",
+        "stage": "probe",
+        "error_type": "ProbeCrashed",
+        "error": f"the resolution process ended without a result ({why})",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -526,8 +618,14 @@ def main(argv: list[str] | None = None) -> int:
     notes, states = install_libraries(request.get("flashinfer", True), request.get("deep_gemm", True), stack)
 
     device = PRESETS[request["capability"]]
-    header = {"capability": request["capability"], "device": device.name, "stand_ins": notes,
-              "libraries": states, "python": sys.version.split()[0], "torch": torch.__version__}
+    header = {
+        "capability": request["capability"],
+        "device": device.name,
+        "stand_ins": notes,
+        "libraries": states,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+    }
     jobs = request["jobs"]
     with faked_cuda(device), faked_nvidia_smi(device):
         try:
@@ -543,9 +641,14 @@ def main(argv: list[str] | None = None) -> int:
                     importlib.import_module(name)
         except BaseException as exc:  # noqa: BLE001 - reported per job
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            failure = {"status": "not-run", "stage": "import", "error_type": type(exc).__name__,
-                       "error": str(exc)[:2000], "traceback": tb[-4000:],
-                       "missing_module": getattr(exc, "name", None) if isinstance(exc, ImportError) else None}
+            failure = {
+                "status": "not-run",
+                "stage": "import",
+                "error_type": type(exc).__name__,
+                "error": str(exc)[:2000],
+                "traceback": tb[-4000:],
+                "missing_module": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
+            }
             header["import_seconds"] = round(time.perf_counter() - started, 2)
             write([{"id": job["id"], **failure} for job in jobs], header)
             return 0

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from sm120kit.errors import UsageError
 
@@ -133,14 +134,18 @@ class ProbeCase:
         """A short human description of the shape."""
         p = self.params
         if self.launcher == "moe":
-            text = (f"E={p['num_experts']} top{p['top_k']} H={p['hidden_size']} I={p['intermediate_size']} "
-                    f"M={p['tokens']} {p['quantization']}")
+            text = (
+                f"E={p['num_experts']} top{p['top_k']} H={p['hidden_size']} I={p['intermediate_size']} "
+                f"M={p['tokens']} {p['quantization']}"
+            )
             if p.get("device_name"):
                 text += f" as {p['device_name'].removeprefix('NVIDIA ')}"
             return text
         if self.launcher in GROUPED_MOE_LAUNCHERS:
-            return (f"E={p['num_experts']} top{p['top_k']} H={p['hidden_size']} I={p['intermediate_size']} "
-                    f"M={p['tokens']} {_short(p['dtype'])}")
+            return (
+                f"E={p['num_experts']} top{p['top_k']} H={p['hidden_size']} I={p['intermediate_size']} "
+                f"M={p['tokens']} {_short(p['dtype'])}"
+            )
         dims = str(p["qk_head_dim"]) if p["qk_head_dim"] == p["v_head_dim"] else f"{p['qk_head_dim']}/{p['v_head_dim']}"
         text = f"hd {dims} h {p['num_heads']}/{p['num_kv_heads']} {_short(p['dtype'])}"
         if p.get("kv_cache_dtype", "auto") != "auto":
@@ -162,6 +167,7 @@ def _short(dtype: str) -> str:
 
 # -- reading ---------------------------------------------------------------------------------------------
 
+
 class _Entry:
     """Typed access to one table of the matrix, with errors naming the file, entry and field."""
 
@@ -171,8 +177,10 @@ class _Entry:
         self.used: set[str] = set()
 
     def fail(self, text: str) -> UsageError:
-        return UsageError(f"{self.where}: {text}",
-                          hint="Fix the entry (field reference at the top of sm120kit/audit/audit_matrix.toml).")
+        return UsageError(
+            f"{self.where}: {text}",
+            hint="Fix the entry (field reference at the top of sm120kit/audit/audit_matrix.toml).",
+        )
 
     def get(self, name: str, kind: type, default: Any = ..., choices: Iterable | None = None) -> Any:
         self.used.add(name)
@@ -286,8 +294,9 @@ def load_matrix(extra: Iterable[str | Path] = (), *, include_default: bool = Tru
         data = _read(path)
         unknown = sorted(set(data) - {"attention", "moe", "grouped_moe"})
         if unknown:
-            raise UsageError(f"{path}: unknown table(s) {', '.join(unknown)}; expected [[attention]], [[moe]] "
-                             "and [[grouped_moe]].")
+            raise UsageError(
+                f"{path}: unknown table(s) {', '.join(unknown)}; expected [[attention]], [[moe]] and [[grouped_moe]]."
+            )
         for index, table in enumerate(data.get("grouped_moe", [])):
             model = _grouped_moe(_Entry(table, f"{path} [[grouped_moe]] #{index + 1}"), str(path))
             grouped[model.name] = model
@@ -297,8 +306,9 @@ def load_matrix(extra: Iterable[str | Path] = (), *, include_default: bool = Tru
         for index, table in enumerate(data.get("moe", [])):
             model = _moe(_Entry(table, f"{path} [[moe]] #{index + 1}"), str(path))
             moe[model.name] = model
-    return ShapeMatrix(tuple(attention.values()), tuple(moe.values()), tuple(str(p) for p in paths),
-                       tuple(grouped.values()))
+    return ShapeMatrix(
+        tuple(attention.values()), tuple(moe.values()), tuple(str(p) for p in paths), tuple(grouped.values())
+    )
 
 
 def select(matrix: ShapeMatrix, names: Iterable[str]) -> ShapeMatrix:
@@ -308,28 +318,38 @@ def select(matrix: ShapeMatrix, names: Iterable[str]) -> ShapeMatrix:
         return matrix
     unknown = [n for n in wanted if n not in matrix.names()]
     if unknown:
-        raise UsageError(f"No matrix entry named {', '.join(unknown)}.",
-                         hint=f"Known entries: {', '.join(matrix.names())}.")
-    return ShapeMatrix(tuple(m for m in matrix.attention if m.name in wanted),
-                       tuple(m for m in matrix.moe if m.name in wanted), matrix.files,
-                       tuple(m for m in matrix.grouped_moe if m.name in wanted))
+        raise UsageError(
+            f"No matrix entry named {', '.join(unknown)}.", hint=f"Known entries: {', '.join(matrix.names())}."
+        )
+    return ShapeMatrix(
+        tuple(m for m in matrix.attention if m.name in wanted),
+        tuple(m for m in matrix.moe if m.name in wanted),
+        matrix.files,
+        tuple(m for m in matrix.grouped_moe if m.name in wanted),
+    )
 
 
 # -- expansion -------------------------------------------------------------------------------------------
+
 
 def expand(matrix: ShapeMatrix, *, launchers: Iterable[str] | None = None) -> list[ProbeCase]:
     """Every launcher call of the matrix, in a stable order."""
     allowed = set(launchers) if launchers else None
     cases: list[ProbeCase] = []
     for model in matrix.attention:
-        base = {"qk_head_dim": model.qk_head_dim, "v_head_dim": model.v_head_dim,
-                "num_heads": model.num_heads, "num_kv_heads": model.num_kv_heads}
+        base = {
+            "qk_head_dim": model.qk_head_dim,
+            "v_head_dim": model.v_head_dim,
+            "num_heads": model.num_heads,
+            "num_kv_heads": model.num_kv_heads,
+        }
         for launcher in model.launchers:
             if allowed is not None and launcher not in allowed:
                 continue
             for dtype in model.dtypes:
-                kv_dtypes = (model.kv_cache_dtypes if launcher not in ("prefill", "ds-extend", "lightning")
-                             else ("auto",))
+                kv_dtypes = (
+                    model.kv_cache_dtypes if launcher not in ("prefill", "ds-extend", "lightning") else ("auto",)
+                )
                 for kv in kv_dtypes:
                     batches = model.decode_batch_sizes if launcher in BATCHED_LAUNCHERS else (None,)
                     for batch in batches:
@@ -341,21 +361,40 @@ def expand(matrix: ShapeMatrix, *, launchers: Iterable[str] | None = None) -> li
         for moe in matrix.moe:
             for quant in moe.quantizations:
                 for tokens in moe.tokens:
-                    cases.append(ProbeCase("moe", moe.name, {
-                        "num_experts": moe.num_experts, "top_k": moe.top_k, "hidden_size": moe.hidden_size,
-                        "intermediate_size": moe.intermediate_size, "bias": moe.bias,
-                        "quantization": quant, "tokens": tokens,
-                        "block_shape": list(FP8_BLOCK) if quant == "fp8_block" else None,
-                    }))
+                    cases.append(
+                        ProbeCase(
+                            "moe",
+                            moe.name,
+                            {
+                                "num_experts": moe.num_experts,
+                                "top_k": moe.top_k,
+                                "hidden_size": moe.hidden_size,
+                                "intermediate_size": moe.intermediate_size,
+                                "bias": moe.bias,
+                                "quantization": quant,
+                                "tokens": tokens,
+                                "block_shape": list(FP8_BLOCK) if quant == "fp8_block" else None,
+                            },
+                        )
+                    )
     for model in matrix.grouped_moe:
         for launcher in model.launchers:
             if allowed is not None and launcher not in allowed:
                 continue
             for dtype in model.dtypes:
                 for tokens in model.tokens:
-                    cases.append(ProbeCase(launcher, model.name, {
-                        "num_experts": model.num_experts, "top_k": model.top_k,
-                        "hidden_size": model.hidden_size, "intermediate_size": model.intermediate_size,
-                        "dtype": dtype, "tokens": tokens,
-                    }))
+                    cases.append(
+                        ProbeCase(
+                            launcher,
+                            model.name,
+                            {
+                                "num_experts": model.num_experts,
+                                "top_k": model.top_k,
+                                "hidden_size": model.hidden_size,
+                                "intermediate_size": model.intermediate_size,
+                                "dtype": dtype,
+                                "tokens": tokens,
+                            },
+                        )
+                    )
     return cases

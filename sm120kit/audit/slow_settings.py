@@ -23,21 +23,23 @@ source (tests/test_lora_limits.py compiles them again).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from sm120kit.audit import backend_support
-from sm120kit.sglang import pcie_allreduce
-
 from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK
+from sm120kit.sglang import pcie_allreduce
 
 SLOW = "slow"
 NO_SM120_CODE = "no-sm120-code"
 OVER_SMEM = "over-smem"
 
-BENCH_MLA = ("docs/benchmarks.md, 'MLA attention on SM120' (H200 in SM120 mode, SGLang 0.5.23's "
-             "decode_attention_fwd, MLA 576/512, 16 heads, CUDA graph replay)")
+BENCH_MLA = (
+    "docs/benchmarks.md, 'MLA attention on SM120' (H200 in SM120 mode, SGLang 0.5.23's "
+    "decode_attention_fwd, MLA 576/512, 16 heads, CUDA graph replay)"
+)
 
 
 # -- the context a rule is evaluated in -------------------------------------------------------------------
@@ -290,7 +292,7 @@ class SlowRule:
     capabilities: tuple[str, ...] = backend_support.SM12X
     largest_fitting: str | None = None  # over-smem: the largest value of the setting whose kernels fit
 
-    def evaluate(self, ctx: Context) -> "SlowFinding | None":
+    def evaluate(self, ctx: Context) -> SlowFinding | None:
         if ctx.capability not in self.capabilities:
             return None
         where: list[str] = []
@@ -308,14 +310,30 @@ class SlowRule:
         else:
             value, origin = ctx.value(name), "SGLang's choice"
         source = self.source + (f"; found in this tree at {', '.join(where)}" if where else "")
-        return SlowFinding(self.id, self.setting, _str(value), origin, self.severity,
-                           self.why.format(**_fmt(ctx)), source, self.fix.format(**_fmt(ctx)), self.recipe_keys,
-                           self.largest_fitting)
+        return SlowFinding(
+            self.id,
+            self.setting,
+            _str(value),
+            origin,
+            self.severity,
+            self.why.format(**_fmt(ctx)),
+            source,
+            self.fix.format(**_fmt(ctx)),
+            self.recipe_keys,
+            self.largest_fitting,
+        )
 
     def to_json(self) -> dict:
-        return {"id": self.id, "setting": self.setting, "severity": self.severity, "why": self.why,
-                "source": self.source, "fix": self.fix, "capabilities": list(self.capabilities),
-                "largest_fitting_value": self.largest_fitting}
+        return {
+            "id": self.id,
+            "setting": self.setting,
+            "severity": self.severity,
+            "why": self.why,
+            "source": self.source,
+            "fix": self.fix,
+            "capabilities": list(self.capabilities),
+            "largest_fitting_value": self.largest_fitting,
+        }
 
 
 @dataclass(frozen=True)
@@ -335,9 +353,17 @@ class SlowFinding:
         return f"{self.setting}={self.value}" if self.value is not None else self.setting
 
     def to_json(self) -> dict:
-        return {"rule": self.rule, "setting": self.setting, "value": self.value, "origin": self.origin,
-                "severity": self.severity, "why": self.why, "source": self.source, "fix": self.fix,
-                "largest_fitting_value": self.largest_fitting}
+        return {
+            "rule": self.rule,
+            "setting": self.setting,
+            "value": self.value,
+            "origin": self.origin,
+            "severity": self.severity,
+            "why": self.why,
+            "source": self.source,
+            "fix": self.fix,
+            "largest_fitting_value": self.largest_fitting,
+        }
 
 
 def wanted_splits(sm_count: int | None) -> int:
@@ -362,30 +388,38 @@ def _low_splits(value: Any, ctx: Context) -> bool:
 _TRITON_BACKEND = "srt/layers/attention/triton_backend.py"
 # A tree whose Triton backend raises the split cap from the SM count for every model: sm120kit's
 # sm120-decode-kv-splits patch, or the upstream form its patch.toml marker matches (sglang PR #21775).
-_SPLITS_RAISED = (Code(_TRITON_BACKEND, r"_sm120_decode_kv_splits_cap\(", present=False),
-                  Code(_TRITON_BACKEND, r"(?m)^        self\.max_kv_splits = max\([^\n]*device_core_count",
-                       present=False))
+_SPLITS_RAISED = (
+    Code(_TRITON_BACKEND, r"_sm120_decode_kv_splits_cap\(", present=False),
+    Code(_TRITON_BACKEND, r"(?m)^        self\.max_kv_splits = max\([^\n]*device_core_count", present=False),
+)
 _FLASHINFER_MLA = "srt/layers/attention/flashinfer_mla_backend.py"
 
 _SPLITS_WHY = (
     "The Triton decode kernel splits each request's KV into at most this many parts; with few splits a "
     "batch-1 long-context decode keeps only a few of the GPU's {sm} SMs busy. Measured per layer at 185k "
-    "context, batch 1: 8 splits 2.368 ms, 64 splits 0.327 ms, 256 splits 0.184 ms (12.9x between 8 and 256).")
+    "context, batch 1: 8 splits 2.368 ms, 64 splits 0.327 ms, 256 splits 0.184 ms (12.9x between 8 and 256)."
+)
 _SPLITS_FIX = (
     "Give --triton-attention-num-kv-splits {wanted} (the next power of two of the SM count, the cap SGLang "
     "0.5.12 and later give MLA decode themselves). SGLang still picks fewer splits per request at "
     "short contexts; the cap sizes a float32 buffer of batch x heads x splits x (value dims + 1) values "
-    "for the largest CUDA-graph batch.")
+    "for the largest CUDA-graph batch."
+)
 _FP8_FI_WHY = (
     "With an fp8 KV cache the FlashInfer MLA backend converts the layer's whole KV pool to the query dtype "
     "on every forward (get_key_buffer(layer.layer_id).to(q.dtype), in prefill and decode): the cost grows "
-    "with the pool size (every token the server can hold), not with the tokens a batch attends to.")
+    "with the pool size (every token the server can hold), not with the tokens a batch attends to."
+)
 _FP8_FI_FIX = (
     "Use --attention-backend triton (SGLang's default for MLA on 12.x; its MLA decode reads fp8 KV directly), "
     "or keep the KV cache in the model dtype (--kv-cache-dtype auto), or run a tree where the FlashInfer MLA "
-    "backend converts only the pages a batch reads (upstream PR #35322).")
-_TRTLLM_FIX = ("Choose a backend with SM120 code: --attention-backend triton or flashinfer (MLA: triton); "
-               "MoE: leave --moe-runner-backend to SGLang (auto) or use triton / flashinfer_cutlass.")
+    "backend converts only the pages a batch reads (upstream PR #35322)."
+)
+_TRTLLM_FIX = (
+    "Choose a backend with SM120 code: --attention-backend triton or flashinfer (MLA: triton); "
+    "MoE: leave --moe-runner-backend to SGLang (auto) or use triton / flashinfer_cutlass."
+)
+
 
 def _tp(value: Any) -> int:
     try:
@@ -397,26 +431,35 @@ def _tp(value: Any) -> int:
 _PARALLEL_STATE = "srt/distributed/parallel_state.py"
 _TP_PCIE_IPC = Given("tp_size", lambda v, _ctx: _tp(v) in pcie_allreduce.WORLD_SIZES)
 _TP_OTHER = Given("tp_size", lambda v, _ctx: _tp(v) > 1 and _tp(v) not in pcie_allreduce.WORLD_SIZES)
-_HAS_PCIE_IPC = (Code(pcie_allreduce.UPSTREAM_MODULE, pcie_allreduce.ENABLE_VAR),
-                 Code(pcie_allreduce.BACKPORT_MODULE, pcie_allreduce.ENABLE_VAR))
+_HAS_PCIE_IPC = (
+    Code(pcie_allreduce.UPSTREAM_MODULE, pcie_allreduce.ENABLE_VAR),
+    Code(pcie_allreduce.BACKPORT_MODULE, pcie_allreduce.ENABLE_VAR),
+)
 _AR_WHY = (
     "No compute-capability 12.x card has NVLink, so with tensor parallelism every decode step's all-reduces "
     "(two a layer, hidden size x 2 bytes each at batch 1: 14 KiB for hidden 7168, 122 a token for 61 layers) "
     "cross PCIe, each bound by latency rather than bandwidth. SGLang's custom all-reduce refuses more than two "
-    "PCIe-only GPUs and GPUs without peer access, so NCCL serves them.")
-_AR_SOURCE = (f"sglang 0.5.21's pcie_ipc_ar.py ({pcie_allreduce.SOURCE}), measured on an 8x SM120 host: "
-              f"{pcie_allreduce.MEASURED}; custom_all_reduce_utils.py: 'not supported on more than two PCIe-only "
-              "GPUs'")
-_AR_FLASHINFER = (f"it needs FlashInfer {pcie_allreduce.FLASHINFER_FIRST} or newer (pcie_ipc_comm; `sm120kit "
-                  "verify` says whether the installed one has it) and bf16 activations")
+    "PCIe-only GPUs and GPUs without peer access, so NCCL serves them."
+)
+_AR_SOURCE = (
+    f"sglang 0.5.21's pcie_ipc_ar.py ({pcie_allreduce.SOURCE}), measured on an 8x SM120 host: "
+    f"{pcie_allreduce.MEASURED}; custom_all_reduce_utils.py: 'not supported on more than two PCIe-only "
+    "GPUs'"
+)
+_AR_FLASHINFER = (
+    f"it needs FlashInfer {pcie_allreduce.FLASHINFER_FIRST} or newer (pcie_ipc_comm; `sm120kit "
+    "verify` says whether the installed one has it) and bf16 activations"
+)
 
 # -- LoRA kernels over 12.x's shared memory at non-default settings --------------------------------------------
 
 # The figures: metadata.shared of SGLang 0.5.23's own launchers, compiled for sm_120 by Triton 3.9.0 under a
 # faked RTX PRO 6000 (tests/lora_smem_probe.py; tests/test_lora_limits.py compiles them again and compares).
-LORA_SOURCE = ("compiled for sm_120 by Triton 3.9.0 through SGLang 0.5.23's own launchers on a faked RTX PRO 6000 "
-               "(Llama-3-8B shapes: K 4096, rank 64 unless said, bf16; Qwen3-30B-A3B for the MoE shrink); "
-               "tests/lora_smem_probe.py compiles them, tests/test_lora_limits.py checks these figures")
+LORA_SOURCE = (
+    "compiled for sm_120 by Triton 3.9.0 through SGLang 0.5.23's own launchers on a faked RTX PRO 6000 "
+    "(Llama-3-8B shapes: K 4096, rank 64 unless said, bf16; Qwen3-30B-A3B for the MoE shrink); "
+    "tests/lora_smem_probe.py compiles them, tests/test_lora_limits.py checks these figures"
+)
 CSGMV_SHRINK_BYTES = {16: 32768, 32: 49152, 64: 81920, 128: 147456}  # chunk (BLOCK_M) -> bytes, default tiles
 CSGMV_TUNED_128 = 73728  # chunk 128 with a tuned tile of BLOCK_K 128 (BLOCK_N 16)
 CSGMV_LARGEST_FITTING_CHUNK = 64
@@ -425,13 +468,21 @@ EXP_EXPAND_BYTES = {64: 69632, 128: 139264}  # rank -> bytes (BLOCK_R = next pow
 EXP_MOE_SHRINK_BYTES = {(64, 16): 81920, (128, 16): 147456, (128, 512): 81920}  # (rank, tokens) -> bytes
 EXP_LARGEST_FITTING_RANK = 21  # qkv: next_pow2(3 x 21) = 64; 22 gives 128
 
-_CSGMV_SHRINK = ("kernels/ops/lora/dense/chunked_sgmv_shrink.py", "kernels/ops/gemm/chunked_sgmv_shrink.py",
-                 "srt/lora/triton_ops/chunked_sgmv_shrink.py")
-_CSGMV_TUNING = ("kernels/ops/lora/dense/lora_tuning_config.py", "kernels/ops/gemm/lora_tuning_config.py",
-                 "srt/lora/triton_ops/lora_tuning_config.py")
-_EXP_SHRINK = ("kernels/ops/lora/dense/trtllm_lora_temp/sgemm_lora_a.py",
-               "kernels/ops/gemm/trtllm_lora_temp/sgemm_lora_a.py",
-               "srt/lora/trtllm_lora_temp/triton_ops/sgemm_lora_a.py")
+_CSGMV_SHRINK = (
+    "kernels/ops/lora/dense/chunked_sgmv_shrink.py",
+    "kernels/ops/gemm/chunked_sgmv_shrink.py",
+    "srt/lora/triton_ops/chunked_sgmv_shrink.py",
+)
+_CSGMV_TUNING = (
+    "kernels/ops/lora/dense/lora_tuning_config.py",
+    "kernels/ops/gemm/lora_tuning_config.py",
+    "srt/lora/triton_ops/lora_tuning_config.py",
+)
+_EXP_SHRINK = (
+    "kernels/ops/lora/dense/trtllm_lora_temp/sgemm_lora_a.py",
+    "kernels/ops/gemm/trtllm_lora_temp/sgemm_lora_a.py",
+    "srt/lora/trtllm_lora_temp/triton_ops/sgemm_lora_a.py",
+)
 _LORA_ON = AnyGiven(("enable_lora", "lora_paths", "max_lora_rank", "lora_target_modules"))
 
 
@@ -449,23 +500,29 @@ class ExperimentalLoraOver:
             return False
         if rank <= 64:
             return True
-        gated = any(re.search(r"def supports_two_stream_dense_lora\(", ctx.read(p) or "")
-                    for p in ("srt/lora/trtllm_lora_temp/__init__.py",))
+        gated = any(
+            re.search(r"def supports_two_stream_dense_lora\(", ctx.read(p) or "")
+            for p in ("srt/lora/trtllm_lora_temp/__init__.py",)
+        )
         return (not gated) or bool(ctx.given.get("lora_use_virtual_experts"))
 
 
 RULES: tuple[SlowRule, ...] = (
     SlowRule(
-        "pcie-allreduce-off", pcie_allreduce.ENABLE_VAR,
+        "pcie-allreduce-off",
+        pcie_allreduce.ENABLE_VAR,
         (_TP_PCIE_IPC, AnyOf(_HAS_PCIE_IPC), NoneOf((Switch(pcie_allreduce.ENABLE_VAR),))),
         _AR_WHY + " This release has FlashInfer's PCIe-IPC all-reduce for exactly these reductions, but it is "
         "off unless SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is set.",
         _AR_SOURCE,
         f"Set SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 ({_AR_FLASHINFER}). Its workspace is sized for the largest "
         "captured decode batch (--cuda-graph-max-bs), so prefill-sized reductions stay on NCCL.",
-        recipe_keys=(pcie_allreduce.ENABLE_VAR, "tp-size"), value_of=pcie_allreduce.ENABLE_VAR),
+        recipe_keys=(pcie_allreduce.ENABLE_VAR, "tp-size"),
+        value_of=pcie_allreduce.ENABLE_VAR,
+    ),
     SlowRule(
-        "pcie-allreduce-deterministic", "--enable-deterministic-inference",
+        "pcie-allreduce-deterministic",
+        "--enable-deterministic-inference",
         (_TP_PCIE_IPC, AnyOf(_HAS_PCIE_IPC), Switch(pcie_allreduce.ENABLE_VAR), Deterministic()),
         "Deterministic inference keeps the PCIe-IPC all-reduce off although SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is "
         "set (its kernels choose a launch per shape, so the order of the sums would follow the batch): every "
@@ -473,58 +530,93 @@ RULES: tuple[SlowRule, ...] = (
         _AR_SOURCE + "; pcie_ipc_ar.eligible_group returns False when deterministic",
         "Leave out --enable-deterministic-inference (and SGLANG_ENABLE_DETERMINISTIC_INFERENCE, "
         "SGLANG_USE_1STAGE_ALLREDUCE=1) unless identical outputs from run to run are required.",
-        recipe_keys=("enable-deterministic-inference", pcie_allreduce.DETERMINISTIC_VAR,
-                     pcie_allreduce.ONE_STAGE_VAR)),
+        recipe_keys=("enable-deterministic-inference", pcie_allreduce.DETERMINISTIC_VAR, pcie_allreduce.ONE_STAGE_VAR),
+    ),
     SlowRule(
-        "pcie-allreduce-missing", "--tp-size",
+        "pcie-allreduce-missing",
+        "--tp-size",
         (_TP_PCIE_IPC, Code(_PARALLEL_STATE, r"class GroupCoordinator"), NoneOf(_HAS_PCIE_IPC)),
         _AR_WHY + " This release has no PCIe-IPC all-reduce (SGLang has it from 0.5.21 on).",
         _AR_SOURCE,
         f"Run SGLang 0.5.21 or newer and set SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1 ({_AR_FLASHINFER}); on "
         f"0.5.16 to 0.5.20 `sm120kit apply` adds it (patch {pcie_allreduce.BACKPORT_PATCH}), then set the variable.",
-        recipe_keys=("tp-size",), value_of="tp_size"),
+        recipe_keys=("tp-size",),
+        value_of="tp_size",
+    ),
     SlowRule(
-        "pcie-allreduce-tp-size", "--tp-size",
+        "pcie-allreduce-tp-size",
+        "--tp-size",
         (_TP_OTHER, Code(_PARALLEL_STATE, r"class GroupCoordinator")),
         _AR_WHY + " FlashInfer's PCIe-IPC all-reduce serves 2, 4 or 8 ranks only, so with this TP size no "
         "release can take them off NCCL.",
         _AR_SOURCE + "; pcie_ipc_ar._SUPPORTED_WORLD_SIZES = (2, 4, 8)",
         "Use --tp-size 2, 4 or 8 (with SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1), e.g. with pipeline or data "
         "parallelism for the remaining GPUs.",
-        recipe_keys=("tp-size",), value_of="tp_size"),
+        recipe_keys=("tp-size",),
+        value_of="tp_size",
+    ),
     SlowRule(
-        "triton-kv-splits-low", "--triton-attention-num-kv-splits",
-        (Given("triton_attention_num_kv_splits", _low_splits), Value("attention_decode", ("triton",)),
-         Attention("mha"), *_SPLITS_RAISED),
+        "triton-kv-splits-low",
+        "--triton-attention-num-kv-splits",
+        (
+            Given("triton_attention_num_kv_splits", _low_splits),
+            Value("attention_decode", ("triton",)),
+            Attention("mha"),
+            *_SPLITS_RAISED,
+        ),
         _SPLITS_WHY + " For non-MLA models the value is the cap itself in every release up to 0.5.23 "
         "(upstream PR #35801 open) unless sm120kit's sm120-decode-kv-splits patch is applied.",
-        BENCH_MLA + "; sglang/srt/layers/attention/triton_backend.py: max_kv_splits = "
-        "triton_attention_num_kv_splits",
-        _SPLITS_FIX, recipe_keys=("triton-attention-num-kv-splits",), value_of="triton_attention_num_kv_splits"),
+        BENCH_MLA + "; sglang/srt/layers/attention/triton_backend.py: max_kv_splits = triton_attention_num_kv_splits",
+        _SPLITS_FIX,
+        recipe_keys=("triton-attention-num-kv-splits",),
+        value_of="triton_attention_num_kv_splits",
+    ),
     SlowRule(
-        "triton-kv-splits-low-mla", "--triton-attention-num-kv-splits",
-        (Given("triton_attention_num_kv_splits", _low_splits), Value("attention_decode", ("triton",)),
-         Attention("mla"), Code(_TRITON_BACKEND, r"_mla_decode_kv_splits_cap", present=False), *_SPLITS_RAISED),
+        "triton-kv-splits-low-mla",
+        "--triton-attention-num-kv-splits",
+        (
+            Given("triton_attention_num_kv_splits", _low_splits),
+            Value("attention_decode", ("triton",)),
+            Attention("mla"),
+            Code(_TRITON_BACKEND, r"_mla_decode_kv_splits_cap", present=False),
+            *_SPLITS_RAISED,
+        ),
         _SPLITS_WHY + " This release caps MLA decode at the value too (from 0.5.12 SGLang raises the MLA "
         "cap from the SM count and context length, _mla_decode_kv_splits_cap, upstream PR #20479; then a "
         "low value is harmless for MLA).",
         BENCH_MLA + "; _mla_decode_kv_splits_cap is absent from this tree's "
         "sglang/srt/layers/attention/triton_backend.py",
-        _SPLITS_FIX, recipe_keys=("triton-attention-num-kv-splits",), value_of="triton_attention_num_kv_splits"),
+        _SPLITS_FIX,
+        recipe_keys=("triton-attention-num-kv-splits",),
+        value_of="triton_attention_num_kv_splits",
+    ),
     SlowRule(
-        "fp8-kv-flashinfer-mla", "--kv-cache-dtype",
-        (Value("kv_cache_dtype", prefix="fp8"), Value("attention_decode", ("flashinfer",)), Attention("mla"),
-         Code(_FLASHINFER_MLA, r"get_key_buffer\(\s*layer\.layer_id\s*\)\s*\.to\(\s*q\.dtype\s*\)")),
+        "fp8-kv-flashinfer-mla",
+        "--kv-cache-dtype",
+        (
+            Value("kv_cache_dtype", prefix="fp8"),
+            Value("attention_decode", ("flashinfer",)),
+            Attention("mla"),
+            Code(_FLASHINFER_MLA, r"get_key_buffer\(\s*layer\.layer_id\s*\)\s*\.to\(\s*q\.dtype\s*\)"),
+        ),
         _FP8_FI_WHY,
         "the conversion is in every release 0.5.2-0.5.23 (forward_batch.token_to_kv_pool... up to 0.5.13, "
         "self.token_to_kv_pool... from 0.5.14); upstream PR #35322 open",
-        _FP8_FI_FIX, recipe_keys=("kv-cache-dtype", "attention-backend"), value_of="kv_cache_dtype"),
+        _FP8_FI_FIX,
+        recipe_keys=("kv-cache-dtype", "attention-backend"),
+        value_of="kv_cache_dtype",
+    ),
     SlowRule(
-        "static-kv-splits", "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS",
-        (Env("SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS"), Value("attention_decode", ("triton",)),
-         Attention("mla"), Code(_TRITON_BACKEND, r"_mla_decode_kv_splits_cap\("),
-         Code(_TRITON_BACKEND, r"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS"),
-         Code(_TRITON_BACKEND, r"num_kv_splits\.fill_\(\s*self\.max_kv_splits\s*\)")),
+        "static-kv-splits",
+        "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS",
+        (
+            Env("SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS"),
+            Value("attention_decode", ("triton",)),
+            Attention("mla"),
+            Code(_TRITON_BACKEND, r"_mla_decode_kv_splits_cap\("),
+            Code(_TRITON_BACKEND, r"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS"),
+            Code(_TRITON_BACKEND, r"num_kv_splits\.fill_\(\s*self\.max_kv_splits\s*\)"),
+        ),
         "Every request decodes with the maximum split count instead of the count SGLang picks from its "
         "length and the SM count. For MLA this release raises the maximum to the next power of two of the "
         "SM count (_mla_decode_kv_splits_cap; 256 on "
@@ -533,54 +625,87 @@ RULES: tuple[SlowRule, ...] = (
         BENCH_MLA + " (MLA decode, every case)",
         "Unset SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS (it is meant for debugging and determinism checks).",
         recipe_keys=("SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS",),
-        value_of="SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS"),
+        value_of="SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS",
+    ),
     SlowRule(
-        "radix-force-miss", "SGLANG_RADIX_FORCE_MISS",
+        "radix-force-miss",
+        "SGLANG_RADIX_FORCE_MISS",
         (Env("SGLANG_RADIX_FORCE_MISS"), Code("srt/mem_cache/common.py", r"SGLANG_RADIX_FORCE_MISS")),
         "Every prefix-cache lookup is turned into a miss (zero_match_result), so shared prompt prefixes are "
         "prefilled again for every request.",
         "code: the match result is replaced by zero_match_result",
         "Unset SGLANG_RADIX_FORCE_MISS (a test switch); to turn the prefix cache off on purpose use "
         "--disable-radix-cache.",
-        recipe_keys=("SGLANG_RADIX_FORCE_MISS",), value_of="SGLANG_RADIX_FORCE_MISS"),
+        recipe_keys=("SGLANG_RADIX_FORCE_MISS",),
+        value_of="SGLANG_RADIX_FORCE_MISS",
+    ),
     SlowRule(
-        "draft-extend-no-cuda-graph", "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH",
-        (Env("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"), Value("speculative_algorithm", ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "FROZEN_KV_MTP")),
-         Code("srt/speculative/eagle_worker_v2.py", r"not envs\.SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH")),
+        "draft-extend-no-cuda-graph",
+        "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH",
+        (
+            Env("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"),
+            Value("speculative_algorithm", ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "FROZEN_KV_MTP")),
+            Code("srt/speculative/eagle_worker_v2.py", r"not envs\.SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"),
+        ),
         "The EAGLE draft model's extend step is not captured in a CUDA graph, so it runs eagerly, launch by "
         "launch, on every speculative step.",
         "code: the draft-extend CUDA graph runner is only built when the variable is unset",
         "Unset SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH.",
-        recipe_keys=("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH",), value_of="SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"),
+        recipe_keys=("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH",),
+        value_of="SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH",
+    ),
     SlowRule(
-        "trtllm-attention-explicit", "--attention-backend",
-        (Given("attention_backend", lambda v, _ctx: str(v) in ("trtllm_mla", "trtllm_mha")),
-         NoSm120Code("attention_decode")),
+        "trtllm-attention-explicit",
+        "--attention-backend",
+        (
+            Given("attention_backend", lambda v, _ctx: str(v) in ("trtllm_mla", "trtllm_mha")),
+            NoSm120Code("attention_decode"),
+        ),
         "A trtllm attention backend was chosen by hand; in this release it has no SM120 code for decode "
         "(trtllm_mla: SM100-only trtllm-gen kernels in every release; trtllm_mha: before 0.5.10).",
         "sm120kit's backend rules (explain --json 'rules'); sglang issue #24633",
-        _TRTLLM_FIX, severity=NO_SM120_CODE, recipe_keys=(), value_of="attention_backend"),
+        _TRTLLM_FIX,
+        severity=NO_SM120_CODE,
+        recipe_keys=(),
+        value_of="attention_backend",
+    ),
     SlowRule(
-        "trtllm-attention-explicit-prefill", "--attention-backend",
+        "trtllm-attention-explicit-prefill",
+        "--attention-backend",
         (Given("attention_backend", lambda v, _ctx: str(v) == "trtllm_mha"), NoSm120Code("attention_prefill")),
         "trtllm_mha was chosen by hand; before 0.5.19 its prefill uses trtllm-gen kernels only (SM100).",
         "sm120kit's backend rules (explain --json 'rules'); fmha_v2 prefill for SM120 first in 0.5.19",
-        _TRTLLM_FIX, severity=NO_SM120_CODE, recipe_keys=(), value_of="attention_backend"),
+        _TRTLLM_FIX,
+        severity=NO_SM120_CODE,
+        recipe_keys=(),
+        value_of="attention_backend",
+    ),
     SlowRule(
-        "trtllm-moe-explicit", "--moe-runner-backend",
+        "trtllm-moe-explicit",
+        "--moe-runner-backend",
         (Given("moe_runner_backend", lambda v, _ctx: str(v) == "flashinfer_trtllm"), NoSm120Code("moe_runner")),
         "The flashinfer_trtllm MoE runner was chosen by hand; its trtllm-gen fused MoE kernels are built for "
         "SM100/SM103 only.",
         "sm120kit's backend rules (explain --json 'rules'): srt/layers/moe/moe_runner/flashinfer_trtllm.py has "
         "no SM120 branch",
-        _TRTLLM_FIX, severity=NO_SM120_CODE, recipe_keys=(), value_of="moe_runner_backend"),
+        _TRTLLM_FIX,
+        severity=NO_SM120_CODE,
+        recipe_keys=(),
+        value_of="moe_runner_backend",
+    ),
     SlowRule(
-        "lora-csgmv-chunk-over-smem", "--max-lora-chunk-size",
-        (Given("max_lora_chunk_size", lambda v, _ctx: _int(v) > CSGMV_LARGEST_FITTING_CHUNK), _LORA_ON,
-         ArgumentIs("lora_backend", "csgmv"),
-         # the default tile: in lora_tuning_config.py where the release has it (0.5.12 on), else in the launcher
-         CodeAny(_CSGMV_TUNING + _CSGMV_SHRINK,
-                 r"(?m)DEFAULT_SHRINK_CONFIG\s*=\s*\{[^}]{0,80}\"BLOCK_K\":\s*256|^[ \t]{0,8}BLOCK_K\s*=\s*256\b")),
+        "lora-csgmv-chunk-over-smem",
+        "--max-lora-chunk-size",
+        (
+            Given("max_lora_chunk_size", lambda v, _ctx: _int(v) > CSGMV_LARGEST_FITTING_CHUNK),
+            _LORA_ON,
+            ArgumentIs("lora_backend", "csgmv"),
+            # the default tile: in lora_tuning_config.py where the release has it (0.5.12 on), else in the launcher
+            CodeAny(
+                _CSGMV_TUNING + _CSGMV_SHRINK,
+                r"(?m)DEFAULT_SHRINK_CONFIG\s*=\s*\{[^}]{0,80}\"BLOCK_K\":\s*256|^[ \t]{0,8}BLOCK_K\s*=\s*256\b",
+            ),
+        ),
         "SGLang's csgmv LoRA backend runs its shrink kernel (_chunked_lora_shrink_kernel) with BLOCK_M = the chunk "
         "size, BLOCK_N 16, BLOCK_K 256 and 3 stages (unless a tuned tile file says otherwise); compiled for sm_120 "
         f"it needs {CSGMV_SHRINK_BYTES[128]} B of shared memory at chunk 128 ({CSGMV_SHRINK_BYTES[64]} B at 64, "
@@ -592,12 +717,16 @@ RULES: tuple[SlowRule, ...] = (
         f"{CSGMV_SHRINK_BYTES[64]} B) or leave the default 16. Releases that read tuned csgmv tiles "
         "(lora_tuning_config, 0.5.12 on) also run chunk 128 within the limit with a tile file that SGLang itself "
         "loads: $SGLANG_LORA_CONFIG_DIR/csgmv_configs/triton_<version>/lora_shrink,K=<in>,R=<rank>,S=<slices>,"
-        "device=<GPU name>.json with an entry \"128\": {{\"BLOCK_N\": 16, \"BLOCK_K\": 128}} "
+        'device=<GPU name>.json with an entry "128": {{"BLOCK_N": 16, "BLOCK_K": 128}} '
         f"({CSGMV_TUNED_128} B).",
-        severity=OVER_SMEM, recipe_keys=("max-lora-chunk-size",), value_of="max_lora_chunk_size",
-        largest_fitting=str(CSGMV_LARGEST_FITTING_CHUNK)),
+        severity=OVER_SMEM,
+        recipe_keys=("max-lora-chunk-size",),
+        value_of="max_lora_chunk_size",
+        largest_fitting=str(CSGMV_LARGEST_FITTING_CHUNK),
+    ),
     SlowRule(
-        "lora-experimental-rank-over-smem", "--max-lora-rank",
+        "lora-experimental-rank-over-smem",
+        "--max-lora-rank",
         (Env("SGLANG_EXPERIMENTAL_LORA_OPTI"), ExperimentalLoraOver(), CodeAny(_EXP_SHRINK, r"BLOCK_K\s*=\s*256")),
         "SGLANG_EXPERIMENTAL_LORA_OPTI switches LoRA to the experimental trtllm_lora_temp kernels, whose tiles are "
         "fixed: the shrink (_sgemm_lora_a_kernel: BLOCK_S 16, BLOCK_K 256, 3 stages, BLOCK_R the next power of two "
@@ -614,8 +743,11 @@ RULES: tuple[SlowRule, ...] = (
         "kernel: qkv's shrink tile stays at 64; 16 among power-of-two ranks), or unset SGLANG_EXPERIMENTAL_LORA_OPTI: "
         "SGLang's default LoRA kernels fit at these ranks (csgmv shrink "
         f"{CSGMV_SHRINK_BYTES[16]} B at its default chunk 16, rank 64).",
-        severity=OVER_SMEM, recipe_keys=("max-lora-rank", "SGLANG_EXPERIMENTAL_LORA_OPTI"), value_of="max_lora_rank",
-        largest_fitting=str(EXP_LARGEST_FITTING_RANK)),
+        severity=OVER_SMEM,
+        recipe_keys=("max-lora-rank", "SGLANG_EXPERIMENTAL_LORA_OPTI"),
+        value_of="max_lora_rank",
+        largest_fitting=str(EXP_LARGEST_FITTING_RANK),
+    ),
 )
 
 
@@ -658,6 +790,21 @@ def backend_values(given: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["Context", "SlowRule", "SlowFinding", "RULES", "find", "wanted_splits", "SLOW", "NO_SM120_CODE",
-           "OVER_SMEM", "AnyOf", "NoneOf", "Switch", "Deterministic",
-           "attention_kind_from_text", "attention_kind_from_config", "backend_values"]
+__all__ = [
+    "Context",
+    "SlowRule",
+    "SlowFinding",
+    "RULES",
+    "find",
+    "wanted_splits",
+    "SLOW",
+    "NO_SM120_CODE",
+    "OVER_SMEM",
+    "AnyOf",
+    "NoneOf",
+    "Switch",
+    "Deterministic",
+    "attention_kind_from_text",
+    "attention_kind_from_config",
+    "backend_values",
+]

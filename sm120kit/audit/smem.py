@@ -20,27 +20,30 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from sm120kit.util.report import Progress, Step, tell
 from sm120kit import __version__, runner
-from sm120kit.sglang import releases
-from sm120kit.hardware.arch import SM12X_LABELS, parse_capability
-from sm120kit.errors import MissingDependency, ToolFailed, UsageError
-from sm120kit.sglang.metadata import installed_version
-from sm120kit.sglang.target import Target, find_target
-from sm120kit.sglang import launchers as launcher_table
 from sm120kit.audit.cache import AuditCache, digest, files_digest
 from sm120kit.audit.moe_loader import LoaderRule, fp8_block_rule
 from sm120kit.audit.shapes import ProbeCase, ShapeMatrix, expand, load_matrix
+from sm120kit.errors import MissingDependency, ToolFailed, UsageError
+from sm120kit.hardware.arch import SM12X_LABELS, parse_capability
+from sm120kit.sglang import launchers as launcher_table
+from sm120kit.sglang import releases
+from sm120kit.sglang.metadata import installed_version
+from sm120kit.sglang.target import Target, find_target
+from sm120kit.util.report import Progress, Step, tell
 
 DEFAULT_ARCHS = SM12X_LABELS
 PROBE_MODULE = "sm120kit.audit.kernel_probe"
-METHOD = ("static: SGLang's launchers ran on meta tensors under a faked device; every launch was a real "
-          "Triton compile for the target, nothing ran on a GPU")
+METHOD = (
+    "static: SGLang's launchers ran on meta tensors under a faked device; every launch was a real "
+    "Triton compile for the target, nothing ran on a GPU"
+)
 _PROBE_TIMEOUT = 3600
 NOT_APPLICABLE = "not-applicable"
 
@@ -71,6 +74,7 @@ def _limit(arch: str) -> int:
 
 # -- results ---------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class KernelReport:
     name: str
@@ -88,13 +92,24 @@ class KernelReport:
 
     @property
     def block_text(self) -> str:
-        return " ".join(f"{k.replace('BLOCK_SIZE_', '').replace('BLOCK_', '')}={v}" for k, v in self.block.items()
-                        if v not in (None, 0))
+        return " ".join(
+            f"{k.replace('BLOCK_SIZE_', '').replace('BLOCK_', '')}={v}"
+            for k, v in self.block.items()
+            if v not in (None, 0)
+        )
 
     def to_json(self) -> dict:
-        return {"kernel": self.name, "module": self.module, "block": self.block, "num_warps": self.num_warps,
-                "num_stages": self.num_stages, "shared": self.shared, "limit": self.limit,
-                "over_limit": self.over, "registers": self.registers}
+        return {
+            "kernel": self.name,
+            "module": self.module,
+            "block": self.block,
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+            "shared": self.shared,
+            "limit": self.limit,
+            "over_limit": self.over,
+            "registers": self.registers,
+        }
 
 
 @dataclass(frozen=True)
@@ -113,10 +128,19 @@ class CaseReport:
         return self.status in ("over-limit", "compile-error", "import-error")
 
     def to_json(self) -> dict:
-        return {"arch": self.arch, "id": self.case.id, "launcher": self.case.launcher, "model": self.case.model,
-                "shape": self.case.shape, "params": self.case.params, "status": self.status,
-                "error": self.error, "note": self.note, "cached": self.cached,
-                "kernels": [k.to_json() for k in self.kernels]}
+        return {
+            "arch": self.arch,
+            "id": self.case.id,
+            "launcher": self.case.launcher,
+            "model": self.case.model,
+            "shape": self.case.shape,
+            "params": self.case.params,
+            "status": self.status,
+            "error": self.error,
+            "note": self.note,
+            "cached": self.cached,
+            "kernels": [k.to_json() for k in self.kernels],
+        }
 
 
 @dataclass(frozen=True)
@@ -156,15 +180,27 @@ class SmemAuditResult:
 
     def to_json(self) -> dict:
         return {
-            "target": self.target, "root": self.root, "release": self.version, "archs": list(self.archs),
-            "limits": {a: _limit(a) for a in self.archs}, "ok": self.ok, "method": METHOD,
-            "summary": {"cases": len(self.cases), "kernels": self.kernel_count(),
-                        "over_limit": len(self.over_limit), "errors": len(self.errors),
-                        "skipped": sum(c.status == "skipped" for c in self.cases),
-                        "not_applicable": len(self.not_applicable),
-                        "compiled": self.compiled, "cached": self.cached},
-            "seconds": round(self.seconds, 2), "register_reader": self.register_reader,
-            "stood_in": list(self.stood_in), "dependency_overlay": self.overlay,
+            "target": self.target,
+            "root": self.root,
+            "release": self.version,
+            "archs": list(self.archs),
+            "limits": {a: _limit(a) for a in self.archs},
+            "ok": self.ok,
+            "method": METHOD,
+            "summary": {
+                "cases": len(self.cases),
+                "kernels": self.kernel_count(),
+                "over_limit": len(self.over_limit),
+                "errors": len(self.errors),
+                "skipped": sum(c.status == "skipped" for c in self.cases),
+                "not_applicable": len(self.not_applicable),
+                "compiled": self.compiled,
+                "cached": self.cached,
+            },
+            "seconds": round(self.seconds, 2),
+            "register_reader": self.register_reader,
+            "stood_in": list(self.stood_in),
+            "dependency_overlay": self.overlay,
             "matrix_files": list(self.matrix_files),
             "findings": [dict(c.to_json(), kernels=[k.to_json()]) for c, k in self.over_limit]
             + [c.to_json() for c in self.errors],
@@ -183,8 +219,15 @@ class AuditChange:
     broke: bool
 
     def to_json(self) -> dict:
-        return {"arch": self.arch, "case": self.case_id, "kernel": self.kernel, "unpatched": self.before,
-                "patched": self.after, "fixed": self.fixed, "broke": self.broke}
+        return {
+            "arch": self.arch,
+            "case": self.case_id,
+            "kernel": self.kernel,
+            "unpatched": self.before,
+            "patched": self.after,
+            "fixed": self.fixed,
+            "broke": self.broke,
+        }
 
 
 @dataclass(frozen=True)
@@ -198,12 +241,18 @@ class SmemComparison:
         return self.patched.ok
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "changes": [c.to_json() for c in self.changes],
-                "fixed": sum(c.fixed for c in self.changes), "broke": sum(c.broke for c in self.changes),
-                "patched": self.patched.to_json(), "unpatched": self.pristine.to_json()}
+        return {
+            "ok": self.ok,
+            "changes": [c.to_json() for c in self.changes],
+            "fixed": sum(c.fixed for c in self.changes),
+            "broke": sum(c.broke for c in self.changes),
+            "patched": self.patched.to_json(),
+            "unpatched": self.pristine.to_json(),
+        }
 
 
 # -- the audit -------------------------------------------------------------------------------------------
+
 
 def _probe_fingerprint() -> str:
     from sm120kit.audit import kernel_probe
@@ -220,7 +269,8 @@ def _library_versions() -> dict[str, str]:
         if found[name] is None:
             raise MissingDependency(
                 f"The shared-memory audit needs the Python package '{name}', which is not installed.",
-                hint="Install the audit extra: pip install 'sm120kit[audit]'.")
+                hint="Install the audit extra: pip install 'sm120kit[audit]'.",
+            )
     return found
 
 
@@ -232,8 +282,9 @@ def _named_for(name: str):
     return lambda file_name: bool(pattern.search(file_name))
 
 
-def _moe_config_files(root: Path, resolved: launcher_table.ResolvedLauncher, arch: str,
-                      device_name: str | None = None) -> list[Path]:
+def _moe_config_files(
+    root: Path, resolved: launcher_table.ResolvedLauncher, arch: str, device_name: str | None = None
+) -> list[Path]:
     """SGLang's tuned MoE configs for the faked device's name (they decide the block sizes)."""
     from sm120kit.hardware.fake_device import PRESETS
 
@@ -246,8 +297,10 @@ def _moe_config_files(root: Path, resolved: launcher_table.ResolvedLauncher, arc
     return sorted(p for p in folder.rglob("*.json") if named(p.name))
 
 
-_CONFIG_NAME = re.compile(r"^E=(\d+),N=(\d+),device_name=(.+?)(?:,dtype=(\w+))?(?:,block_shape=\[(\d+), ?(\d+)\])?"
-                          r"(,per_channel_quant=True)?(_down)?\.json$")
+_CONFIG_NAME = re.compile(
+    r"^E=(\d+),N=(\d+),device_name=(.+?)(?:,dtype=(\w+))?(?:,block_shape=\[(\d+), ?(\d+)\])?"
+    r"(,per_channel_quant=True)?(_down)?\.json$"
+)
 TUNED_HIDDEN_SIZE = 4096  # K of the up projection for tuned-file cases: the file names carry no hidden size
 
 
@@ -266,8 +319,14 @@ def tuned_moe_cases(root: Path, resolved: launcher_table.ResolvedLauncher, arch:
         match = _CONFIG_NAME.match(path.name)
         if not match or match.group(3) not in names or match.group(8):
             continue
-        experts, n, dtype, bn, bk, per_channel = (int(match.group(1)), int(match.group(2)), match.group(4),
-                                                  match.group(5), match.group(6), bool(match.group(7)))
+        experts, n, dtype, bn, bk, per_channel = (
+            int(match.group(1)),
+            int(match.group(2)),
+            match.group(4),
+            match.group(5),
+            match.group(6),
+            bool(match.group(7)),
+        )
         if dtype is None:
             quant = "bf16"
         elif dtype == "fp8_w8a8":
@@ -279,10 +338,21 @@ def tuned_moe_cases(root: Path, resolved: launcher_table.ResolvedLauncher, arch:
         except (ValueError, OSError):
             continue  # SGLang would fail on it too; not a shared-memory question
         for m in tokens:
-            case = ProbeCase("moe", f"tuned-E{experts}-N{n}", {
-                "num_experts": experts, "top_k": min(8, experts), "hidden_size": TUNED_HIDDEN_SIZE,
-                "intermediate_size": n, "bias": False, "quantization": quant, "tokens": m,
-                "block_shape": [int(bn), int(bk)] if bn else None, "device_name": names[match.group(3)]})
+            case = ProbeCase(
+                "moe",
+                f"tuned-E{experts}-N{n}",
+                {
+                    "num_experts": experts,
+                    "top_k": min(8, experts),
+                    "hidden_size": TUNED_HIDDEN_SIZE,
+                    "intermediate_size": n,
+                    "bias": False,
+                    "quantization": quant,
+                    "tokens": m,
+                    "block_shape": [int(bn), int(bk)] if bn else None,
+                    "device_name": names[match.group(3)],
+                },
+            )
             found.setdefault(case.id, case)
     return list(found.values())
 
@@ -300,15 +370,33 @@ class _Progress:
                 self.progress(self.done, self.total, f"{self.label} {what}")
 
 
-def _run_probe(root: Path, arch: str, cases: list[ProbeCase], policy: Mapping, cache: AuditCache,
-               overlay: Path | None, progress: _Progress, label: str) -> dict:
+def _run_probe(
+    root: Path,
+    arch: str,
+    cases: list[ProbeCase],
+    policy: Mapping,
+    cache: AuditCache,
+    overlay: Path | None,
+    progress: _Progress,
+    label: str,
+) -> dict:
     from sm120kit.audit.kernel_probe import DONE_MARK
 
     with tempfile.TemporaryDirectory(prefix="sm120kit-probe-") as tmp:
         tmp_path = Path(tmp)
         (tmp_path / "cases.json").write_text(json.dumps([c.to_json() for c in cases]))
-        argv = runner.python_argv("-m", PROBE_MODULE, "--root", str(root), "--arch", arch,
-                                  "--cases", str(tmp_path / "cases.json"), "--out", str(tmp_path / "out.json"))
+        argv = runner.python_argv(
+            "-m",
+            PROBE_MODULE,
+            "--root",
+            str(root),
+            "--arch",
+            arch,
+            "--cases",
+            str(tmp_path / "cases.json"),
+            "--out",
+            str(tmp_path / "out.json"),
+        )
         if policy:
             (tmp_path / "policy.json").write_text(json.dumps(policy))
             argv += ["--policy", str(tmp_path / "policy.json")]
@@ -316,32 +404,54 @@ def _run_probe(root: Path, arch: str, cases: list[ProbeCase], policy: Mapping, c
         if os.environ.get("PYTHONPATH"):
             path_parts.append(os.environ["PYTHONPATH"])
         cache.triton_dir.mkdir(parents=True, exist_ok=True)
-        env = {"PYTHONPATH": os.pathsep.join(path_parts), "TRITON_CACHE_DIR": str(cache.triton_dir),
-               "PYTHONDONTWRITEBYTECODE": "1", "SGLANG_DISABLE_REQUEST_LOGGING": "1"}
+        env = {
+            "PYTHONPATH": os.pathsep.join(path_parts),
+            "TRITON_CACHE_DIR": str(cache.triton_dir),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "SGLANG_DISABLE_REQUEST_LOGGING": "1",
+        }
 
         def on_line(line: str) -> None:
             if line.startswith(DONE_MARK):
-                progress.tick(f"{arch} {line[len(DONE_MARK):]}")
+                progress.tick(f"{arch} {line[len(DONE_MARK) :]}")
 
-        result = runner.run(argv, cwd=tmp, extra_env=env, on_line=on_line, check=False,
-                            timeout=_PROBE_TIMEOUT, what=f"kernel probe ({label}, {arch})")
+        result = runner.run(
+            argv,
+            cwd=tmp,
+            extra_env=env,
+            on_line=on_line,
+            check=False,
+            timeout=_PROBE_TIMEOUT,
+            what=f"kernel probe ({label}, {arch})",
+        )
         out = tmp_path / "out.json"
         if result.returncode != 0 or not out.is_file():
-            raise ToolFailed(f"The kernel probe for {label} on {arch} stopped with exit code {result.returncode} "
-                             "before writing its results.", argv=list(result.argv), returncode=result.returncode,
-                             output_tail=runner._tail(result.stdout),
-                             hint="Run with -v to see the command; the output above shows where it stopped.")
+            raise ToolFailed(
+                f"The kernel probe for {label} on {arch} stopped with exit code {result.returncode} "
+                "before writing its results.",
+                argv=list(result.argv),
+                returncode=result.returncode,
+                output_tail=runner._tail(result.stdout),
+                hint="Run with -v to see the command; the output above shows where it stopped.",
+            )
         return json.loads(out.read_text())
 
 
 def _case_report(arch: str, case: ProbeCase, data: dict, cached: bool) -> CaseReport:
     limit = _limit(arch)
     kernels = tuple(
-        KernelReport(name=k["name"], module=k["module"],
-                     block={n: v for n, v in k["constexprs"].items() if n.startswith(("BLOCK", "GROUP"))},
-                     num_warps=k["num_warps"], num_stages=k["num_stages"], shared=k["shared"], limit=limit,
-                     registers=k.get("registers"))
-        for k in data.get("kernels", []))
+        KernelReport(
+            name=k["name"],
+            module=k["module"],
+            block={n: v for n, v in k["constexprs"].items() if n.startswith(("BLOCK", "GROUP"))},
+            num_warps=k["num_warps"],
+            num_stages=k["num_stages"],
+            shared=k["shared"],
+            limit=limit,
+            registers=k.get("registers"),
+        )
+        for k in data.get("kernels", [])
+    )
     status = data["status"]
     if status == "ok" and any(k.over for k in kernels):
         status = "over-limit"
@@ -358,8 +468,16 @@ def _split(cases: list[ProbeCase], parts: int) -> list[list[ProbeCase]]:
     for case in cases:
         key = case.id.split("/bs=")[0] if case.launcher in ("decode", "mla-decode") else case.id
         groups.setdefault(key, []).append(case)
-    weight = {"moe": 2.0, "extend": 1.5, "prefill": 1.0, "decode": 1.0, "tree-verify": 2.0, "mla-decode": 1.0,
-              "ds-extend": 1.5, "inkling-moe": 1.5}
+    weight = {
+        "moe": 2.0,
+        "extend": 1.5,
+        "prefill": 1.0,
+        "decode": 1.0,
+        "tree-verify": 2.0,
+        "mla-decode": 1.0,
+        "ds-extend": 1.5,
+        "inkling-moe": 1.5,
+    }
     chunks: list[list[ProbeCase]] = [[] for _ in range(max(1, min(parts, len(groups))))]
     loads = [0.0] * len(chunks)
     for group in sorted(groups.values(), key=lambda g: -weight.get(g[0].launcher, 1.0)):
@@ -376,12 +494,22 @@ def default_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: ShapeMatrix | None = None,
-               launchers: Iterable[str] | None = None, policy: Mapping[str, Mapping[str, Any]] | None = None,
-               cache: AuditCache | None = None, jobs: int | None = None,
-               progress: Progress | None = None, on_step: Step | None = None,
-               label: str | None = None, version: str | None = None,
-               repo_root: Path | None = None, tuned_moe_configs: bool = False) -> SmemAuditResult:
+def audit_tree(
+    root: Path,
+    *,
+    archs: Iterable[str] = DEFAULT_ARCHS,
+    matrix: ShapeMatrix | None = None,
+    launchers: Iterable[str] | None = None,
+    policy: Mapping[str, Mapping[str, Any]] | None = None,
+    cache: AuditCache | None = None,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    on_step: Step | None = None,
+    label: str | None = None,
+    version: str | None = None,
+    repo_root: Path | None = None,
+    tuned_moe_configs: bool = False,
+) -> SmemAuditResult:
     """Audit the SGLang tree whose ``sglang/`` package lies in ``root``.
 
     ``policy`` sets module globals of a launcher's module after import, e.g.
@@ -397,19 +525,24 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Shap
     matrix = matrix or load_matrix()
     cases = expand(matrix, launchers=launchers)
     if not cases and not tuned_moe_configs:
-        raise UsageError("The shape matrix selects no launcher call.",
-                         hint="Check --only / --launcher against the matrix entries.")
+        raise UsageError(
+            "The shape matrix selects no launcher call.", hint="Check --only / --launcher against the matrix entries."
+        )
     policy = {k: dict(v) for k, v in (policy or {}).items()}
     cache = cache or AuditCache()
     label = label or str(root)
     libs = _library_versions()
     fingerprint = _probe_fingerprint()
     resolved = launcher_table.resolve_all(root)
-    cases_by_arch = {arch: cases + (tuned_moe_cases(root, resolved["moe"], arch) if tuned_moe_configs else [])
-                     for arch in archs}
+    cases_by_arch = {
+        arch: cases + (tuned_moe_cases(root, resolved["moe"], arch) if tuned_moe_configs else []) for arch in archs
+    }
     if not any(cases_by_arch.values()):
-        raise UsageError("The shape matrix selects no launcher call, and the tree ships no fused-MoE config "
-                         "files for a 12.x GPU name.", hint="Check --only / --launcher against the matrix entries.")
+        raise UsageError(
+            "The shape matrix selects no launcher call, and the tree ships no fused-MoE config "
+            "files for a 12.x GPU name.",
+            hint="Check --only / --launcher against the matrix entries.",
+        )
 
     keys: dict[tuple[str, str], str] = {}
     source_digests: dict[tuple, str] = {}
@@ -419,11 +552,20 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Shap
             device_name = case.params.get("device_name") if case.launcher == "moe" else None
             sd_key = (arch, case.launcher, device_name)
             if sd_key not in source_digests:
-                files = list(res.files) + (_moe_config_files(root, res, arch, device_name)
-                                           if case.launcher == "moe" else [])
+                files = list(res.files) + (
+                    _moe_config_files(root, res, arch, device_name) if case.launcher == "moe" else []
+                )
                 source_digests[sd_key] = files_digest(files) if files else "absent"
-            keys[(arch, case.id)] = digest("smem-audit-1", __version__, fingerprint, libs, arch, case.key_text(),
-                                           source_digests[sd_key], policy.get(case.launcher, {}))
+            keys[(arch, case.id)] = digest(
+                "smem-audit-1",
+                __version__,
+                fingerprint,
+                libs,
+                arch,
+                case.key_text(),
+                source_digests[sd_key],
+                policy.get(case.launcher, {}),
+            )
 
     reports: dict[tuple[str, str], CaseReport] = {}
     todo: dict[str, list[ProbeCase]] = {}
@@ -453,11 +595,15 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Shap
         per_arch = max(1, jobs // len(work))
         units = [(arch, chunk) for arch, items in work.items() for chunk in _split(items, per_arch)]
         ticker = _Progress(progress, total, "compiled")
-        tell(on_step, f"compiling {total} launcher call(s) for {', '.join(work)} in {len(units)} probe "
-                         f"interpreter(s) ({jobs} job(s)) ...")
+        tell(
+            on_step,
+            f"compiling {total} launcher call(s) for {', '.join(work)} in {len(units)} probe "
+            f"interpreter(s) ({jobs} job(s)) ...",
+        )
         with ThreadPoolExecutor(max_workers=min(jobs, len(units))) as pool:
-            outputs = list(pool.map(lambda u: (u, _run_probe(root, u[0], u[1], policy, cache, overlay,
-                                                             ticker, label)), units))
+            outputs = list(
+                pool.map(lambda u: (u, _run_probe(root, u[0], u[1], policy, cache, overlay, ticker, label)), units)
+            )
         for (arch, chunk), out in outputs:
             stood_in.update(out.get("stood_in", []))
             reader = reader or out.get("register_reader")
@@ -484,19 +630,30 @@ def audit_tree(root: Path, *, archs: Iterable[str] = DEFAULT_ARCHS, matrix: Shap
         from sm120kit.hardware.cubin import find_cuobjdump
 
         reader = find_cuobjdump() or "cuobjdump (cached results)"
-    missing = sorted({r.missing for r in ordered if r.status == "import-error" and r.missing
-                      and not r.missing.startswith("sglang")})
+    missing = sorted(
+        {r.missing for r in ordered if r.status == "import-error" and r.missing and not r.missing.startswith("sglang")}
+    )
     if missing:
         where = sorted({r.case.launcher for r in ordered if r.missing in missing})
         raise MissingDependency(
             f"SGLang {version or ''} ({', '.join(where)} launchers) imports the Python package(s) "
             f"{', '.join(missing)}, not installed here.".replace("SGLang  (", "SGLang ("),
-            hint="Install the audit extra (pip install 'sm120kit[audit]') or the named packages.")
-    return SmemAuditResult(target=label, root=str(root), version=version, archs=archs, cases=ordered,
-                           seconds=time.perf_counter() - started, compiled=compiled,
-                           cached=sum(r.cached for r in ordered), register_reader=reader,
-                           stood_in=tuple(sorted(stood_in)),
-                           overlay=str(overlay_path) if overlay_path else None, matrix_files=matrix.files)
+            hint="Install the audit extra (pip install 'sm120kit[audit]') or the named packages.",
+        )
+    return SmemAuditResult(
+        target=label,
+        root=str(root),
+        version=version,
+        archs=archs,
+        cases=ordered,
+        seconds=time.perf_counter() - started,
+        compiled=compiled,
+        cached=sum(r.cached for r in ordered),
+        register_reader=reader,
+        stood_in=tuple(sorted(stood_in)),
+        overlay=str(overlay_path) if overlay_path else None,
+        matrix_files=matrix.files,
+    )
 
 
 def _refused_by_sglang(case: ProbeCase, rule: LoaderRule | None) -> str | None:
@@ -514,9 +671,15 @@ def _overlay_for(root: Path, repo_root: Path | None, on_step: Step | None) -> Pa
     return dependency_overlay(root, repo_root, on_step=on_step).path
 
 
-def audit(path: str | Path | None = None, *, release: str | None = None, compare_unpatched: bool = False,
-          progress: Progress | None = None, on_step: Step | None = None,
-          **options) -> SmemAuditResult | SmemComparison:
+def audit(
+    path: str | Path | None = None,
+    *,
+    release: str | None = None,
+    compare_unpatched: bool = False,
+    progress: Progress | None = None,
+    on_step: Step | None = None,
+    **options,
+) -> SmemAuditResult | SmemComparison:
     """Audit an SGLang tree (``path``), or a cached PyPI ``release``; with ``compare_unpatched`` also the
     pristine release of the tree's version, and report what changed between the two."""
     if release is not None and path is not None:
@@ -530,18 +693,27 @@ def audit(path: str | Path | None = None, *, release: str | None = None, compare
     if not compare_unpatched:
         return patched
     if not target.version:
-        raise UsageError(f"{target.package_dir} does not say which SGLang release it is, so there is no "
-                         "unpatched release to compare with.", hint="Audit it without --compare-unpatched.")
+        raise UsageError(
+            f"{target.package_dir} does not say which SGLang release it is, so there is no "
+            "unpatched release to compare with.",
+            hint="Audit it without --compare-unpatched.",
+        )
     pristine_root = releases.fetch_release(target.version, on_step=on_step)
     tell(on_step, f"auditing the unpatched release {target.version} for comparison ...")
-    pristine = _audit_target(find_target(pristine_root), progress=progress, on_step=on_step,
-                             label=f"sglang {target.version} from PyPI (unpatched)", **options)
+    pristine = _audit_target(
+        find_target(pristine_root),
+        progress=progress,
+        on_step=on_step,
+        label=f"sglang {target.version} from PyPI (unpatched)",
+        **options,
+    )
     return SmemComparison(patched, pristine, tuple(compare(pristine, patched)))
 
 
 def _audit_target(target: Target, *, label: str | None = None, **options) -> SmemAuditResult:
-    return audit_tree(target.root, label=label or target.label, version=target.version,
-                      repo_root=target.repo_root, **options)
+    return audit_tree(
+        target.root, label=label or target.label, version=target.version, repo_root=target.repo_root, **options
+    )
 
 
 def _state(case: CaseReport | None, kernel: KernelReport | None) -> str:
@@ -564,6 +736,7 @@ def _bad(case: CaseReport | None, kernel: KernelReport | None) -> bool:
 
 def compare(pristine: SmemAuditResult, patched: SmemAuditResult) -> list[AuditChange]:
     """Kernels whose shared memory, block sizes or status differ between the unpatched and patched tree."""
+
     def index(result: SmemAuditResult) -> dict:
         found: dict = {}
         for c in result.cases:
@@ -580,22 +753,39 @@ def compare(pristine: SmemAuditResult, patched: SmemAuditResult) -> list[AuditCh
         b_case, b_kernel = before.get(key, (None, None))
         a_case, a_kernel = after.get(key, (None, None))
         b_text, a_text = _state(b_case, b_kernel), _state(a_case, a_kernel)
-        if b_kernel and a_kernel and (b_kernel.block, b_kernel.num_warps, b_kernel.num_stages) != (
-                a_kernel.block, a_kernel.num_warps, a_kernel.num_stages):
+        if (
+            b_kernel
+            and a_kernel
+            and (b_kernel.block, b_kernel.num_warps, b_kernel.num_stages)
+            != (a_kernel.block, a_kernel.num_warps, a_kernel.num_stages)
+        ):
             b_text += f" ({b_kernel.block_text} w{b_kernel.num_warps} s{b_kernel.num_stages})"
             a_text += f" ({a_kernel.block_text} w{a_kernel.num_warps} s{a_kernel.num_stages})"
         if b_text == a_text:
             continue
         b_bad, a_bad = _bad(b_case, b_kernel), _bad(a_case, a_kernel)
-        changes.append(AuditChange(arch, case_id, name, b_text, a_text, fixed=b_bad and not a_bad,
-                                   broke=a_bad and not b_bad))
+        changes.append(
+            AuditChange(arch, case_id, name, b_text, a_text, fixed=b_bad and not a_bad, broke=a_bad and not b_bad)
+        )
     return changes
 
 
 # -- rendering (used by the CLI and the docs) ------------------------------------------------------------
 
-TABLE_HEADERS = ("arch", "launcher", "model", "shape", "kernel", "blocks", "warps", "stages", "shared B",
-                 "limit B", "regs", "status")
+TABLE_HEADERS = (
+    "arch",
+    "launcher",
+    "model",
+    "shape",
+    "kernel",
+    "blocks",
+    "warps",
+    "stages",
+    "shared B",
+    "limit B",
+    "regs",
+    "status",
+)
 
 
 def table_rows(result: SmemAuditResult, *, findings_only: bool = False) -> list[list[Any]]:
@@ -605,28 +795,60 @@ def table_rows(result: SmemAuditResult, *, findings_only: bool = False) -> list[
             continue
         if not c.kernels:
             detail = c.error or c.note or ""
-            rows.append([c.arch, c.case.launcher, c.case.model, c.case.shape, "-", "", "", "", "", _limit(c.arch),
-                         "", f"{c.status.upper() if c.failed else c.status}: {detail.splitlines()[0] if detail else ''}"])
+            rows.append(
+                [
+                    c.arch,
+                    c.case.launcher,
+                    c.case.model,
+                    c.case.shape,
+                    "-",
+                    "",
+                    "",
+                    "",
+                    "",
+                    _limit(c.arch),
+                    "",
+                    f"{c.status.upper() if c.failed else c.status}: {detail.splitlines()[0] if detail else ''}",
+                ]
+            )
             continue
         for k in c.kernels:
             if findings_only and not k.over:
                 continue
             status = "OVER" if k.over else "ok"
-            rows.append([c.arch, c.case.launcher, c.case.model, c.case.shape, k.name, k.block_text, k.num_warps,
-                         k.num_stages, k.shared, k.limit, "" if k.registers is None else k.registers, status])
+            rows.append(
+                [
+                    c.arch,
+                    c.case.launcher,
+                    c.case.model,
+                    c.case.shape,
+                    k.name,
+                    k.block_text,
+                    k.num_warps,
+                    k.num_stages,
+                    k.shared,
+                    k.limit,
+                    "" if k.registers is None else k.registers,
+                    status,
+                ]
+            )
     return rows
 
 
 def summary_line(result: SmemAuditResult) -> str:
     over, errors, refused = len(result.over_limit), len(result.errors), len(result.not_applicable)
     verdict = "PASS" if result.ok else "FAIL"
-    return (f"{verdict}: {result.kernel_count()} kernel(s) from {len(result.cases)} launcher call(s) on "
-            f"{', '.join(result.archs)}; {over} over the shared-memory limit, {errors} failed to compile or "
-            f"import" + (f", {refused} not applicable (SGLang's loader refuses the shape)" if refused else "")
-            + f"; {result.compiled} compiled, {result.cached} from cache; {result.seconds:.1f} s.")
+    return (
+        f"{verdict}: {result.kernel_count()} kernel(s) from {len(result.cases)} launcher call(s) on "
+        f"{', '.join(result.archs)}; {over} over the shared-memory limit, {errors} failed to compile or "
+        f"import"
+        + (f", {refused} not applicable (SGLang's loader refuses the shape)" if refused else "")
+        + f"; {result.compiled} compiled, {result.cached} from cache; {result.seconds:.1f} s."
+    )
 
 
-def audit_smem(path: str | Path | None = None, *, capabilities: Iterable[str] = DEFAULT_ARCHS,
-               **options) -> SmemAuditResult | SmemComparison:
+def audit_smem(
+    path: str | Path | None = None, *, capabilities: Iterable[str] = DEFAULT_ARCHS, **options
+) -> SmemAuditResult | SmemComparison:
     """:func:`audit` with the architectures named ``capabilities`` (the ``sm120kit verify`` entry point)."""
     return audit(path, archs=tuple(capabilities), **options)

@@ -42,27 +42,28 @@ class _Group(click.Group):
 def cli(ctx: click.Context, verbose: bool, quiet: bool) -> None:
     """Make SGLang run correctly on NVIDIA SM120 GPUs (RTX PRO 6000 Blackwell, RTX 5090, DGX Spark)."""
     ctx.obj = AppContext(verbose=verbose, quiet=quiet)
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s", stream=sys.stderr)
 
 
 def _register() -> None:
     # One module per command group; importing it adds its commands to `cli`.
-    from sm120kit.cli import releases  # noqa: F401
-    from sm120kit.cli import patching  # noqa: F401
-    from sm120kit.cli import recipes  # noqa: F401
-    from sm120kit.cli import build  # noqa: F401
-    from sm120kit.cli import verify  # noqa: F401
-    from sm120kit.cli import audit  # noqa: F401
-    from sm120kit.cli import explain  # noqa: F401
-    from sm120kit.cli import upstream  # noqa: F401
-    from sm120kit.cli import tune  # noqa: F401
+    from sm120kit.cli import (
+        audit,  # noqa: F401
+        build,  # noqa: F401
+        explain,  # noqa: F401
+        patching,  # noqa: F401
+        recipes,  # noqa: F401
+        releases,  # noqa: F401
+        tune,  # noqa: F401
+        upstream,  # noqa: F401
+        verify,  # noqa: F401
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     # Only sm120kit's own options count: what follows "--" belongs to another program (serve's SGLang flags).
-    own = args[:args.index("--")] if "--" in args else args
+    own = args[: args.index("--")] if "--" in args else args
     verbose = "-v" in own or "--verbose" in own
     json_mode = "--json" in own
     try:

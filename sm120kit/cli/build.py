@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from sm120kit.kernel import build as build_mod
-from sm120kit.kernel import deps as deps_mod
-from sm120kit.hardware import fatbin
-from sm120kit.hardware.arch import NotAnArch, parse_arch
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app
 from sm120kit.errors import CheckFailed, UsageError
+from sm120kit.hardware import fatbin
+from sm120kit.hardware.arch import NotAnArch, parse_arch
+from sm120kit.kernel import build as build_mod
+from sm120kit.kernel import deps as deps_mod
 from sm120kit.kernel.source import find_kernel_source
 
 
@@ -48,21 +48,49 @@ def _sass_name(text: str) -> str:
 
 @cli.command("build-kernel")
 @click.argument("src", required=False, default=".", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--arch", "archs", multiple=True, default=("12.0a",), show_default=True, metavar="CC",
-              help="Target to build for: 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or 12.1a (DGX Spark). Repeatable.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for the wheel, the build folder (reused between runs) and the log.")
+@click.option(
+    "--arch",
+    "archs",
+    multiple=True,
+    default=("12.0a",),
+    show_default=True,
+    metavar="CC",
+    help="Target to build for: 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or 12.1a (DGX Spark). Repeatable.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the wheel, the build folder (reused between runs) and the log.",
+)
 @click.option("--jobs", type=int, default=None, help="Parallel compile jobs (default: from cores and memory).")
-@click.option("--deps-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Pre-fetched third-party sources (sm120kit fetch-deps); the build then needs no network.")
+@click.option(
+    "--deps-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Pre-fetched third-party sources (sm120kit fetch-deps); the build then needs no network.",
+)
 @click.option("--ccache/--no-ccache", default=None, help="Use ccache (default: when an nvcc-capable one is on PATH).")
-@click.option("--dry-run", is_flag=True,
-              help="Run the preflight and print the command and environment, then any preflight failures (exit "
-              "code of the first); build nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Run the preflight and print the command and environment, then any preflight failures (exit "
+    "code of the first); build nothing.",
+)
 @json_option
 @pass_app
-def build_kernel(app: AppContext, src: Path, archs: tuple[str, ...], out_dir: Path, jobs: int | None,
-                 deps_dir: Path | None, ccache: bool | None, dry_run: bool, json_mode: bool) -> None:
+def build_kernel(
+    app: AppContext,
+    src: Path,
+    archs: tuple[str, ...],
+    out_dir: Path,
+    jobs: int | None,
+    deps_dir: Path | None,
+    ccache: bool | None,
+    dry_run: bool,
+    json_mode: bool,
+) -> None:
     """Build sgl-kernel from SRC (an SGLang clone or the kernel folder) for SM12x only, and verify it.
 
     Every nvcc command is restricted to the --arch targets, the parts without SM12x code are switched off,
@@ -72,21 +100,25 @@ def build_kernel(app: AppContext, src: Path, archs: tuple[str, ...], out_dir: Pa
     source = find_kernel_source(src)
     parsed = tuple(build_mod.parse_build_arch(a) for a in archs)
     with console.step("preflight"):
-        plan = build_mod.plan_build(source, parsed, out_dir, jobs=jobs, deps_dir=deps_dir, ccache=ccache,
-                                    keep_going=dry_run)
+        plan = build_mod.plan_build(
+            source, parsed, out_dir, jobs=jobs, deps_dir=deps_dir, ccache=ccache, keep_going=dry_run
+        )
     for warning in plan.warnings:
         console.warn(warning)
     tc = plan.toolchain
     console.info(f"source:  {source.label}")
     console.info(f"targets: {', '.join(plan.sass)}")
-    console.info(f"nvcc {tc.cuda_version[0]}.{tc.cuda_version[1]} ({tc.nvcc}); cmake {tc.cmake_version}; "
-                 f"ninja {tc.ninja_version}; torch {tc.torch_version or 'not needed'}"
-                 f"{' (CUDA ' + tc.torch_cuda + ')' if tc.torch_cuda else ''}; "
-                 f"ccache {tc.ccache_version or 'off'}")
+    console.info(
+        f"nvcc {tc.cuda_version[0]}.{tc.cuda_version[1]} ({tc.nvcc}); cmake {tc.cmake_version}; "
+        f"ninja {tc.ninja_version}; torch {tc.torch_version or 'not needed'}"
+        f"{' (CUDA ' + tc.torch_cuda + ')' if tc.torch_cuda else ''}; "
+        f"ccache {tc.ccache_version or 'off'}"
+    )
     console.info(f"jobs:    {plan.jobs_reason}")
     for option, why in plan.switched_off:
         console.info(f"off:     {option} ({why})")
     if dry_run:
+
         def plan_text() -> None:
             console.info("environment:")
             for key, value in plan.env:
@@ -95,8 +127,11 @@ def build_kernel(app: AppContext, src: Path, archs: tuple[str, ...], out_dir: Pa
             console.info("  " + build_mod.runner.quote(plan.argv))
             console.info(f"log file: {plan.log_file}")
 
-        emit(json_mode, {"dry_run": True, "plan": plan.to_json(), "failures": [f.to_json() for f in plan.failures]},
-             plan_text)
+        emit(
+            json_mode,
+            {"dry_run": True, "plan": plan.to_json(), "failures": [f.to_json() for f in plan.failures]},
+            plan_text,
+        )
         _dry_run_failures(plan.failures)
         return
     with console.step(f"building {source.name or 'kernel'} for {', '.join(plan.sass)} (log: {plan.log_file})"):
@@ -107,26 +142,44 @@ def build_kernel(app: AppContext, src: Path, archs: tuple[str, ...], out_dir: Pa
             console.info(f"cleared the build folder: {result.cleared}")
         console.info(f"wheel: {result.wheel} ({_size(result.wheel_size)}), built in {result.seconds:.0f} s")
         console.info("objects: " + ", ".join(f"{n} {what}" for what, n in result.launcher))
-        console.table(["library", "size", "SASS", "PTX", "on 12.x", "check"],
-                      [row + ["yes" if c.loaded_on_sm12x else "no", c.status]
-                       for row, c in zip(_arch_rows([c.library for c in result.checks]), result.checks)])
+        console.table(
+            ["library", "size", "SASS", "PTX", "on 12.x", "check"],
+            [
+                row + ["yes" if c.loaded_on_sm12x else "no", c.status]
+                for row, c in zip(_arch_rows([c.library for c in result.checks]), result.checks)
+            ],
+        )
 
     emit(json_mode, result.to_json(), human)
     if not result.ok:
         bad = result.failures or result.checks
         names = ", ".join(f"{c.library.label} ({c.status})" for c in bad) or "no library loaded on 12.x was built"
-        _fail_after_output(json_mode, CheckFailed(
-            f"The wheel {result.wheel} lacks the requested SASS ({', '.join(plan.sass)}) in: {names}. "
-            f"Full log: {plan.log_file}",
-            hint=f"Check the objects in {plan.launcher_log} and the compile lines in the log."))
+        _fail_after_output(
+            json_mode,
+            CheckFailed(
+                f"The wheel {result.wheel} lacks the requested SASS ({', '.join(plan.sass)}) in: {names}. "
+                f"Full log: {plan.log_file}",
+                hint=f"Check the objects in {plan.launcher_log} and the compile lines in the log.",
+            ),
+        )
 
 
 @cli.command("fetch-deps")
 @click.argument("src", required=False, default=".", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--into", "into", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder to fetch the sources into (one subfolder per dependency); pass it to --deps-dir.")
-@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
-              help="Set a CMake variable used in the declarations (e.g. GITHUB_ARTIFACTORY=mirror.host).")
+@click.option(
+    "--into",
+    "into",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder to fetch the sources into (one subfolder per dependency); pass it to --deps-dir.",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Set a CMake variable used in the declarations (e.g. GITHUB_ARTIFACTORY=mirror.host).",
+)
 @json_option
 @pass_app
 def fetch_deps(app: AppContext, src: Path, into: Path, sets: tuple[str, ...], json_mode: bool) -> None:
@@ -134,23 +187,33 @@ def fetch_deps(app: AppContext, src: Path, into: Path, sets: tuple[str, ...], js
     console = app.console(json_mode)
     source = find_kernel_source(src)
     with console.step(f"fetching dependencies of {source.label}"):
-        fetched = deps_mod.fetch_dependencies(source, into, progress=console.progress, on_step=console.info,
-                                              overrides=_parse_sets(sets))
+        fetched = deps_mod.fetch_dependencies(
+            source, into, progress=console.progress, on_step=console.info, overrides=_parse_sets(sets)
+        )
 
     def human() -> None:
-        console.table(["dependency", "status", "revision", "folder", "CMake variable"],
-                      [[f.dependency.name, f.status, (f.revision or "")[:12], f.folder, f.dependency.variable]
-                       for f in fetched])
+        console.table(
+            ["dependency", "status", "revision", "folder", "CMake variable"],
+            [[f.dependency.name, f.status, (f.revision or "")[:12], f.folder, f.dependency.variable] for f in fetched],
+        )
         console.info(f"build offline with: sm120kit build-kernel {src} --deps-dir {into} --out DIR")
 
-    emit(json_mode, {"source": source.to_json(), "into": str(into), "dependencies": [f.to_json() for f in fetched]},
-         human)
+    emit(
+        json_mode,
+        {"source": source.to_json(), "into": str(into), "dependencies": [f.to_json() for f in fetched]},
+        human,
+    )
 
 
 @cli.command("inspect-so")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--require", "require", multiple=True, metavar="ARCH",
-              help="Fail unless every library holds SASS for ARCH (e.g. sm_120a). Repeatable.")
+@click.option(
+    "--require",
+    "require",
+    multiple=True,
+    metavar="ARCH",
+    help="Fail unless every library holds SASS for ARCH (e.g. sm_120a). Repeatable.",
+)
 @json_option
 @pass_app
 def inspect_so(app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...], json_mode: bool) -> None:
@@ -171,12 +234,24 @@ def inspect_so(app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...
             return
         console.table(["library", "size", "SASS", "PTX"], _arch_rows(libraries))
 
-    emit(json_mode, {"libraries": [lib.to_json() for lib in libraries], "require": list(wanted),
-                     "lacking": [lib.label for lib in lacking]}, human)
+    emit(
+        json_mode,
+        {
+            "libraries": [lib.to_json() for lib in libraries],
+            "require": list(wanted),
+            "lacking": [lib.label for lib in lacking],
+        },
+        human,
+    )
     if wanted and lacking:
-        _fail_after_output(json_mode, CheckFailed(
-            f"{len(lacking)} of {len(libraries)} libraries lack SASS for {', '.join(wanted)}: "
-            + ", ".join(lib.label for lib in lacking) + "."))
+        _fail_after_output(
+            json_mode,
+            CheckFailed(
+                f"{len(lacking)} of {len(libraries)} libraries lack SASS for {', '.join(wanted)}: "
+                + ", ".join(lib.label for lib in lacking)
+                + "."
+            ),
+        )
 
 
 def _dry_run_failures(failures) -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,8 +27,7 @@ class AppContext:
 
 def json_option(func: Callable) -> Callable:
     """Add ``--json`` to a command: JSON on stdout, human progress on stderr."""
-    return click.option("--json", "json_mode", is_flag=True,
-                        help="JSON on stdout; schema: docs/json-schema.md")(func)
+    return click.option("--json", "json_mode", is_flag=True, help="JSON on stdout; schema: docs/json-schema.md")(func)
 
 
 def emit(json_mode: bool, data: Any, human: Callable[[], None]) -> None:
@@ -75,7 +75,7 @@ def exit_with(code: int, *messages: str | None) -> None:
         raise ExitAfterResult(code, *messages)
 
 
-def print_hunk_conflict(console: Console, hunk: "HunkResult", indent: str = "  ") -> None:
+def print_hunk_conflict(console: Console, hunk: HunkResult, indent: str = "  ") -> None:
     """A hunk that does not place: where it was expected, the lines it needs and the closest lines found
     (``!`` marks lines that differ)."""
     where = f"closest match at line {hunk.closest_line}" if hunk.closest_line else "no similar lines"
@@ -83,8 +83,9 @@ def print_hunk_conflict(console: Console, hunk: "HunkResult", indent: str = "  "
     console.info(f"{indent}  expected:")
     for line in hunk.expected:
         console.info(f"{indent}    | {line}")
-    console.info(f"{indent}  found{f' at line {hunk.closest_line}' if hunk.closest_line else ''} "
-                 "('!' marks lines that differ):")
+    console.info(
+        f"{indent}  found{f' at line {hunk.closest_line}' if hunk.closest_line else ''} ('!' marks lines that differ):"
+    )
     for i, line in enumerate(hunk.found or ["(end of file)"]):
         same = i < len(hunk.expected) and hunk.expected[i] == line
         console.info(f"{indent}  {' ' if same else '!'} | {line}")

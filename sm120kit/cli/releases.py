@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import click
 
-from sm120kit.sglang import releases
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
+from sm120kit.sglang import releases
 
 
-@cli.command("fetch-release", short_help="Download SGLang VERSIONS (e.g. 0.5.23, or a range 0.5.2..0.5.23) "
-                                          "into the cache, unpacked.")
+@cli.command(
+    "fetch-release",
+    short_help="Download SGLang VERSIONS (e.g. 0.5.23, or a range 0.5.2..0.5.23) into the cache, unpacked.",
+)
 @click.argument("versions", nargs=-1, required=True)
 @json_option
 @pass_app
@@ -28,5 +30,4 @@ def fetch_release(app: AppContext, versions: tuple[str, ...], json_mode: bool) -
         path = releases.fetch_release(version, on_step=console.info)
         console.progress(i, len(wanted), version)
         result.append({"version": version, "path": str(path)})
-    emit(json_mode, {"releases": result},
-         lambda: [console.info(f"{r['version']}: {r['path']}") for r in result])
+    emit(json_mode, {"releases": result}, lambda: [console.info(f"{r['version']}: {r['path']}") for r in result])

@@ -7,13 +7,15 @@ from pathlib import Path
 
 import click
 
-from sm120kit.serve import recipe as recipe_mod, recipe_edit
-from sm120kit.tune import allreduce as bench, moe as tune_moe
-from sm120kit.tune.allreduce import DEFAULT_BUDGET_S
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, emit, json_option, pass_app
 from sm120kit.errors import CheckFailed, UsageError
+from sm120kit.serve import recipe as recipe_mod
+from sm120kit.serve import recipe_edit
 from sm120kit.sglang.target import find_target
+from sm120kit.tune import allreduce as bench
+from sm120kit.tune import moe as tune_moe
+from sm120kit.tune.allreduce import DEFAULT_BUDGET_S
 
 
 def _block_shape(ctx, param, value: str | None) -> tuple[int, int] | None:
@@ -31,37 +33,91 @@ def _block_shape(ctx, param, value: str | None) -> tuple[int, int] | None:
 
 @cli.command("tune-moe")
 @click.argument("path", required=False, type=click.Path(path_type=Path))
-@click.option("--script", type=click.Path(path_type=Path), default=None,
-              help=f"SGLang's tuning script, or an SGLang clone holding {tune_moe.SCRIPT_IN_REPO} "
-                   "(default: the one in PATH when PATH is a clone).")
-@click.option("--experts", "-E", type=int, required=True,
-              help="Experts per GPU as the config file name counts them (a fused shared expert included).")
-@click.option("--intermediate-size", type=int, required=True,
-              help="The model's MoE intermediate size (all GPUs); N of the file name is this over --tp.")
+@click.option(
+    "--script",
+    type=click.Path(path_type=Path),
+    default=None,
+    help=f"SGLang's tuning script, or an SGLang clone holding {tune_moe.SCRIPT_IN_REPO} "
+    "(default: the one in PATH when PATH is a clone).",
+)
+@click.option(
+    "--experts",
+    "-E",
+    type=int,
+    required=True,
+    help="Experts per GPU as the config file name counts them (a fused shared expert included).",
+)
+@click.option(
+    "--intermediate-size",
+    type=int,
+    required=True,
+    help="The model's MoE intermediate size (all GPUs); N of the file name is this over --tp.",
+)
 @click.option("--topk", type=int, required=True, help="Experts per token.")
 @click.option("--hidden-size", type=int, default=None, help="The model's hidden size (needed without --model).")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size the model is served with.")
-@click.option("--dtype", type=click.Choice(tune_moe.DTYPES), default="auto", show_default=True,
-              help="The tuning script's --dtype (auto: the model's bf16/fp16).")
-@click.option("--block-shape", callback=_block_shape, default=None, metavar="N,K",
-              help="Block-wise quantization block (e.g. 128,128 for DeepSeek-style FP8).")
+@click.option(
+    "--dtype",
+    type=click.Choice(tune_moe.DTYPES),
+    default="auto",
+    show_default=True,
+    help="The tuning script's --dtype (auto: the model's bf16/fp16).",
+)
+@click.option(
+    "--block-shape",
+    callback=_block_shape,
+    default=None,
+    metavar="N,K",
+    help="Block-wise quantization block (e.g. 128,128 for DeepSeek-style FP8).",
+)
 @click.option("--per-channel-quant", is_flag=True, help="Per-channel quantization (the script's flag).")
-@click.option("--model", default=None,
-              help="Hugging Face model id or folder for the script to read (default: a config.json sm120kit "
-                   "writes from the shape options).")
-@click.option("--batch-size", "batch_sizes", type=int, multiple=True,
-              help="Tune these batch sizes only (repeatable; default: the script's 18 sizes).")
-@click.option("--python", "python", default=None,
-              help="Interpreter that runs the script (needs torch with CUDA, triton, ray; default: this one).")
-@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder for the script's output, the search space and the log (default: a new temporary one).")
+@click.option(
+    "--model",
+    default=None,
+    help="Hugging Face model id or folder for the script to read (default: a config.json sm120kit "
+    "writes from the shape options).",
+)
+@click.option(
+    "--batch-size",
+    "batch_sizes",
+    type=int,
+    multiple=True,
+    help="Tune these batch sizes only (repeatable; default: the script's 18 sizes).",
+)
+@click.option(
+    "--python",
+    "python",
+    default=None,
+    help="Interpreter that runs the script (needs torch with CUDA, triton, ray; default: this one).",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder for the script's output, the search space and the log (default: a new temporary one).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan (command, search space, destination); run nothing.")
 @json_option
 @pass_app
-def tune_moe_command(app: AppContext, path: Path | None, script: Path | None, experts: int, intermediate_size: int,
-                     topk: int, hidden_size: int | None, tp: int, dtype: str, block_shape, per_channel_quant: bool,
-                     model: str | None, batch_sizes: tuple[int, ...], python: str | None, work_dir: Path | None,
-                     dry_run: bool, json_mode: bool) -> None:
+def tune_moe_command(
+    app: AppContext,
+    path: Path | None,
+    script: Path | None,
+    experts: int,
+    intermediate_size: int,
+    topk: int,
+    hidden_size: int | None,
+    tp: int,
+    dtype: str,
+    block_shape,
+    per_channel_quant: bool,
+    model: str | None,
+    batch_sizes: tuple[int, ...],
+    python: str | None,
+    work_dir: Path | None,
+    dry_run: bool,
+    json_mode: bool,
+) -> None:
     """Measure fused-MoE configs on this 12.x GPU with SGLang's own tuning script and write them where the
     sm120-moe-configs patch puts its rule-derived ones.
 
@@ -71,22 +127,36 @@ def tune_moe_command(app: AppContext, path: Path | None, script: Path | None, ex
     """
     console = app.console(json_mode)
     target = find_target(path)
-    shape = tune_moe.MoeShape(experts=experts, intermediate_size=intermediate_size, topk=topk,
-                              hidden_size=hidden_size, tp=tp, dtype=dtype, block_shape=block_shape,
-                              per_channel_quant=per_channel_quant)
+    shape = tune_moe.MoeShape(
+        experts=experts,
+        intermediate_size=intermediate_size,
+        topk=topk,
+        hidden_size=hidden_size,
+        tp=tp,
+        dtype=dtype,
+        block_shape=block_shape,
+        per_channel_quant=per_channel_quant,
+    )
     with console.step("planning"):
-        plan = tune_moe.plan_tuning(target, script=script, shape=shape, model=model, batch_sizes=batch_sizes,
-                                    python=python)
+        plan = tune_moe.plan_tuning(
+            target, script=script, shape=shape, model=model, batch_sizes=batch_sizes, python=python
+        )
 
     def show_plan() -> None:
         console.info(f"target:       {target.label}")
-        console.info(f"GPU:          {plan.gpu.label if plan.gpu else 'none'}"
-                     f"{'  (the run would refuse: ' + plan.gpu_problem + ')' if plan.gpu_problem else ''}")
-        console.info(f"search space: {len(plan.search_space)} configs within {plan.limit} B "
-                     f"({plan.excluded_over_limit} over it left out; {tune_moe.SHARED_MEMORY_FORMULA})"
-                     + ("" if plan.search_space_file else " -- not passed: the script lacks --search-space-file"))
-        console.info(f"writes:       {plan.destination}"
-                     + (" (replaces the series' rule-derived file)" if plan.replaces_series_file else ""))
+        console.info(
+            f"GPU:          {plan.gpu.label if plan.gpu else 'none'}"
+            f"{'  (the run would refuse: ' + plan.gpu_problem + ')' if plan.gpu_problem else ''}"
+        )
+        console.info(
+            f"search space: {len(plan.search_space)} configs within {plan.limit} B "
+            f"({plan.excluded_over_limit} over it left out; {tune_moe.SHARED_MEMORY_FORMULA})"
+            + ("" if plan.search_space_file else " -- not passed: the script lacks --search-space-file")
+        )
+        console.info(
+            f"writes:       {plan.destination}"
+            + (" (replaces the series' rule-derived file)" if plan.replaces_series_file else "")
+        )
         console.info("command:")
         console.info("  " + plan.to_json()["command"])
         for key, value in plan.env().items():
@@ -104,12 +174,15 @@ def tune_moe_command(app: AppContext, path: Path | None, script: Path | None, ex
         result = tune_moe.run_tuning(plan, work_dir=work_dir, on_line=console.debug)
 
     def human() -> None:
-        console.info(f"wrote {result.written} ({len(result.batch_sizes)} batch sizes, measured) in "
-                     f"{result.seconds:.0f} s")
+        console.info(
+            f"wrote {result.written} ({len(result.batch_sizes)} batch sizes, measured) in {result.seconds:.0f} s"
+        )
         console.info(f"provenance: {result.provenance}; log: {result.log_file}")
         if result.over_limit:
-            console.warn(f"batch sizes {', '.join(result.over_limit)} got configs the estimate puts over "
-                         f"{plan.limit} B; the patched SGLang fits them at load.")
+            console.warn(
+                f"batch sizes {', '.join(result.over_limit)} got configs the estimate puts over "
+                f"{plan.limit} B; the patched SGLang fits them at load."
+            )
 
     emit(json_mode, {"dry_run": False, **result.to_json()}, human)
 
@@ -138,34 +211,78 @@ def _recipe_tokens(recipe) -> tuple[int, ...]:
 
 
 @cli.command("bench-allreduce")
-@click.option("--recipe", "recipe_name", metavar="NAME|FILE",
-              help="Time the decode all-reduces of this recipe's model (its [model].hidden_size and largest "
-                   "captured decode batch) and its own NCCL settings too.")
-@click.option("--hidden", type=int, default=None, help="Hidden size: elements per token of each all-reduce "
-              "(default: the recipe's).")
-@click.option("--tokens", callback=_int_list, default=None, metavar="N,N,...",
-              help="Tokens per all-reduce (decode batch sizes); default 1, 8 and the recipe's largest captured "
-                   "decode batch (64 without a recipe).")
-@click.option("--gpus", "world", type=click.IntRange(2), default=None,
-              help="How many GPUs (one process each; default: every GPU visible).")
-@click.option("--python", "python", default=None,
-              help="Interpreter that runs the measurement (needs torch with CUDA and NCCL; SGLang and FlashInfer "
-                   "there are timed too; default: this one).")
-@click.option("--budget", type=click.FloatRange(min=1), default=DEFAULT_BUDGET_S, show_default=True,
-              help="Seconds after which the staged search starts no further variant.")
-@click.option("--exhaustive", is_flag=True,
-              help="Then time every combination of the settings the search knows and say how close the staged "
-                   "pick came (takes minutes).")
+@click.option(
+    "--recipe",
+    "recipe_name",
+    metavar="NAME|FILE",
+    help="Time the decode all-reduces of this recipe's model (its [model].hidden_size and largest "
+    "captured decode batch) and its own NCCL settings too.",
+)
+@click.option(
+    "--hidden",
+    type=int,
+    default=None,
+    help="Hidden size: elements per token of each all-reduce (default: the recipe's).",
+)
+@click.option(
+    "--tokens",
+    callback=_int_list,
+    default=None,
+    metavar="N,N,...",
+    help="Tokens per all-reduce (decode batch sizes); default 1, 8 and the recipe's largest captured "
+    "decode batch (64 without a recipe).",
+)
+@click.option(
+    "--gpus",
+    "world",
+    type=click.IntRange(2),
+    default=None,
+    help="How many GPUs (one process each; default: every GPU visible).",
+)
+@click.option(
+    "--python",
+    "python",
+    default=None,
+    help="Interpreter that runs the measurement (needs torch with CUDA and NCCL; SGLang and FlashInfer "
+    "there are timed too; default: this one).",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=1),
+    default=DEFAULT_BUDGET_S,
+    show_default=True,
+    help="Seconds after which the staged search starts no further variant.",
+)
+@click.option(
+    "--exhaustive",
+    is_flag=True,
+    help="Then time every combination of the settings the search knows and say how close the staged "
+    "pick came (takes minutes).",
+)
 @click.option("--no-sglang", is_flag=True, help="Leave out SGLang's custom and FlashInfer's PCIe-IPC all-reduce.")
-@click.option("--write-recipe", is_flag=True,
-              help="Write the pick into the recipe's [env] with where, when and with what it was measured "
-                   "(the previous file stays as FILE.bak).")
+@click.option(
+    "--write-recipe",
+    is_flag=True,
+    help="Write the pick into the recipe's [env] with where, when and with what it was measured "
+    "(the previous file stays as FILE.bak).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan (sizes, variants, environment); run nothing.")
 @json_option
 @pass_app
-def bench_allreduce(app: AppContext, recipe_name: str | None, hidden: int | None, tokens: tuple[int, ...] | None,
-                    world: int | None, python: str | None, budget: float, exhaustive: bool, no_sglang: bool,
-                    write_recipe: bool, dry_run: bool, json_mode: bool) -> None:
+def bench_allreduce(
+    app: AppContext,
+    recipe_name: str | None,
+    hidden: int | None,
+    tokens: tuple[int, ...] | None,
+    world: int | None,
+    python: str | None,
+    budget: float,
+    exhaustive: bool,
+    no_sglang: bool,
+    write_recipe: bool,
+    dry_run: bool,
+    json_mode: bool,
+) -> None:
     """Time the all-reduces of tensor-parallel decode on this machine's GPUs, one process per GPU: NCCL's
     protocols, algorithms, channel and thread counts, and SGLang's custom and PCIe-IPC all-reduce where the
     environment has them, each in fresh processes with its own environment (NCCL_NVLS_ENABLE=0 in all).
@@ -177,27 +294,45 @@ def bench_allreduce(app: AppContext, recipe_name: str | None, hidden: int | None
         raise UsageError("--write-recipe needs --recipe (the recipe file to write the measured settings into).")
     hidden = hidden or (recipe.hidden_size if recipe else None)
     if not hidden:
-        raise UsageError("The hidden size is not known: give --hidden N"
-                         + (f", or add hidden_size to [model] of {recipe.path}." if recipe else
-                            " (or --recipe NAME of a recipe whose [model] has hidden_size)."))
+        raise UsageError(
+            "The hidden size is not known: give --hidden N"
+            + (
+                f", or add hidden_size to [model] of {recipe.path}."
+                if recipe
+                else " (or --recipe NAME of a recipe whose [model] has hidden_size)."
+            )
+        )
     tokens = tokens or (_recipe_tokens(recipe) if recipe else bench.DEFAULT_TOKENS)
     with console.step("asking the serving Python what it sees"):
-        plan = bench.plan_bench(hidden=hidden, tokens=tokens, python=python, world=world,
-                                recipe_env={s.name: s.value for s in recipe.env} if recipe else None,
-                                exhaustive=exhaustive, budget_s=budget, sglang=not no_sglang)
+        plan = bench.plan_bench(
+            hidden=hidden,
+            tokens=tokens,
+            python=python,
+            world=world,
+            recipe_env={s.name: s.value for s in recipe.env} if recipe else None,
+            exhaustive=exhaustive,
+            budget_s=budget,
+            sglang=not no_sglang,
+        )
 
     def show_plan() -> None:
-        sizes = ", ".join(f"{t} ({b // 1024 if b >= 1024 else b} {'KiB' if b >= 1024 else 'B'})"
-                          for t, b in plan.sizes_bytes().items())
-        console.info(f"GPUs:      {plan.world} of {len(plan.gpus)}: "
-                     + (", ".join(g.get('name', '?') for g in plan.gpus[:plan.world]) or "none")
-                     + (f"  (the run would refuse: {plan.problem})" if plan.problem else ""))
+        sizes = ", ".join(
+            f"{t} ({b // 1024 if b >= 1024 else b} {'KiB' if b >= 1024 else 'B'})"
+            for t, b in plan.sizes_bytes().items()
+        )
+        console.info(
+            f"GPUs:      {plan.world} of {len(plan.gpus)}: "
+            + (", ".join(g.get("name", "?") for g in plan.gpus[: plan.world]) or "none")
+            + (f"  (the run would refuse: {plan.problem})" if plan.problem else "")
+        )
         if plan.topology and plan.topology.get("summary"):
             console.info(f"topology:  {plan.topology['summary']}")
         console.info(f"sizes:     tokens x {plan.hidden} {plan.dtype}: {sizes}")
-        console.info(f"versions:  " + ", ".join(f"{k} {v}" for k, v in plan.to_json()["versions"].items() if v))
-        console.info("base env:  " + (", ".join(f"{k}={v}" for k, v in sorted(plan.base_env.items())
-                                               if k.startswith("NCCL_")) or "-"))
+        console.info("versions:  " + ", ".join(f"{k} {v}" for k, v in plan.to_json()["versions"].items() if v))
+        console.info(
+            "base env:  "
+            + (", ".join(f"{k}={v}" for k, v in sorted(plan.base_env.items()) if k.startswith("NCCL_")) or "-")
+        )
         for variant in plan.extra:
             console.info(f"also:      {variant.name}")
         for name, why in plan.skipped:
@@ -215,12 +350,17 @@ def bench_allreduce(app: AppContext, recipe_name: str | None, hidden: int | None
     update = backup = None
     if write_recipe:
         if result.pick() is None:
-            raise CheckFailed("No NCCL setting was measured at every size, so nothing was written to the recipe.",
-                              hint="Run without --write-recipe to see why each variant failed.")
+            raise CheckFailed(
+                "No NCCL setting was measured at every size, so nothing was written to the recipe.",
+                hint="Run without --write-recipe to see why each variant failed.",
+            )
         update = recipe_edit.plan_env_update(recipe, result.recipe_settings(), result.recipe_notes())
         backup = recipe_edit.write_env_update(update)
-    doc = {"dry_run": False, **result.to_json(),
-           "recipe_update": None if update is None else {**update.to_json(), "backup": str(backup)}}
+    doc = {
+        "dry_run": False,
+        **result.to_json(),
+        "recipe_update": None if update is None else {**update.to_json(), "backup": str(backup)},
+    }
     emit(json_mode, doc, lambda: _show_bench(console, result, update, backup))
 
 
@@ -236,12 +376,23 @@ def _show_bench(console, result, update, backup) -> None:
         cells = []
         for t in plan.tokens:
             entry = next((e for e in r.sizes if e.get("tokens") == t), {})
-            cells.append("not served" if entry and not entry.get("served") else
-                         f"{_us(entry.get('p50_us'))}/{_us(entry.get('p99_us'))}" if entry else "-")
+            cells.append(
+                "not served"
+                if entry and not entry.get("served")
+                else f"{_us(entry.get('p50_us'))}/{_us(entry.get('p99_us'))}"
+                if entry
+                else "-"
+            )
         last = next((e for e in r.sizes if e.get("tokens") == plan.tokens[-1]), {})
         busbw = last.get("busbw_gbps")
-        rows.append([r.variant.name, r.status if not r.error else f"failed: {r.error[:60]}", *cells,
-                     "-" if busbw is None else f"{busbw:.2f}"])
+        rows.append(
+            [
+                r.variant.name,
+                r.status if not r.error else f"failed: {r.error[:60]}",
+                *cells,
+                "-" if busbw is None else f"{busbw:.2f}",
+            ]
+        )
     console.table(headers, rows)
     console.info("")
     for t, (r, value) in sorted(result.best_per_size().items()):
@@ -249,17 +400,22 @@ def _show_bench(console, result, update, backup) -> None:
     pick = result.pick()
     if pick is not None:
         settings = ", ".join(f"{k}={v}" for k, v in result.recipe_settings().items() if v) or "NCCL's defaults"
-        console.info(f"NCCL setting for a recipe: {settings} (geometric mean of the medians "
-                     f"{pick.geomean(plan.tokens):.1f} us)")
+        console.info(
+            f"NCCL setting for a recipe: {settings} (geometric mean of the medians {pick.geomean(plan.tokens):.1f} us)"
+        )
     if result.exhaustive:
         ex = result.exhaustive
         ratio = ex.get("staged_over_best")
-        console.info(f"exhaustive sweep: {ex['variants']} settings; best {ex['best']['name'] if ex['best'] else '-'}; "
-                     f"the staged pick ({ex['staged_seconds']} s) is "
-                     + (f"{(ratio - 1) * 100:+.1f} % from it" if ratio else "not comparable"))
+        console.info(
+            f"exhaustive sweep: {ex['variants']} settings; best {ex['best']['name'] if ex['best'] else '-'}; "
+            f"the staged pick ({ex['staged_seconds']} s) is "
+            + (f"{(ratio - 1) * 100:+.1f} % from it" if ratio else "not comparable")
+        )
     if result.stopped_at_budget:
         console.warn(f"the search stopped at its budget ({plan.budget_s:.0f} s); later stages were not timed.")
     if update is not None:
-        console.info(f"wrote {update.recipe.path} (set {', '.join(update.set) or 'nothing new'}; removed "
-                     f"{', '.join(update.removed) or 'nothing'}); the previous file is {backup}")
+        console.info(
+            f"wrote {update.recipe.path} (set {', '.join(update.set) or 'nothing new'}; removed "
+            f"{', '.join(update.removed) or 'nothing'}); the previous file is {backup}"
+        )
     console.info(f"{len(result.results)} variants in {result.seconds:.0f} s")

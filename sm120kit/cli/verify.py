@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from sm120kit.hardware.arch import NotAnArch, parse_capability
 from sm120kit.cli import cli
 from sm120kit.cli.common import AppContext, json_option, pass_app
 from sm120kit.errors import UsageError
+from sm120kit.hardware.arch import NotAnArch, parse_capability
 from sm120kit.ui import Console, print_json
 from sm120kit.verify import checks as checks_mod
 from sm120kit.verify.report import EnvironmentReport, fmt_version
@@ -26,21 +26,45 @@ def _arch(value: str | None) -> tuple[int, int] | None:
 
 
 @cli.command("verify")
-@click.option("--backend", "backends", multiple=True, metavar="NAME",
-              help="Run only this check or backend family (repeatable): triton, torch_native, sgl_kernel, "
-                   "flashinfer, or a check name such as triton-extend. See --list.")
-@click.option("--arch", "arch_text", metavar="CC",
-              help="Judge the environment for this compute capability (e.g. 12.0) instead of the GPU present.")
-@click.option("--sglang", "sglang_path", type=click.Path(), metavar="PATH",
-              help="The SGLang tree to report on and import (git clone, its python/ folder or an installed "
-                   "package); default: the sglang this Python imports.")
-@click.option("--audits/--no-audits", default=None,
-              help="Run the static SM120 audits (default: only when no GPU can run the checks).")
+@click.option(
+    "--backend",
+    "backends",
+    multiple=True,
+    metavar="NAME",
+    help="Run only this check or backend family (repeatable): triton, torch_native, sgl_kernel, "
+    "flashinfer, or a check name such as triton-extend. See --list.",
+)
+@click.option(
+    "--arch",
+    "arch_text",
+    metavar="CC",
+    help="Judge the environment for this compute capability (e.g. 12.0) instead of the GPU present.",
+)
+@click.option(
+    "--sglang",
+    "sglang_path",
+    type=click.Path(),
+    metavar="PATH",
+    help="The SGLang tree to report on and import (git clone, its python/ folder or an installed "
+    "package); default: the sglang this Python imports.",
+)
+@click.option(
+    "--audits/--no-audits",
+    default=None,
+    help="Run the static SM120 audits (default: only when no GPU can run the checks).",
+)
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
 @json_option
 @pass_app
-def verify(app: AppContext, backends: tuple[str, ...], arch_text: str | None, sglang_path: str | None,
-           audits: bool | None, list_checks: bool, json_mode: bool) -> int:
+def verify(
+    app: AppContext,
+    backends: tuple[str, ...],
+    arch_text: str | None,
+    sglang_path: str | None,
+    audits: bool | None,
+    list_checks: bool,
+    json_mode: bool,
+) -> int:
     """Report the environment, then run every backend SGLang can use on this GPU against a torch reference.
 
     Exits 13 when a check fails, the report finds a mismatch that breaks the judged GPU, an audit flags
@@ -73,7 +97,7 @@ def verify(app: AppContext, backends: tuple[str, ...], arch_text: str | None, sg
 
 
 def _gib(n: int | None) -> str:
-    return f"{n / 1024 ** 3:.1f} GiB" if n else "?"
+    return f"{n / 1024**3:.1f} GiB" if n else "?"
 
 
 def _tool(t) -> str:
@@ -89,10 +113,18 @@ def report_rows(r: EnvironmentReport) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     g = r.gpu
     if g:
-        rows.append(("GPU", f"{g.name}, capability {g.label}{' (' + g.family + ')' if g.family else ''}, "
-                            f"{g.sm_count} SMs, {_gib(g.total_memory)}" + (" [ROCm/HIP]" if g.platform == "hip" else "")))
-        known = f"{g.known_shared_memory_per_block} B known for the family" if g.known_shared_memory_per_block \
+        rows.append(
+            (
+                "GPU",
+                f"{g.name}, capability {g.label}{' (' + g.family + ')' if g.family else ''}, "
+                f"{g.sm_count} SMs, {_gib(g.total_memory)}" + (" [ROCm/HIP]" if g.platform == "hip" else ""),
+            )
+        )
+        known = (
+            f"{g.known_shared_memory_per_block} B known for the family"
+            if g.known_shared_memory_per_block
             else "no known figure for this capability"
+        )
         rows.append(("shared memory", f"{g.shared_memory_per_block_optin} B opt-in per block (device); {known}"))
     else:
         rows.append(("GPU", r.gpu_note))
@@ -104,12 +136,23 @@ def report_rows(r: EnvironmentReport) -> list[tuple[str, str]]:
         drv = d.error
     rows.append(("driver", drv))
     t = r.torch
-    rows.append(("CUDA runtime", f"{t.cuda} (the CUDA torch is built with)" if t.cuda else
-                 (f"HIP {t.hip}" if t.hip else "none (no CUDA torch)")))
+    rows.append(
+        (
+            "CUDA runtime",
+            f"{t.cuda} (the CUDA torch is built with)"
+            if t.cuda
+            else (f"HIP {t.hip}" if t.hip else "none (no CUDA torch)"),
+        )
+    )
     rows.append(("nvcc", _tool(r.nvcc)))
     rows.append(("ptxas", _tool(r.ptxas)))
-    rows.append(("Triton's ptxas", _tool(r.triton_ptxas) + f" [assembles sm_{r.judged_for[0]}{r.judged_for[1]}"
-                 f"{'a' if r.judged_for[0] >= 9 else ''}]"))
+    rows.append(
+        (
+            "Triton's ptxas",
+            _tool(r.triton_ptxas) + f" [assembles sm_{r.judged_for[0]}{r.judged_for[1]}"
+            f"{'a' if r.judged_for[0] >= 9 else ''}]",
+        )
+    )
     if t.installed:
         archs = " ".join(t.arch_list) if t.arch_list else "(none)"
         rows.append(("torch", f"{t.version}, CUDA {t.cuda or '-'}, archs {archs}"))
@@ -155,8 +198,12 @@ def report_rows(r: EnvironmentReport) -> list[tuple[str, str]]:
         for key, value in r.env.items():
             rows.append((f"env {key}", value))
     else:
-        rows.append(("environment", "no SGLANG_*, NCCL_*, TORCH_CUDA_ARCH_LIST, FLASHINFER_CUDA_ARCH_LIST, "
-                                    "TRITON_PTXAS_PATH set"))
+        rows.append(
+            (
+                "environment",
+                "no SGLANG_*, NCCL_*, TORCH_CUDA_ARCH_LIST, FLASHINFER_CUDA_ARCH_LIST, TRITON_PTXAS_PATH set",
+            )
+        )
     return rows
 
 
@@ -200,8 +247,10 @@ def render(result: VerifyResult, console: Console) -> None:
     n = result.counts()
     console.info("")
     verdict = {"ok": "OK", "problems": "PROBLEMS FOUND", "nothing-verified": "NOTHING VERIFIED"}[result.verdict]
-    console.info(f"Result: {verdict}: {n['ok']} ok, {n['fail']} failed, {n['skipped']} skipped; "
-                 f"{len(r.errors)} error finding(s) in the report; {result.seconds:.1f} s.")
+    console.info(
+        f"Result: {verdict}: {n['ok']} ok, {n['fail']} failed, {n['skipped']} skipped; "
+        f"{len(r.errors)} error finding(s) in the report; {result.seconds:.1f} s."
+    )
     reason = result.nothing_verified_reason()
     if reason:
         console.info(reason)

@@ -9,7 +9,6 @@ import platform
 import re
 from dataclasses import dataclass
 
-
 SM120_SHARED_MEMORY_PER_BLOCK = 101376
 """Opt-in shared memory per block on 12.0/12.1 (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
 the figure in Triton's "out of resource: shared memory ... Hardware limit: 101376" error."""
@@ -42,10 +41,24 @@ FAMILIES: dict[tuple[int, int], GpuFamily] = {
         GpuFamily("Hopper", (9, 0), 232448, "sm_90a", (12, 0), ("H100", "H200"), ("tcgen05", "tmem", "fp4")),
         GpuFamily("datacenter Blackwell", (10, 0), 232448, "sm_100a", (12, 8), ("B200", "GB200")),
         GpuFamily("datacenter Blackwell Ultra", (10, 3), 232448, "sm_103a", (12, 9), ("B300", "GB300")),
-        GpuFamily("consumer/workstation Blackwell", (12, 0), SM120_SHARED_MEMORY_PER_BLOCK, "sm_120a", (12, 8),
-                  ("RTX PRO 6000 Blackwell", "RTX 5090", "RTX 5080"), ("wgmma", "tcgen05", "tmem")),
-        GpuFamily("DGX Spark", (12, 1), SM120_SHARED_MEMORY_PER_BLOCK, "sm_121a", (12, 9),
-                  ("GB10",), ("wgmma", "tcgen05", "tmem")),
+        GpuFamily(
+            "consumer/workstation Blackwell",
+            (12, 0),
+            SM120_SHARED_MEMORY_PER_BLOCK,
+            "sm_120a",
+            (12, 8),
+            ("RTX PRO 6000 Blackwell", "RTX 5090", "RTX 5080"),
+            ("wgmma", "tcgen05", "tmem"),
+        ),
+        GpuFamily(
+            "DGX Spark",
+            (12, 1),
+            SM120_SHARED_MEMORY_PER_BLOCK,
+            "sm_121a",
+            (12, 9),
+            ("GB10",),
+            ("wgmma", "tcgen05", "tmem"),
+        ),
     )
 }
 
@@ -134,8 +147,31 @@ def min_cuda(capability: tuple[int, int], *, variant: str = "", machine: str | N
 # -- architecture names -----------------------------------------------------------------------------------
 
 KNOWN_CAPABILITIES: tuple[tuple[int, int], ...] = (
-    (3, 0), (3, 2), (3, 5), (3, 7), (5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5),
-    (8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0), (10, 0), (10, 1), (10, 3), (11, 0), (12, 0), (12, 1),
+    (3, 0),
+    (3, 2),
+    (3, 5),
+    (3, 7),
+    (5, 0),
+    (5, 2),
+    (5, 3),
+    (6, 0),
+    (6, 1),
+    (6, 2),
+    (7, 0),
+    (7, 2),
+    (7, 5),
+    (8, 0),
+    (8, 6),
+    (8, 7),
+    (8, 8),
+    (8, 9),
+    (9, 0),
+    (10, 0),
+    (10, 1),
+    (10, 3),
+    (11, 0),
+    (12, 0),
+    (12, 1),
 )
 """Every compute capability NVIDIA has shipped or nvcc targets (CUDA C Programming Guide, "Compute
 Capabilities"; ``nvcc --list-gpu-arch`` of CUDA 12.x and 13.0, where 10.1 became 11.0)."""
@@ -190,8 +226,10 @@ class Arch:
 
 def _refuse(text: str, why: str) -> NotAnArch:
     known = ", ".join(f"{a}.{b}" for a, b in KNOWN_CAPABILITIES)
-    return NotAnArch(f"{text!r} {why}. An architecture is written as one of {ACCEPTED_FORMS} (a, f: the "
-                     f"arch-specific and family targets), for a known NVIDIA compute capability: {known}.")
+    return NotAnArch(
+        f"{text!r} {why}. An architecture is written as one of {ACCEPTED_FORMS} (a, f: the "
+        f"arch-specific and family targets), for a known NVIDIA compute capability: {known}."
+    )
 
 
 def parse_arch(text: str, *, known_only: bool = True, allow_plus_ptx: bool = False) -> Arch:
@@ -212,8 +250,9 @@ def parse_arch(text: str, *, known_only: bool = True, allow_plus_ptx: bool = Fal
     else:
         raise _refuse(str(text), "is not a target GPU architecture: not a compute capability or architecture name")
     if known_only and capability not in KNOWN_CAPABILITIES:
-        raise _refuse(str(text), f"names compute capability {capability[0]}.{capability[1]}, which is not a known "
-                      "NVIDIA one")
+        raise _refuse(
+            str(text), f"names compute capability {capability[0]}.{capability[1]}, which is not a known NVIDIA one"
+        )
     return Arch(capability, m.group("variant"), m.group("prefix") or "", bool(m.group("ptx")))
 
 

@@ -62,8 +62,11 @@ def parse_resource_usage(text: str) -> dict[str, ResourceUsage]:
         if current and "REG:" in line:
             fields = dict(_FIELD_RE.findall(line))
             result[current] = ResourceUsage(
-                registers=int(fields.get("REG", 0)), stack=int(fields.get("STACK", 0)),
-                local=int(fields.get("LOCAL", 0)), shared=int(fields.get("SHARED", 0)))
+                registers=int(fields.get("REG", 0)),
+                stack=int(fields.get("STACK", 0)),
+                local=int(fields.get("LOCAL", 0)),
+                shared=int(fields.get("SHARED", 0)),
+            )
             current = None
     return result
 

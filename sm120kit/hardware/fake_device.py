@@ -22,9 +22,10 @@ import contextlib
 import dataclasses
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
 
 from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK
 
@@ -70,29 +71,65 @@ class FakeDevice:
 
 
 PRESETS: dict[str, FakeDevice] = {
-    "12.0": FakeDevice((12, 0), "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-                       shared_memory_per_block=SM120_SHARED_MEMORY_PER_BLOCK, multi_processor_count=188,
-                       total_memory=96 * GiB, shared_memory_per_multiprocessor=102400,
-                       l2_cache_size=128 * 1024 * 1024),
-    "12.1": FakeDevice((12, 1), "NVIDIA GB10",
-                       shared_memory_per_block=SM120_SHARED_MEMORY_PER_BLOCK, multi_processor_count=48,
-                       total_memory=128 * GiB, shared_memory_per_multiprocessor=102400,
-                       l2_cache_size=24 * 1024 * 1024),
-    "10.0": FakeDevice((10, 0), "NVIDIA B200", shared_memory_per_block=232448, multi_processor_count=148,
-                       total_memory=180 * GiB, shared_memory_per_multiprocessor=233472,
-                       l2_cache_size=126 * 1024 * 1024),
-    "9.0": FakeDevice((9, 0), "NVIDIA H200", shared_memory_per_block=232448, multi_processor_count=132,
-                      total_memory=141 * GiB, shared_memory_per_multiprocessor=233472,
-                      l2_cache_size=60 * 1024 * 1024),
-    "8.9": FakeDevice((8, 9), "NVIDIA L40S", shared_memory_per_block=101376, multi_processor_count=142,
-                      total_memory=48 * GiB, shared_memory_per_multiprocessor=102400,
-                      l2_cache_size=96 * 1024 * 1024),
+    "12.0": FakeDevice(
+        (12, 0),
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        shared_memory_per_block=SM120_SHARED_MEMORY_PER_BLOCK,
+        multi_processor_count=188,
+        total_memory=96 * GiB,
+        shared_memory_per_multiprocessor=102400,
+        l2_cache_size=128 * 1024 * 1024,
+    ),
+    "12.1": FakeDevice(
+        (12, 1),
+        "NVIDIA GB10",
+        shared_memory_per_block=SM120_SHARED_MEMORY_PER_BLOCK,
+        multi_processor_count=48,
+        total_memory=128 * GiB,
+        shared_memory_per_multiprocessor=102400,
+        l2_cache_size=24 * 1024 * 1024,
+    ),
+    "10.0": FakeDevice(
+        (10, 0),
+        "NVIDIA B200",
+        shared_memory_per_block=232448,
+        multi_processor_count=148,
+        total_memory=180 * GiB,
+        shared_memory_per_multiprocessor=233472,
+        l2_cache_size=126 * 1024 * 1024,
+    ),
+    "9.0": FakeDevice(
+        (9, 0),
+        "NVIDIA H200",
+        shared_memory_per_block=232448,
+        multi_processor_count=132,
+        total_memory=141 * GiB,
+        shared_memory_per_multiprocessor=233472,
+        l2_cache_size=60 * 1024 * 1024,
+    ),
+    "8.9": FakeDevice(
+        (8, 9),
+        "NVIDIA L40S",
+        shared_memory_per_block=101376,
+        multi_processor_count=142,
+        total_memory=48 * GiB,
+        shared_memory_per_multiprocessor=102400,
+        l2_cache_size=96 * 1024 * 1024,
+    ),
     # AMD RDNA4 reports capability major 12 through HIP (sglang PR #13844): a ``major == 12`` test that
     # does not also check ``torch.version.cuda`` mistakes it for SM120.
-    "hip-12": FakeDevice((12, 0), "AMD Radeon AI PRO R9700", cuda_version=None, hip_version="6.4.43482",
-                         shared_memory_per_block=65536, multi_processor_count=64, total_memory=32 * GiB,
-                         shared_memory_per_multiprocessor=65536, l2_cache_size=8 * 1024 * 1024,
-                         gcn_arch_name="gfx1201"),
+    "hip-12": FakeDevice(
+        (12, 0),
+        "AMD Radeon AI PRO R9700",
+        cuda_version=None,
+        hip_version="6.4.43482",
+        shared_memory_per_block=65536,
+        multi_processor_count=64,
+        total_memory=32 * GiB,
+        shared_memory_per_multiprocessor=65536,
+        l2_cache_size=8 * 1024 * 1024,
+        gcn_arch_name="gfx1201",
+    ),
 }
 
 
@@ -218,8 +255,7 @@ def faked_cuda(device: FakeDevice) -> Iterator[FakeDevice]:
             patch.set(cuda, "synchronize", lambda d=None: None)
             patch.set(cuda, "empty_cache", lambda: None)
             patch.set(cuda, "is_bf16_supported", lambda including_emulation=True: True)
-            patch.set(cuda, "get_arch_list",
-                      lambda: [device.gcn_arch_name] if device.is_hip else [f"sm_{device.sm}"])
+            patch.set(cuda, "get_arch_list", lambda: [device.gcn_arch_name] if device.is_hip else [f"sm_{device.sm}"])
             patch.set(cuda, "memory_allocated", lambda d=None: 0)
             patch.set(cuda, "max_memory_allocated", lambda d=None: 0)
             patch.set(cuda, "memory_reserved", lambda d=None: 0)
@@ -229,7 +265,7 @@ def faked_cuda(device: FakeDevice) -> Iterator[FakeDevice]:
 
 
 @contextlib.contextmanager
-def faked_device(device: FakeDevice) -> Iterator["TritonRecorder"]:
+def faked_device(device: FakeDevice) -> Iterator[TritonRecorder]:
     """Both fakes at once: :func:`faked_cuda` and :func:`faked_triton_target`; yields the recorder."""
     with faked_cuda(device), faked_triton_target(device) as recorder:
         yield recorder
@@ -346,8 +382,10 @@ def _fake_driver_class():
             return False  # never picked by Triton's own driver discovery
 
         def _no_hardware(self, *args, **kwargs):
-            raise RuntimeError(f"the faked {self.device.name} cannot load or launch kernels: this machine "
-                               "has no such GPU (sm120kit's static audit only compiles)")
+            raise RuntimeError(
+                f"the faked {self.device.name} cannot load or launch kernels: this machine "
+                "has no such GPU (sm120kit's static audit only compiles)"
+            )
 
         def map_python_to_cpp_type(self, ty: str) -> str:
             from triton.backends.nvidia.driver import ty_to_cpp
@@ -454,8 +492,10 @@ class _StandInMeta(type):
     def __call__(cls, *args, **kwargs):
         if cls.__dict__.get("_subclassed"):
             return super().__call__()
-        raise StandInCalled(f"{cls.__qualname__}() was called, but it belongs to a package this machine can only "
-                            "stand in for (it needs a CUDA GPU); the audit does not run it")
+        raise StandInCalled(
+            f"{cls.__qualname__}() was called, but it belongs to a package this machine can only "
+            "stand in for (it needs a CUDA GPU); the audit does not run it"
+        )
 
     def __iter__(cls):
         return iter(())
@@ -479,8 +519,11 @@ def _stand_in_class(qualname: str) -> type:
     def init_subclass(sub, **kwargs):
         sub._subclassed = True
 
-    return _StandInMeta(qualname.rsplit(".", 1)[-1], (), {"__qualname__": qualname, "__module__": qualname,
-                                                          "__init_subclass__": classmethod(init_subclass)})
+    return _StandInMeta(
+        qualname.rsplit(".", 1)[-1],
+        (),
+        {"__qualname__": qualname, "__module__": qualname, "__init_subclass__": classmethod(init_subclass)},
+    )
 
 
 class _StandInModule(__import__("types").ModuleType):

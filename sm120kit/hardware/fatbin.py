@@ -31,9 +31,10 @@ from __future__ import annotations
 import io
 import struct
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from sm120kit.errors import IOFailure, UsageError
 
@@ -156,7 +157,7 @@ class _Reader:
     def read_at(self, offset: int, n: int) -> bytes:
         if self.window and self.window_start <= offset and offset + n <= self.window_start + len(self.window):
             rel = offset - self.window_start
-            return self.window[rel:rel + n]
+            return self.window[rel : rel + n]
         return self._raw(offset, n)
 
     def _raw(self, offset: int, n: int) -> bytes:
@@ -179,12 +180,14 @@ class _Section:
 def _sections(reader: _Reader) -> list[_Section]:
     ident = reader.read_at(0, min(64, reader.size))
     if ident[:4] != _ELF_MAGIC or len(ident) < 64:
-        raise UsageError(f"{reader.label} is not an ELF file (a Linux shared library such as common_ops.abi3.so "
-                         "was expected).")
+        raise UsageError(
+            f"{reader.label} is not an ELF file (a Linux shared library such as common_ops.abi3.so was expected)."
+        )
     if ident[4] != 2 or ident[5] != 1:
-        raise UsageError(f"{reader.label} is not a 64-bit little-endian ELF file; only x86-64 and aarch64 "
-                         "libraries are read.")
-    shoff, = struct.unpack_from("<Q", ident, 0x28)
+        raise UsageError(
+            f"{reader.label} is not a 64-bit little-endian ELF file; only x86-64 and aarch64 libraries are read."
+        )
+    (shoff,) = struct.unpack_from("<Q", ident, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
     if shoff == 0 or shnum == 0:
         return []
@@ -203,7 +206,7 @@ def _sections(reader: _Reader) -> list[_Section]:
     out = []
     for name_off, sh_type, offset, size in raw:
         end = names.find(b"\0", name_off)
-        name = names[name_off:end if end >= 0 else None].decode("ascii", "replace")
+        name = names[name_off : end if end >= 0 else None].decode("ascii", "replace")
         # SHT_NOBITS (8) occupies no file bytes
         out.append(_Section(name, offset, 0 if sh_type == 8 else size))
     return out
@@ -220,8 +223,10 @@ def _parse_fatbin(reader: _Reader, section: _Section) -> Iterator[tuple[int, Fat
             if head[:8] == b"\0" * 8:
                 pos += 8
                 continue
-            raise IOFailure(f"{reader.label}: unexpected bytes {head[:4].hex()} at offset {pos} in .nv_fatbin "
-                            f"(expected the fat-binary magic {FATBIN_MAGIC:#x}).")
+            raise IOFailure(
+                f"{reader.label}: unexpected bytes {head[:4].hex()} at offset {pos} in .nv_fatbin "
+                f"(expected the fat-binary magic {FATBIN_MAGIC:#x})."
+            )
         _magic, _version, header_size, body_size = struct.unpack("<IHHQ", head)
         if header_size < 16:
             raise IOFailure(f"{reader.label}: fat-binary container at offset {pos} has header size {header_size}.")
@@ -236,13 +241,17 @@ def _parse_fatbin(reader: _Reader, section: _Section) -> Iterator[tuple[int, Fat
             if entry_header < _ENTRY_MIN:
                 break
             _minor, _major, sm = struct.unpack_from("<HHI", raw, 24)
-            flags, = struct.unpack_from("<Q", raw, 40)
-            uncompressed, = struct.unpack_from("<Q", raw, 56)
+            (flags,) = struct.unpack_from("<Q", raw, 40)
+            (uncompressed,) = struct.unpack_from("<Q", raw, 56)
             variant = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY_SPECIFIC else ""
             kind_name = "ptx" if kind == KIND_PTX else "sass" if kind in (KIND_ELF, KIND_ELF_ALT) else "other"
             compressed = bool(flags & (FLAG_COMPRESSED_LEGACY | FLAG_COMPRESSED_ZSTD))
-            yield index, FatbinEntry(kind_name, sm, variant, flags, payload,
-                                     uncompressed if compressed and uncompressed else None)
+            yield (
+                index,
+                FatbinEntry(
+                    kind_name, sm, variant, flags, payload, uncompressed if compressed and uncompressed else None
+                ),
+            )
             seen = True
             entry_pos += entry_header + payload
         if not seen:
@@ -293,7 +302,7 @@ def arch_sort_key(arch: str) -> tuple[int, str]:
     """``sm_80`` < ``sm_90`` < ``sm_90a`` < ``sm_100f`` < ``sm_120`` < ``sm_120a``."""
     body = arch.removeprefix("sm_").removeprefix("compute_")
     digits = "".join(c for c in body if c.isdigit())
-    return (int(digits) if digits else 0, body[len(digits):])
+    return (int(digits) if digits else 0, body[len(digits) :])
 
 
 # -- public entry points ---------------------------------------------------------------------------------
@@ -337,8 +346,9 @@ def inspect_wheel(path: Path) -> tuple[LibraryArchs, ...]:
                 continue
             with archive.open(info) as member:
                 stream = member if member.seekable() else io.BytesIO(member.read())
-                results.append(_read_library(stream, info.file_size, f"{path}!{info.filename}",
-                                             Path(info.filename), path))
+                results.append(
+                    _read_library(stream, info.file_size, f"{path}!{info.filename}", Path(info.filename), path)
+                )
     return tuple(results)
 
 

@@ -11,8 +11,8 @@ through :mod:`sm120kit.runner`. Nothing here knows about SGLang or NCCL.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from sm120kit import runner
 
@@ -71,8 +71,9 @@ def _matrix(text: str) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def parse_link_matrix(text: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...], tuple[str | None, ...],
-                                          tuple[int | None, ...]]:
+def parse_link_matrix(
+    text: str,
+) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...], tuple[str | None, ...], tuple[int | None, ...]]:
     """``nvidia-smi topo -m`` -> (GPU names, the GPU-to-GPU link labels, each GPU's CPU affinity, NUMA node).
 
     NIC columns are left out. ValueError when the text holds no such matrix."""
@@ -88,7 +89,7 @@ def parse_link_matrix(text: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...]
             raise ValueError(f"the row of {tokens[0]} has {len(cells)} cells for {len(header)} devices")
         names.append(tokens[0])
         links.append(tuple(cells[i] for i in gpu_columns))
-        rest = cells[len(header):]
+        rest = cells[len(header) :]
         affinity.append(rest[0] if rest and rest[0] != "N/A" else None)
         numa.append(int(rest[1]) if len(rest) > 1 and rest[1].isdigit() else None)
     if not names:
@@ -104,7 +105,7 @@ def parse_peer_matrix(text: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...]
     names = tuple(tokens[0] for tokens in rows)
     if len(names) != len(header):
         raise ValueError(f"the peer matrix has {len(names)} rows for {len(header)} columns")
-    return names, tuple(tuple(tokens[1:1 + len(header)]) for tokens in rows)
+    return names, tuple(tuple(tokens[1 : 1 + len(header)]) for tokens in rows)
 
 
 def nvlinks(label: str) -> int:
@@ -155,25 +156,37 @@ class GpuTopology:
         kinds = sorted({self.links[i][j] for i, j in self.pairs})
         text = f"{len(self.gpus)} GPU(s)"
         if self.pairs:
-            text += "; links " + ", ".join(kinds) + (" (NVLink)" if self.all_nvlink else
-                                                     " (PCIe only)" if not self.any_nvlink else " (partly NVLink)")
+            text += (
+                "; links "
+                + ", ".join(kinds)
+                + (" (NVLink)" if self.all_nvlink else " (PCIe only)" if not self.any_nvlink else " (partly NVLink)")
+            )
         if self.peer is not None and self.pairs:
             missing = self.pairs_without_peer_access()
-            text += "; peer access between every pair" if not missing else \
-                f"; no peer access for {len(missing)} of {len(self.pairs)} pair(s) " \
+            text += (
+                "; peer access between every pair"
+                if not missing
+                else f"; no peer access for {len(missing)} of {len(self.pairs)} pair(s) "
                 f"({', '.join(sorted({self.peer[i][j] for i, j in missing}))})"
+            )
         if self.numa_nodes:
             text += f"; NUMA node(s) {', '.join(map(str, self.numa_nodes))}"
         return text
 
     def to_json(self) -> dict:
-        return {"gpus": list(self.gpus), "links": [list(r) for r in self.links],
-                "cpu_affinity": list(self.cpu_affinity), "numa": list(self.numa),
-                "peer": [list(r) for r in self.peer] if self.peer is not None else None,
-                "all_nvlink": self.all_nvlink, "any_nvlink": self.any_nvlink,
-                "cross_numa_pairs": [list(p) for p in self.cross_numa_pairs()],
-                "pairs_without_peer_access": [list(p) for p in self.pairs_without_peer_access()],
-                "summary": self.describe(), "source": self.source}
+        return {
+            "gpus": list(self.gpus),
+            "links": [list(r) for r in self.links],
+            "cpu_affinity": list(self.cpu_affinity),
+            "numa": list(self.numa),
+            "peer": [list(r) for r in self.peer] if self.peer is not None else None,
+            "all_nvlink": self.all_nvlink,
+            "any_nvlink": self.any_nvlink,
+            "cross_numa_pairs": [list(p) for p in self.cross_numa_pairs()],
+            "pairs_without_peer_access": [list(p) for p in self.pairs_without_peer_access()],
+            "summary": self.describe(),
+            "source": self.source,
+        }
 
 
 def topology_from_text(matrix: str, peer: str | None = None) -> GpuTopology:

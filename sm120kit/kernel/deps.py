@@ -28,13 +28,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120kit.util.report import Progress, Step
 from sm120kit import runner
 from sm120kit.errors import DownloadError, IOFailure, MissingDependency, UsageError
 from sm120kit.kernel.source import KernelSource
 from sm120kit.util import archive, regularfile
-from sm120kit.util.atomicfile import (building_folder, make_temp_dir, replace_folder, sweep_temp_dirs,
-                                      write_atomic)
+from sm120kit.util.atomicfile import building_folder, make_temp_dir, replace_folder, sweep_temp_dirs, write_atomic
+from sm120kit.util.report import Progress, Step
 
 MANIFEST = "sm120kit-deps.json"
 
@@ -46,9 +45,18 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")  # a folder name:
 _SUBDIR_PART_RE = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9_.+-]*$")
 _REF_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./+-]*$")  # a tag, branch or commit; never an option
 # URL_HASH algorithms CMake accepts (file(<HASH>)), as hashlib names them.
-_HASHES = {"MD5": "md5", "SHA1": "sha1", "SHA224": "sha224", "SHA256": "sha256", "SHA384": "sha384",
-           "SHA512": "sha512", "SHA3_224": "sha3_224", "SHA3_256": "sha3_256", "SHA3_384": "sha3_384",
-           "SHA3_512": "sha3_512"}
+_HASHES = {
+    "MD5": "md5",
+    "SHA1": "sha1",
+    "SHA224": "sha224",
+    "SHA256": "sha256",
+    "SHA384": "sha384",
+    "SHA512": "sha512",
+    "SHA3_224": "sha3_224",
+    "SHA3_256": "sha3_256",
+    "SHA3_384": "sha3_384",
+    "SHA3_512": "sha3_512",
+}
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,7 @@ def _call_body(text: str, start: int) -> str:
         elif text[i] == ")":
             depth -= 1
         i += 1
-    return text[start:i - 1]
+    return text[start : i - 1]
 
 
 def _tokens(body: str) -> list[str]:
@@ -150,8 +158,7 @@ def _resolve(value: str, variables: dict[str, str], missing: list[str]) -> str:
     return value
 
 
-def read_dependencies(source: KernelSource,
-                      overrides: dict[str, str] | None = None) -> tuple[Dependency, ...]:
+def read_dependencies(source: KernelSource, overrides: dict[str, str] | None = None) -> tuple[Dependency, ...]:
     """Every ``FetchContent_Declare`` in the kernel's CMake files, in declaration order.
 
     ``${VAR}`` references are resolved from the files' ``set()`` defaults, or from ``overrides`` (a mirror
@@ -188,10 +195,16 @@ def read_dependencies(source: KernelSource,
                 continue
             seen.add(name)
             dep = Dependency(
-                name=name, declared_in=path, line=text.count("\n", 0, match.start()) + 1,
-                git_repository=get("GIT_REPOSITORY"), git_tag=get("GIT_TAG"), url=get("URL"),
+                name=name,
+                declared_in=path,
+                line=text.count("\n", 0, match.start()) + 1,
+                git_repository=get("GIT_REPOSITORY"),
+                git_tag=get("GIT_TAG"),
+                url=get("URL"),
                 url_hash=get("URL_HASH") if fields.get("URL_HASH") or "URL_HASH" not in fields else "",
-                parent=parent, subdir=subdir, submodules=submodules,
+                parent=parent,
+                subdir=subdir,
+                submodules=submodules,
             )
             dep = _with_unresolved(dep, missing)
             _check_location(dep)
@@ -203,29 +216,36 @@ def _read_cmake(path: Path) -> str:
     try:
         return regularfile.read_text(path, errors="replace")
     except OSError as exc:
-        raise UsageError(f"Cannot read the CMake file {path}: {exc.strerror or exc}.",
-                         hint="Pass the kernel source folder of an SGLang tree (its CMake files must be regular, "
-                              "readable files).") from None
+        raise UsageError(
+            f"Cannot read the CMake file {path}: {exc.strerror or exc}.",
+            hint="Pass the kernel source folder of an SGLang tree (its CMake files must be regular, readable files).",
+        ) from None
 
 
 def _declaration_error(dep: Dependency, what: str) -> UsageError:
-    return UsageError(f"{dep.declared_in}:{dep.line}: the FetchContent declaration of {dep.name!r} {what}; "
-                      "sm120kit does not fetch it.",
-                      hint="The CMake files of the source are read as untrusted input: check where this tree "
-                           "came from, or fetch that dependency by hand and pass -DFETCHCONTENT_SOURCE_DIR_...")
+    return UsageError(
+        f"{dep.declared_in}:{dep.line}: the FetchContent declaration of {dep.name!r} {what}; "
+        "sm120kit does not fetch it.",
+        hint="The CMake files of the source are read as untrusted input: check where this tree "
+        "came from, or fetch that dependency by hand and pass -DFETCHCONTENT_SOURCE_DIR_...",
+    )
 
 
 def _check_location(dep: Dependency) -> None:
     """Refuse a name or ``SOURCE_DIR`` that would let the CMake files choose a folder outside ``--into``
     (checked for every declaration read: the build hands these folders to CMake too)."""
     if not _NAME_RE.match(dep.name):
-        raise _declaration_error(dep, "has a name that is not a plain folder name (letters, digits, '_', '.', "
-                                      "'+', '-'; no '/' and not '..')")
+        raise _declaration_error(
+            dep, "has a name that is not a plain folder name (letters, digits, '_', '.', '+', '-'; no '/' and not '..')"
+        )
     if dep.parent is not None and not _NAME_RE.match(dep.parent):
         raise _declaration_error(dep, f"has a SOURCE_DIR inside {dep.parent!r}, which is not a plain name")
     if dep.subdir is not None and not all(_SUBDIR_PART_RE.match(part) for part in dep.subdir.split("/")):
-        raise _declaration_error(dep, f"has a SOURCE_DIR whose path {dep.subdir!r} is not a plain relative path "
-                                      "(no '..', '.', empty or absolute part)")
+        raise _declaration_error(
+            dep,
+            f"has a SOURCE_DIR whose path {dep.subdir!r} is not a plain relative path "
+            "(no '..', '.', empty or absolute part)",
+        )
 
 
 def _check_declaration(dep: Dependency) -> None:
@@ -235,22 +255,35 @@ def _check_declaration(dep: Dependency) -> None:
     if dep.unresolved:
         return  # the values hold ${VARS}: fetching stops on those first
     if dep.git_tag is not None and not (_REF_RE.match(dep.git_tag) and ".." not in dep.git_tag):
-        raise _declaration_error(dep, f"has GIT_TAG {dep.git_tag!r}, which is not a tag, branch or commit name "
-                                      "(one starting with '-' would be an option of git)")
-    if dep.git_repository is not None and (dep.git_repository.startswith("-") or
-                                           re.search(r"[\x00-\x20\x7f]", dep.git_repository)):
-        raise _declaration_error(dep, f"has GIT_REPOSITORY {dep.git_repository!r}, which git would take as an "
-                                      "option or which holds a space or control character")
+        raise _declaration_error(
+            dep,
+            f"has GIT_TAG {dep.git_tag!r}, which is not a tag, branch or commit name "
+            "(one starting with '-' would be an option of git)",
+        )
+    if dep.git_repository is not None and (
+        dep.git_repository.startswith("-") or re.search(r"[\x00-\x20\x7f]", dep.git_repository)
+    ):
+        raise _declaration_error(
+            dep,
+            f"has GIT_REPOSITORY {dep.git_repository!r}, which git would take as an "
+            "option or which holds a space or control character",
+        )
     if dep.url_hash is not None:
         algo, sep, expected = dep.url_hash.partition("=")
         name = _HASHES.get(algo.strip().upper())
         if not sep or name is None:
-            raise _declaration_error(dep, f"has URL_HASH {dep.url_hash!r}: sm120kit checks "
-                                          f"{', '.join(_HASHES)} (ALGO=hex digest)")
-        if not re.fullmatch(r"[0-9A-Fa-f]+", expected.strip()) or \
-                len(expected.strip()) != 2 * hashlib.new(name).digest_size:
-            raise _declaration_error(dep, f"has URL_HASH {dep.url_hash!r}, whose digest is not "
-                                          f"{2 * hashlib.new(name).digest_size} hex digits for {algo.upper()}")
+            raise _declaration_error(
+                dep, f"has URL_HASH {dep.url_hash!r}: sm120kit checks {', '.join(_HASHES)} (ALGO=hex digest)"
+            )
+        if (
+            not re.fullmatch(r"[0-9A-Fa-f]+", expected.strip())
+            or len(expected.strip()) != 2 * hashlib.new(name).digest_size
+        ):
+            raise _declaration_error(
+                dep,
+                f"has URL_HASH {dep.url_hash!r}, whose digest is not "
+                f"{2 * hashlib.new(name).digest_size} hex digits for {algo.upper()}",
+            )
 
 
 def _inside(into: Path, folder: Path, dep: Dependency) -> Path:
@@ -278,8 +311,9 @@ def cmake_defines(deps: tuple[Dependency, ...], deps_dir: Path) -> tuple[tuple[s
     """
     deps_dir = Path(deps_dir).resolve()
     if not deps_dir.is_dir():
-        raise UsageError(f"--deps-dir {deps_dir} does not exist.",
-                         hint="Create it with: sm120kit fetch-deps SRC --into DIR")
+        raise UsageError(
+            f"--deps-dir {deps_dir} does not exist.", hint="Create it with: sm120kit fetch-deps SRC --into DIR"
+        )
     defines = []
     for dep in deps:
         folder = _inside(deps_dir, dep.folder(deps_dir), dep)
@@ -304,8 +338,12 @@ class FetchedDependency:
     revision: str | None  # git commit or sha256 of the archive
 
     def to_json(self) -> dict:
-        return {**self.dependency.to_json(), "folder": str(self.folder), "status": self.status,
-                "revision": self.revision}
+        return {
+            **self.dependency.to_json(),
+            "folder": str(self.folder),
+            "status": self.status,
+            "revision": self.revision,
+        }
 
 
 def _git_head(folder: Path) -> str | None:
@@ -324,17 +362,22 @@ def _fetch_git(dep: Dependency, folder: Path, log) -> str:
         runner.run(["git", "init", "-q", str(tmp)], what=f"git init for {dep.name}")
         runner.run([*git, "remote", "add", "origin", "--", repo], what=f"git remote for {dep.name}")
         ref = tag or "HEAD"
-        shallow = runner.run([*git, "fetch", "-q", "--depth", "1", "origin", ref], check=False,
-                             what=f"git fetch of {dep.name}", timeout=3600)
+        shallow = runner.run(
+            [*git, "fetch", "-q", "--depth", "1", "origin", ref],
+            check=False,
+            what=f"git fetch of {dep.name}",
+            timeout=3600,
+        )
         if not shallow.ok:  # a server (or local path) that refuses a shallow fetch of this ref
             log(f"{dep.name}: shallow fetch of {ref} refused, fetching the full history")
-            runner.run([*git, "fetch", "-q", "--tags", "origin"],
-                       what=f"git fetch of {dep.name} from {repo}", timeout=3600)
-            runner.run([*git, "checkout", "-q", "--detach", ref, "--"],
-                       what=f"git checkout of {dep.name} {ref}")
+            runner.run(
+                [*git, "fetch", "-q", "--tags", "origin"], what=f"git fetch of {dep.name} from {repo}", timeout=3600
+            )
+            runner.run([*git, "checkout", "-q", "--detach", ref, "--"], what=f"git checkout of {dep.name} {ref}")
         else:
-            runner.run([*git, "checkout", "-q", "--detach", "FETCH_HEAD", "--"],
-                       what=f"git checkout of {dep.name} {ref}")
+            runner.run(
+                [*git, "checkout", "-q", "--detach", "FETCH_HEAD", "--"], what=f"git checkout of {dep.name} {ref}"
+            )
         if dep.submodules != () and (tmp / ".gitmodules").is_file():
             argv = [*git, "submodule", "update", "--init", "--recursive", "--depth", "1"]
             if dep.submodules:
@@ -367,20 +410,24 @@ def _fetch_url(dep: Dependency, folder: Path) -> str:
                         checked.update(chunk)
                     out.write(chunk)
         except (urllib.error.URLError, ValueError) as exc:
-            raise DownloadError(f"Could not download '{dep.name}' from {dep.url}: {exc}.",
-                                hint="Check the network, or fetch it elsewhere and copy it to "
-                                f"{folder} ({dep.variable}).") from exc
+            raise DownloadError(
+                f"Could not download '{dep.name}' from {dep.url}: {exc}.",
+                hint=f"Check the network, or fetch it elsewhere and copy it to {folder} ({dep.variable}).",
+            ) from exc
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise _disk_error(archive_path, exc) from None
-            raise DownloadError(f"Could not download '{dep.name}' from {dep.url}: {exc}.",
-                                hint="Check the network, or fetch it elsewhere and copy it to "
-                                f"{folder} ({dep.variable}).") from exc
+            raise DownloadError(
+                f"Could not download '{dep.name}' from {dep.url}: {exc}.",
+                hint=f"Check the network, or fetch it elsewhere and copy it to {folder} ({dep.variable}).",
+            ) from exc
         if checked is not None and checked.hexdigest().lower() != expected.strip().lower():
-            raise DownloadError(f"'{dep.name}' from {dep.url} has {algo.upper()} {checked.hexdigest()}, but "
-                                f"{dep.declared_in}:{dep.line} expects {expected.strip()}. Nothing was unpacked.",
-                                hint="The download is not the file the CMake files name: check the URL (and any "
-                                     "mirror set with --set).")
+            raise DownloadError(
+                f"'{dep.name}' from {dep.url} has {algo.upper()} {checked.hexdigest()}, but "
+                f"{dep.declared_in}:{dep.line} expects {expected.strip()}. Nothing was unpacked.",
+                hint="The download is not the file the CMake files name: check the URL (and any "
+                "mirror set with --set).",
+            )
         unpacked = tmp / "src"
         unpacked.mkdir()
         _extract(archive_path, unpacked, dep)
@@ -399,9 +446,12 @@ def _fetch_url(dep: Dependency, folder: Path) -> str:
 
 def _disk_error(path: Path, exc: OSError) -> IOFailure:
     full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    return IOFailure(f"Cannot write {path}: {exc.strerror or exc}.",
-                     hint="Free some disk space and run the command again." if full else
-                     "Check that the --into folder is writable by you.")
+    return IOFailure(
+        f"Cannot write {path}: {exc.strerror or exc}.",
+        hint="Free some disk space and run the command again."
+        if full
+        else "Check that the --into folder is writable by you.",
+    )
 
 
 def _extract(archive_path: Path, dest: Path, dep) -> None:
@@ -413,9 +463,10 @@ def _extract(archive_path: Path, dest: Path, dep) -> None:
         reason = str(exc)
         if "unsafe entry" in reason or "outside the folder" in reason:
             reason = f"it has an unsafe entry: {reason}"
-        raise DownloadError(f"'{dep.name}': the archive from {dep.url} cannot be unpacked: {reason}.",
-                            hint="Check the URL, or unpack the source yourself and pass its folder with "
-                                 "--deps-dir.") from None
+        raise DownloadError(
+            f"'{dep.name}': the archive from {dep.url} cannot be unpacked: {reason}.",
+            hint="Check the URL, or unpack the source yourself and pass its folder with --deps-dir.",
+        ) from None
     except OSError as exc:
         raise _disk_error(dest, exc) from None
 
@@ -425,18 +476,25 @@ def _order(deps: tuple[Dependency, ...]) -> list[Dependency]:
     return sorted(deps, key=lambda d: d.parent is not None)
 
 
-def fetch_dependencies(source: KernelSource, into: Path, *, progress: Progress | None = None,
-                       on_step: Step | None = None,
-                       overrides: dict[str, str] | None = None,
-                       names: tuple[str, ...] | None = None) -> tuple[FetchedDependency, ...]:
+def fetch_dependencies(
+    source: KernelSource,
+    into: Path,
+    *,
+    progress: Progress | None = None,
+    on_step: Step | None = None,
+    overrides: dict[str, str] | None = None,
+    names: tuple[str, ...] | None = None,
+) -> tuple[FetchedDependency, ...]:
     """Fetch every dependency of ``source`` (or only ``names``) into ``into/NAME``, skipping those already
     fetched from the same origin; ``overrides`` sets CMake variables used in the declarations."""
     deps = read_dependencies(source, overrides)
     if names is not None:
         unknown = sorted(set(names) - {d.name for d in deps})
         if unknown:
-            raise UsageError(f"{source.path} declares no dependency named {', '.join(unknown)}; it declares "
-                             f"{', '.join(d.name for d in deps) or 'none'}.")
+            raise UsageError(
+                f"{source.path} declares no dependency named {', '.join(unknown)}; it declares "
+                f"{', '.join(d.name for d in deps) or 'none'}."
+            )
         deps = tuple(d for d in deps if d.name in names)
     into = Path(into).expanduser().resolve()
     try:
@@ -461,7 +519,8 @@ def fetch_dependencies(source: KernelSource, into: Path, *, progress: Progress |
                 f"The dependency '{dep.name}' ({dep.declared_in}:{dep.line}) uses "
                 f"{', '.join('${' + v + '}' for v in dep.unresolved)}, which no set() in the kernel's CMake "
                 "files defines.",
-                hint=f"Fetch it by hand into {dep.folder(into)} ({dep.variable}).")
+                hint=f"Fetch it by hand into {dep.folder(into)} ({dep.variable}).",
+            )
         folder = _inside(into, dep.folder(into), dep)
         recorded = manifest.get(dep.name)
         recorded = recorded if isinstance(recorded, dict) else {}
@@ -478,9 +537,11 @@ def fetch_dependencies(source: KernelSource, into: Path, *, progress: Progress |
         elif dep.url:
             revision = _fetch_url(dep, folder)
         else:
-            raise UsageError(f"The dependency '{dep.name}' ({dep.declared_in}:{dep.line}) has neither "
-                             "GIT_REPOSITORY nor URL; sm120kit cannot fetch it.",
-                             hint=f"Put its source in {folder} ({dep.variable}).")
+            raise UsageError(
+                f"The dependency '{dep.name}' ({dep.declared_in}:{dep.line}) has neither "
+                "GIT_REPOSITORY nor URL; sm120kit cannot fetch it.",
+                hint=f"Put its source in {folder} ({dep.variable}).",
+            )
         manifest[dep.name] = {**wanted, "revision": revision, "folder": str(folder.relative_to(into))}
         _write_manifest(manifest_path, manifest)
         results.append(FetchedDependency(dep, folder, "fetched", revision))

@@ -182,18 +182,18 @@ def main(argv: list[str]) -> int:
             print(f"nvcc_launcher: unknown option {opt}", file=sys.stderr)
             return 2
         i += 1
-    command = argv[i + 1:]
+    command = argv[i + 1 :]
     if not command or not sass:
-        print("usage: nvcc_launcher.py --sass=sm_120a [--ccache=PATH] [--log=FILE] -- nvcc ARGS...",
-              file=sys.stderr)
+        print("usage: nvcc_launcher.py --sass=sm_120a [--ccache=PATH] [--log=FILE] -- nvcc ARGS...", file=sys.stderr)
         return 2
     for s in sass:
         gencode_for(s)  # validates
     compiler, args = command[0], command[1:]
     new_args, decision = filter_args(args, sass)
     if log:
-        line = (f"{decision.action}\t{','.join(decision.original) or '-'}\t{','.join(decision.kept)}\t"
-                f"{_output_of(args)}\n")
+        line = (
+            f"{decision.action}\t{','.join(decision.original) or '-'}\t{','.join(decision.kept)}\t{_output_of(args)}\n"
+        )
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(line)
     final = ([ccache, compiler] if ccache else [compiler]) + new_args

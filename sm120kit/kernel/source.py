@@ -136,8 +136,10 @@ def find_kernel_source(src: str | Path | None = None) -> KernelSource:
     """Resolve ``src`` (default: the current folder) to the kernel source to build."""
     given = Path(src if src is not None else ".").expanduser()
     if not given.exists():
-        raise UsageError(f"The kernel source {given} does not exist.",
-                         hint="Pass an SGLang git clone or the sgl-kernel source folder.")
+        raise UsageError(
+            f"The kernel source {given} does not exist.",
+            hint="Pass an SGLang git clone or the sgl-kernel source folder.",
+        )
     given = given.resolve()
     layout = "folder"
     kernel_dir: Path | None = None
@@ -160,8 +162,7 @@ def find_kernel_source(src: str | Path | None = None) -> KernelSource:
                 f"{given} holds no kernel source: looked for CMakeLists.txt and pyproject.toml in "
                 f"{given}/python/sglang/kernels/aot (SGLang 0.5.17 and later), {given}/sgl-kernel (up to "
                 f"0.5.16) and {given} itself.",
-                hint="Pass an SGLang git clone (git clone https://github.com/sgl-project/sglang) or the "
-                "kernel folder.",
+                hint="Pass an SGLang git clone (git clone https://github.com/sgl-project/sglang) or the kernel folder.",
             )
     pyproject = read_pyproject(kernel_dir / "pyproject.toml")
     project = pyproject.get("project", {}) or {}

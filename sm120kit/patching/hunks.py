@@ -10,8 +10,8 @@ A hunk that cannot be placed is described by the closest place it nearly matches
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import unidiff
 
@@ -128,12 +128,12 @@ def unquote_path(name: str) -> str:
             out += char.encode("utf-8", "surrogateescape")
             i += 1
             continue
-        code = body[i + 1:i + 2]
+        code = body[i + 1 : i + 2]
         if code in _C_ESCAPES:
             out.append(_C_ESCAPES[code])
             i += 2
-        elif _OCTAL_RE.fullmatch(body[i + 1:i + 4]):
-            out.append(int(body[i + 1:i + 4], 8))
+        elif _OCTAL_RE.fullmatch(body[i + 1 : i + 4]):
+            out.append(int(body[i + 1 : i + 4], 8))
             i += 4
         else:
             raise ValueError(f"the quoted path {name} holds an unknown escape '\\{code}'")
@@ -171,7 +171,9 @@ def file_diffs(patch_set: unidiff.PatchSet) -> tuple[FileDiff, ...]:
         if patched.is_rename:
             raise DiffFormatError(
                 f"renames are not supported ({patched.source_file} -> {patched.target_file}); "
-                "write a deletion and a creation instead", line)
+                "write a deletion and a creation instead",
+                line,
+            )
         source = patched.source_file or ""
         target = patched.target_file or ""
         try:
@@ -188,10 +190,11 @@ def file_diffs(patch_set: unidiff.PatchSet) -> tuple[FileDiff, ...]:
             raise DiffFormatError(
                 f"path {path!r} {why}, so it is not inside the package: diff paths must look like "
                 "a/sglang/... and b/sglang/... (relative to the folder that holds sglang/), outside "
-                "sglang/.sm120kit/", line)
+                "sglang/.sm120kit/",
+                line,
+            )
         if path in seen:
-            raise DiffFormatError(f"{path} appears twice in one diff; merge its hunks into one file section",
-                                  line)
+            raise DiffFormatError(f"{path} appears twice in one diff; merge its hunks into one file section", line)
         seen.add(path)
         if not len(patched):
             raise DiffFormatError(f"{path} has no hunks (mode-only changes are not supported)", line)
@@ -200,11 +203,18 @@ def file_diffs(patch_set: unidiff.PatchSet) -> tuple[FileDiff, ...]:
             if value and value not in REGULAR_MODES:
                 raise DiffFormatError(
                     f"{path} has mode {value}; only regular files (100644 or 100755) are supported",
-                    _mode_line(patched, line, value))
-        if action == "modify" and patched.source_mode and patched.target_mode and \
-                patched.source_mode != patched.target_mode:
-            raise DiffFormatError(f"{path} changes mode {patched.source_mode} -> {patched.target_mode}; mode "
-                                  "changes are not supported", _mode_line(patched, line, patched.target_mode))
+                    _mode_line(patched, line, value),
+                )
+        if (
+            action == "modify"
+            and patched.source_mode
+            and patched.target_mode
+            and patched.source_mode != patched.target_mode
+        ):
+            raise DiffFormatError(
+                f"{path} changes mode {patched.source_mode} -> {patched.target_mode}; mode changes are not supported",
+                _mode_line(patched, line, patched.target_mode),
+            )
         mode = None
         if action == "create" and patched.target_mode:
             mode = REGULAR_MODES[patched.target_mode]
@@ -226,13 +236,20 @@ def _hunk(hunk: unidiff.Hunk, index: int) -> HunkSpec:
             continue  # a trailing empty line unidiff attaches after the hunk
         lines.append([line.line_type, line.value])
     header_line = (first_line - 1) if first_line else 0
-    return HunkSpec(index=index, source_start=hunk.source_start, source_length=hunk.source_length,
-                    target_start=hunk.target_start, target_length=hunk.target_length,
-                    section=(hunk.section_header or "").strip(),
-                    lines=tuple((k, t) for k, t in lines), diff_line=header_line)
+    return HunkSpec(
+        index=index,
+        source_start=hunk.source_start,
+        source_length=hunk.source_length,
+        target_start=hunk.target_start,
+        target_length=hunk.target_length,
+        section=(hunk.section_header or "").strip(),
+        lines=tuple((k, t) for k, t in lines),
+        diff_line=header_line,
+    )
 
 
 # -- placing hunks -----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class HunkResult:
@@ -257,9 +274,17 @@ class HunkResult:
         object.__setattr__(self, "status", HunkStatus(self.status))
 
     def to_json(self) -> dict:
-        return {"file": self.file, "index": self.index, "status": str(self.status), "offset": self.offset,
-                "fuzz": self.fuzz, "line": self.line, "closest_line": self.closest_line,
-                "expected": list(self.expected), "found": list(self.found)}
+        return {
+            "file": self.file,
+            "index": self.index,
+            "status": str(self.status),
+            "offset": self.offset,
+            "fuzz": self.fuzz,
+            "line": self.line,
+            "closest_line": self.closest_line,
+            "expected": list(self.expected),
+            "found": list(self.found),
+        }
 
 
 @dataclass(frozen=True)
@@ -306,8 +331,7 @@ def _search(lines: Sequence[str], needle: Sequence[str], expected: int, lo: int)
     return None
 
 
-def _place(lines: Sequence[str], hunk: HunkSpec, *, reverse: bool, lo: int, carry: int,
-           fuzz: int) -> _Placement | None:
+def _place(lines: Sequence[str], hunk: HunkSpec, *, reverse: bool, lo: int, carry: int, fuzz: int) -> _Placement | None:
     kinds = [k for k, _ in hunk.lines]
     texts = [t for _, t in hunk.lines]
     drop, keep = (REMOVED, ADDED) if not reverse else (ADDED, REMOVED)
@@ -328,8 +352,9 @@ def _place(lines: Sequence[str], hunk: HunkSpec, *, reverse: bool, lo: int, carr
             continue  # nothing left to anchor on
         pos = _search(lines, needle, base + top + carry, lo)
         if pos is not None:
-            return _Placement(start=pos, length=len(needle), replacement=replacement,
-                              offset=pos - (base + top), fuzz=max(top, bottom))
+            return _Placement(
+                start=pos, length=len(needle), replacement=replacement, offset=pos - (base + top), fuzz=max(top, bottom)
+            )
     return None
 
 
@@ -374,8 +399,9 @@ class FilePlacement:
     results: tuple[HunkResult, ...]
 
 
-def place_hunks(lines: Sequence[str], diff: FileDiff, *, fuzz: int = 0, reverse: bool = False,
-                describe_failures: bool = True) -> FilePlacement:
+def place_hunks(
+    lines: Sequence[str], diff: FileDiff, *, fuzz: int = 0, reverse: bool = False, describe_failures: bool = True
+) -> FilePlacement:
     """Place every hunk of ``diff`` in ``lines`` (hunks in order, never overlapping) and splice them in.
 
     With ``reverse`` the diff is undone: the hunk's result is searched and replaced by its source.
@@ -397,16 +423,34 @@ def place_hunks(lines: Sequence[str], diff: FileDiff, *, fuzz: int = 0, reverse:
             length = hunk.target_length if reverse else hunk.source_length
             expected = _expected_index(start, length) + carry
             closest, _ = _closest(lines, needle, expected)
-            found = list(lines[closest:closest + len(needle)]) if closest is not None else \
-                list(lines[max(expected, 0):max(expected, 0) + len(needle)])
-            results.append(HunkResult(
-                file=diff.path, index=hunk.index, status=HunkStatus.CONFLICT, expected=_show(needle),
-                found=_show(found), closest_line=None if closest is None else closest + 1,
-                line=expected + 1))
+            found = (
+                list(lines[closest : closest + len(needle)])
+                if closest is not None
+                else list(lines[max(expected, 0) : max(expected, 0) + len(needle)])
+            )
+            results.append(
+                HunkResult(
+                    file=diff.path,
+                    index=hunk.index,
+                    status=HunkStatus.CONFLICT,
+                    expected=_show(needle),
+                    found=_show(found),
+                    closest_line=None if closest is None else closest + 1,
+                    line=expected + 1,
+                )
+            )
             continue
         placements.append(placed)
-        results.append(HunkResult(file=diff.path, index=hunk.index, status=HunkStatus.APPLIES, offset=placed.offset,
-                                  fuzz=placed.fuzz, line=placed.start + 1))
+        results.append(
+            HunkResult(
+                file=diff.path,
+                index=hunk.index,
+                status=HunkStatus.APPLIES,
+                offset=placed.offset,
+                fuzz=placed.fuzz,
+                line=placed.start + 1,
+            )
+        )
         lo = placed.start + placed.length
         carry = placed.offset
     if not ok:
@@ -414,7 +458,7 @@ def place_hunks(lines: Sequence[str], diff: FileDiff, *, fuzz: int = 0, reverse:
     new: list[str] = []
     cursor = 0
     for p in placements:
-        new.extend(lines[cursor:p.start])
+        new.extend(lines[cursor : p.start])
         new.extend(p.replacement)
         cursor = p.start + p.length
     new.extend(lines[cursor:])

@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Collection
 
 from sm120kit.errors import IOFailure
 from sm120kit.patching import treepath
-from sm120kit.util import regularfile
 from sm120kit.patching.hunks import HunkResult, decode, encode, place_hunks, split_lines
 from sm120kit.patching.series import Marker, Patch, Series, Variant
 from sm120kit.patching.state import read_recorded
 from sm120kit.patching.status import HunkStatus, PatchStatus
+from sm120kit.util import regularfile
 
 STATUSES = tuple(PatchStatus)
 DEFAULT_FILE_MODE = 0o644
@@ -57,11 +57,16 @@ class PatchPlan:
         object.__setattr__(self, "status", PatchStatus(self.status))
 
     def to_json(self) -> dict:
-        return {"id": self.patch_id, "title": self.title, "status": str(self.status),
-                "variant": self.variant.name if self.variant else None,
-                "variant_releases": str(self.variant.releases) if self.variant else None,
-                "reason": self.reason, "hunks": [h.to_json() for h in self.hunks],
-                "warnings": list(self.warnings)}
+        return {
+            "id": self.patch_id,
+            "title": self.title,
+            "status": str(self.status),
+            "variant": self.variant.name if self.variant else None,
+            "variant_releases": str(self.variant.releases) if self.variant else None,
+            "reason": self.reason,
+            "hunks": [h.to_json() for h in self.hunks],
+            "warnings": list(self.warnings),
+        }
 
 
 @dataclass(frozen=True)
@@ -110,9 +115,15 @@ class SeriesPlan:
         return {str(s): len(self.with_status(s)) for s in STATUSES}
 
     def to_json(self) -> dict:
-        return {"root": str(self.root), "version": self.version, "exact_release": self.exact_release,
-                "fuzz": self.fuzz, "patches": [p.to_json() for p in self.patches],
-                "changes": [c.to_json() for c in self.changes], "counts": self.counts()}
+        return {
+            "root": str(self.root),
+            "version": self.version,
+            "exact_release": self.exact_release,
+            "fuzz": self.fuzz,
+            "patches": [p.to_json() for p in self.patches],
+            "changes": [c.to_json() for c in self.changes],
+            "counts": self.counts(),
+        }
 
 
 class _Tree:
@@ -144,10 +155,12 @@ class _Tree:
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 data = None
             except OSError as exc:
-                raise IOFailure(f"Cannot read {full}: {exc.strerror or exc}. Nothing was changed.",
-                                hint="sm120kit reads every file the series patches to plan the change: run it as "
-                                     "a user who can read the tree (its owner), or fix that file's "
-                                     "permissions.") from None
+                raise IOFailure(
+                    f"Cannot read {full}: {exc.strerror or exc}. Nothing was changed.",
+                    hint="sm120kit reads every file the series patches to plan the change: run it as "
+                    "a user who can read the tree (its owner), or fix that file's "
+                    "permissions.",
+                ) from None
         self._original[path] = data
         self._text[path] = None if data is None else decode(data)
 
@@ -182,13 +195,20 @@ class _Tree:
             after = None if text is None else encode(text)
             if before == after:
                 continue
-            out.append(FileChange(path=path, before=before, after=after,
-                                  mode=self.modes.get(path, DEFAULT_FILE_MODE),
-                                  patches=tuple(dict.fromkeys(self.touched_by[path]))))
+            out.append(
+                FileChange(
+                    path=path,
+                    before=before,
+                    after=after,
+                    mode=self.modes.get(path, DEFAULT_FILE_MODE),
+                    patches=tuple(dict.fromkeys(self.touched_by[path])),
+                )
+            )
         return tuple(out)
 
 
 # -- one variant against the tree ------------------------------------------------------------------------
+
 
 @dataclass
 class _Attempt:
@@ -201,9 +221,15 @@ class _Attempt:
     notes: list[str]
 
 
-def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Variant, *, fuzz: int,
-                 reverse: bool, describe: bool = True,
-                 refuse: Callable[[str], str | None] | None = None) -> _Attempt:
+def _run_variant(
+    get_lines: Callable[[str], tuple[str, ...] | None],
+    variant: Variant,
+    *,
+    fuzz: int,
+    reverse: bool,
+    describe: bool = True,
+    refuse: Callable[[str], str | None] | None = None,
+) -> _Attempt:
     ok = True
     absent: list[str] = []
     contents: dict[str, str | None] = {}
@@ -215,8 +241,9 @@ def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Va
         if why:
             ok = False
             notes.append(f"{diff.path} {why}")
-            results.extend(HunkResult(file=diff.path, index=h.index, status=HunkStatus.CONFLICT, line=1)
-                           for h in diff.hunks)
+            results.extend(
+                HunkResult(file=diff.path, index=h.index, status=HunkStatus.CONFLICT, line=1) for h in diff.hunks
+            )
             continue
         lines = get_lines(diff.path)
         creates = (diff.action == "create") != reverse  # the file must not exist before this direction
@@ -228,14 +255,24 @@ def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Va
                     contents[diff.path] = whole
                     if diff.mode is not None:
                         modes[diff.path] = diff.mode
-                    results.extend(HunkResult(file=diff.path, index=h.index, status=HunkStatus.APPLIES, line=1)
-                                   for h in diff.hunks)
+                    results.extend(
+                        HunkResult(file=diff.path, index=h.index, status=HunkStatus.APPLIES, line=1) for h in diff.hunks
+                    )
                 else:
                     ok = False
                     notes.append(f"{diff.path} already exists")
-                    results.extend(HunkResult(file=diff.path, index=h.index, status=HunkStatus.CONFLICT, line=1,
-                                              expected=[], found=[l.rstrip("\r\n") for l in lines[:5]],
-                                              closest_line=None) for h in diff.hunks)
+                    results.extend(
+                        HunkResult(
+                            file=diff.path,
+                            index=h.index,
+                            status=HunkStatus.CONFLICT,
+                            line=1,
+                            expected=[],
+                            found=[line.rstrip("\r\n") for line in lines[:5]],
+                            closest_line=None,
+                        )
+                        for h in diff.hunks
+                    )
             else:
                 assert removes
                 if lines is None:
@@ -243,13 +280,16 @@ def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Va
                     absent.append(diff.path)
                 elif "".join(lines) == whole:
                     contents[diff.path] = None
-                    results.extend(HunkResult(file=diff.path, index=h.index, status=HunkStatus.APPLIES, line=1)
-                                   for h in diff.hunks)
+                    results.extend(
+                        HunkResult(file=diff.path, index=h.index, status=HunkStatus.APPLIES, line=1) for h in diff.hunks
+                    )
                 else:
                     ok = False
                     notes.append(f"{diff.path} differs from the content the diff removes")
-                    results.extend(HunkResult(file=diff.path, index=h.index, status=HunkStatus.CONFLICT, line=1)
-                                   for h in diff.hunks)
+                    results.extend(
+                        HunkResult(file=diff.path, index=h.index, status=HunkStatus.CONFLICT, line=1)
+                        for h in diff.hunks
+                    )
             continue
         if lines is None:
             ok = False
@@ -261,8 +301,7 @@ def _run_variant(get_lines: Callable[[str], tuple[str, ...] | None], variant: Va
             contents[diff.path] = "".join(placed.lines)
         else:
             ok = False
-    return _Attempt(variant=variant, ok=ok, absent=absent, contents=contents, modes=modes, hunks=results,
-                    notes=notes)
+    return _Attempt(variant=variant, ok=ok, absent=absent, contents=contents, modes=modes, hunks=results, notes=notes)
 
 
 def _markers_match(markers: tuple[Marker, ...], text_of: Callable[[str], str | None]) -> str | None:
@@ -324,6 +363,7 @@ def _check_syntax(tree: _Tree, attempt: _Attempt) -> tuple[str | None, list[str]
 
 # -- one patch ------------------------------------------------------------------------------------------
 
+
 def _candidates(patch: Patch, version: str | None, exact: bool) -> list[Variant]:
     newest = list(patch.variants_newest_first())
     if version is None:
@@ -380,12 +420,17 @@ APPLIED_FOUND = "its changes are in the files (the diff reverse-applies; no stat
 
 
 def _as_applied(hunks) -> tuple[HunkResult, ...]:
-    return tuple(HunkResult(file=h.file, index=h.index, status=HunkStatus.ALREADY_APPLIED, offset=h.offset, fuzz=h.fuzz,
-                            line=h.line) for h in hunks)
+    return tuple(
+        HunkResult(
+            file=h.file, index=h.index, status=HunkStatus.ALREADY_APPLIED, offset=h.offset, fuzz=h.fuzz, line=h.line
+        )
+        for h in hunks
+    )
 
 
-def _unwind(tree: _Tree, series: Series, *, version: str | None, exact: bool, fuzz: int,
-            recorded: Collection[str]) -> dict[str, tuple[Variant, str, tuple[HunkResult, ...]]]:
+def _unwind(
+    tree: _Tree, series: Series, *, version: str | None, exact: bool, fuzz: int, recorded: Collection[str]
+) -> dict[str, tuple[Variant, str, tuple[HunkResult, ...]]]:
     """Which patches are already in the files, found as quilt pops a stack: from the last patch to the
     first, each is undone in memory if its diff reverse-applies, so a patch whose lines a later patch
     changed is still recognised. A patch whose upstream markers still match once it is undone is left
@@ -414,8 +459,7 @@ def _unwind(tree: _Tree, series: Series, *, version: str | None, exact: bool, fu
                 continue
             if marker_hit and _markers_match(patch.markers, lambda p: undo.contents.get(p, text(p))) is not None:
                 continue
-            applied[patch.id] = (variant, _APPLIED_RECORDED if is_recorded else APPLIED_FOUND,
-                                 _as_applied(undo.hunks))
+            applied[patch.id] = (variant, _APPLIED_RECORDED if is_recorded else APPLIED_FOUND, _as_applied(undo.hunks))
             for path, value in undo.contents.items():
                 overrides[path] = value
                 split.pop(path, None)
@@ -423,12 +467,26 @@ def _unwind(tree: _Tree, series: Series, *, version: str | None, exact: bool, fu
     return applied
 
 
-def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, fuzz: int,
-                recorded: bool, applied: tuple[Variant, str, tuple[HunkResult, ...]] | None
-                ) -> tuple[PatchPlan, _Attempt | None]:
+def _plan_patch(
+    tree: _Tree,
+    patch: Patch,
+    *,
+    version: str | None,
+    exact: bool,
+    fuzz: int,
+    recorded: bool,
+    applied: tuple[Variant, str, tuple[HunkResult, ...]] | None,
+) -> tuple[PatchPlan, _Attempt | None]:
     def plan(status: PatchStatus, variant: Variant | None, reason: str, hunks=(), new_files=None) -> PatchPlan:
-        return PatchPlan(patch_id=patch.id, status=status, variant=variant, reason=reason, hunks=tuple(hunks),
-                         new_files=new_files or {}, title=patch.title)
+        return PatchPlan(
+            patch_id=patch.id,
+            status=status,
+            variant=variant,
+            reason=reason,
+            hunks=tuple(hunks),
+            new_files=new_files or {},
+            title=patch.title,
+        )
 
     if applied is not None:
         variant, reason, hunks = applied
@@ -441,13 +499,24 @@ def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, 
         gap = patch.gap_around(version) if exact and version else None
         if gap is not None:
             below, above = gap
-            text = (f"release {version} falls in a hole of the series: above {below.name} ('{below.releases}') "
-                    f"and below {above.name} ('{above.releases}'); no variant was tried")
-            return PatchPlan(patch_id=patch.id, status=PatchStatus.NOT_APPLICABLE, variant=None, reason=text,
-                             title=patch.title, warnings=(text + "; give the release a range",)), None
+            text = (
+                f"release {version} falls in a hole of the series: above {below.name} ('{below.releases}') "
+                f"and below {above.name} ('{above.releases}'); no variant was tried"
+            )
+            return PatchPlan(
+                patch_id=patch.id,
+                status=PatchStatus.NOT_APPLICABLE,
+                variant=None,
+                reason=text,
+                title=patch.title,
+                warnings=(text + "; give the release a range",),
+            ), None
         after = "" if exact else " (the tree follows it: the patch was retired before it)"
-        return plan(PatchStatus.NOT_APPLICABLE, None, f"release {version} is outside every variant's range "
-                                            f"({_ranges(patch)}){after}"), None
+        return plan(
+            PatchStatus.NOT_APPLICABLE,
+            None,
+            f"release {version} is outside every variant's range ({_ranges(patch)}){after}",
+        ), None
 
     first_conflict: _Attempt | None = None
     absent_reasons: list[str] = []
@@ -478,8 +547,15 @@ def _plan_patch(tree: _Tree, patch: Patch, *, version: str | None, exact: bool, 
     return plan(PatchStatus.CONFLICT, first_conflict.variant, reason, hunks), None
 
 
-def plan_series(root: Path, series: Series, *, version: str | None, fuzz: int = 0, exact: bool = True,
-                recorded: Collection[str] | None = None) -> SeriesPlan:
+def plan_series(
+    root: Path,
+    series: Series,
+    *,
+    version: str | None,
+    fuzz: int = 0,
+    exact: bool = True,
+    recorded: Collection[str] | None = None,
+) -> SeriesPlan:
     """Plan ``series`` on the tree whose ``sglang/`` lies in ``root``; reads files, writes nothing.
 
     ``version``: the tree's SGLang release (``None``: unknown; every variant is tried, newest first).
@@ -494,11 +570,19 @@ def plan_series(root: Path, series: Series, *, version: str | None, fuzz: int = 
     applied = _unwind(tree, series, version=version, exact=exact, fuzz=fuzz, recorded=recorded)
     plans = []
     for patch in series.patches:
-        result, attempt = _plan_patch(tree, patch, version=version, exact=exact, fuzz=fuzz,
-                                      recorded=patch.id in recorded, applied=applied.get(patch.id))
+        result, attempt = _plan_patch(
+            tree,
+            patch,
+            version=version,
+            exact=exact,
+            fuzz=fuzz,
+            recorded=patch.id in recorded,
+            applied=applied.get(patch.id),
+        )
         if attempt is not None:
             for path, text in attempt.contents.items():
                 tree.set(path, text, patch.id, attempt.modes.get(path))
         plans.append(result)
-    return SeriesPlan(root=root, version=version, exact_release=exact, fuzz=fuzz, patches=tuple(plans),
-                      changes=tree.changes())
+    return SeriesPlan(
+        root=root, version=version, exact_release=exact, fuzz=fuzz, patches=tuple(plans), changes=tree.changes()
+    )

@@ -10,20 +10,19 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import unidiff
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from sm120kit.patching import ranges
-from sm120kit.util import resources
-from sm120kit.util import tomldoc
 from sm120kit.errors import SeriesError
-from sm120kit.patching import treepath
+from sm120kit.patching import ranges, treepath
 from sm120kit.patching.hunks import ADDED, DiffFormatError, FileDiff, HunkSpec, file_diffs, split_lines
+from sm120kit.util import resources, tomldoc
 from sm120kit.util.suggest import did_you_mean
 
 SERIES_FILE = "series.toml"
@@ -33,6 +32,7 @@ _ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
 # -- the data --------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Upstream:
@@ -69,8 +69,12 @@ class ShippedFile:
         return self.created
 
     def to_json(self) -> dict:
-        return {"source": self.source, "dest": self.dest, "releases": str(self.releases),
-                "files": [dest for _, dest, _ in self.sources]}
+        return {
+            "source": self.source,
+            "dest": self.dest,
+            "releases": str(self.releases),
+            "files": [dest for _, dest, _ in self.sources],
+        }
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,13 @@ class Variant:
         return tuple(f for f in self.files if f.path not in shipped)
 
     def to_json(self) -> dict:
-        return {"diff": self.diff.name, "releases": str(self.releases), "base": self.base,
-                "files": list(self.paths), "shipped": [entry.to_json() for entry in self.shipped]}
+        return {
+            "diff": self.diff.name,
+            "releases": str(self.releases),
+            "base": self.base,
+            "files": list(self.paths),
+            "shipped": [entry.to_json() for entry in self.shipped],
+        }
 
 
 class BoundedPattern:
@@ -126,8 +135,9 @@ class BoundedPattern:
         try:
             self._compiled = re2.compile(b"(?m)" + text.encode("utf-8", "surrogateescape"), options)
         except re2.error as exc:
-            raise ValueError(exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes)
-                             else str(exc)) from None
+            raise ValueError(
+                exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+            ) from None
 
     def search(self, text: str) -> int | None:
         """The 1-based line where the pattern first matches ``text``, or ``None``."""
@@ -191,10 +201,18 @@ class Patch:
         return ranges.before_all([v.releases for v in self.variants], version)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "title": self.title, "description": self.description, "problem": self.problem,
-                "upstream": self.upstream.to_json(), "variants": [v.to_json() for v in self.variants],
-                "markers": [m.to_json() for m in self.markers], "audit": list(self.audit),
-                "files": [f.to_json() for f in self.shipped], "folder": str(self.folder)}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "description": self.description,
+            "problem": self.problem,
+            "upstream": self.upstream.to_json(),
+            "variants": [v.to_json() for v in self.variants],
+            "markers": [m.to_json() for m in self.markers],
+            "audit": list(self.audit),
+            "files": [f.to_json() for f in self.shipped],
+            "folder": str(self.folder),
+        }
 
 
 @dataclass(frozen=True)
@@ -238,23 +256,29 @@ def _read_toml(file: Path) -> tomldoc.Doc:
 
 # -- loading ---------------------------------------------------------------------------------------------
 
+
 def load_series(path: Path | None = None) -> Series:
     """Read the series in ``path`` (default: the bundled ``patches/sglang``); :class:`SeriesError` if bad."""
     folder = Path(path) if path is not None else default_series_dir()
     folder = folder.expanduser().resolve()
     if folder.exists() and not folder.is_dir():
         parent = f" (the folder that holds it: --series {folder.parent})" if folder.name == SERIES_FILE else ""
-        raise SeriesError(f"The patch series {folder} is a file, not a folder: --series takes the folder that "
-                          f"holds {SERIES_FILE} and the patches{parent}.",
-                          hint="Pass --series DIR with a folder holding series.toml (docs/series-format.md).")
+        raise SeriesError(
+            f"The patch series {folder} is a file, not a folder: --series takes the folder that "
+            f"holds {SERIES_FILE} and the patches{parent}.",
+            hint="Pass --series DIR with a folder holding series.toml (docs/series-format.md).",
+        )
     if not folder.is_dir():
-        raise SeriesError(f"The patch series folder {folder} does not exist.",
-                          hint="Pass --series DIR with a folder holding series.toml (docs/series-format.md).")
+        raise SeriesError(
+            f"The patch series folder {folder} does not exist.",
+            hint="Pass --series DIR with a folder holding series.toml (docs/series-format.md).",
+        )
     series_file = folder / SERIES_FILE
     if not series_file.is_file():
         raise SeriesError(
             f"The patch series folder {folder} has no {SERIES_FILE} yet, so there is nothing to list or apply.",
-            hint="Add series.toml naming the patches in order (docs/series-format.md), or pass --series DIR.")
+            hint="Add series.toml naming the patches in order (docs/series-format.md), or pass --series DIR.",
+        )
     doc = _read_toml(series_file)
     tomldoc.check_keys(doc, doc.data, (), {"patches": list}, (), "series.toml")
     ids = doc.data.get("patches", [])
@@ -262,26 +286,44 @@ def load_series(path: Path | None = None) -> Series:
     patches: list[Patch] = []
     for i, patch_id in enumerate(ids):
         if not isinstance(patch_id, str) or not _ID_RE.match(patch_id):
-            raise doc.fail(("patches",), f"entry {i + 1} of 'patches' ({patch_id!r}) is not a patch id "
-                                         "(lower-case letters, digits, '.', '_' and '-').")
+            raise doc.fail(
+                ("patches",),
+                f"entry {i + 1} of 'patches' ({patch_id!r}) is not a patch id "
+                "(lower-case letters, digits, '.', '_' and '-').",
+            )
         if patch_id in seen:
             raise doc.fail(("patches",), f"patch '{patch_id}' is listed twice in 'patches'.")
         seen.add(patch_id)
         patch_folder = folder / patch_id
         if not (patch_folder / PATCH_FILE).is_file():
             present = sorted(p.name for p in folder.iterdir() if (p / PATCH_FILE).is_file())
-            raise doc.fail(("patches",), f"patch '{patch_id}' has no folder {patch_folder.name}/ with "
-                                         f"{PATCH_FILE}.{did_you_mean(patch_id, present)}")
+            raise doc.fail(
+                ("patches",),
+                f"patch '{patch_id}' has no folder {patch_folder.name}/ with "
+                f"{PATCH_FILE}.{did_you_mean(patch_id, present)}",
+            )
         patches.append(load_patch(patch_folder))
     listed = set(ids)
     for extra in sorted(p for p in folder.iterdir() if (p / PATCH_FILE).is_file() and p.name not in listed):
-        raise doc.fail(("patches",), f"the folder {extra.name}/ holds a patch that series.toml does not list.",
-                       hint="Add its id to 'patches' (in order of application) or remove the folder.")
+        raise doc.fail(
+            ("patches",),
+            f"the folder {extra.name}/ holds a patch that series.toml does not list.",
+            hint="Add its id to 'patches' (in order of application) or remove the folder.",
+        )
     return Series(path=folder, patches=tuple(patches))
 
 
-_PATCH_KEYS = {"id": str, "title": str, "description": str, "problem": str, "upstream": dict,
-               "variants": list, "markers": list, "audit": list, "files": list}
+_PATCH_KEYS = {
+    "id": str,
+    "title": str,
+    "description": str,
+    "problem": str,
+    "upstream": dict,
+    "variants": list,
+    "markers": list,
+    "audit": list,
+    "files": list,
+}
 _REQUIRED_PATCH_KEYS = ("id", "title", "description", "problem", "upstream", "variants", "markers")
 _AUDIT_RE = re.compile(r"^([a-z0-9-]+)/([A-Za-z0-9][A-Za-z0-9._-]*)$")
 _UPSTREAM_KEYS = {"reference": str, "forwarded": bool, "reason": str}
@@ -299,8 +341,11 @@ def load_patch(folder: Path) -> Patch:
     data = doc.data
     tomldoc.check_keys(doc, data, (), _PATCH_KEYS, _REQUIRED_PATCH_KEYS, "patch.toml")
     if data["id"] != folder.name:
-        raise doc.fail(("id",), f"id '{data['id']}' differs from its folder name '{folder.name}'.",
-                       hint="The id, the folder and the entry in series.toml must be the same.")
+        raise doc.fail(
+            ("id",),
+            f"id '{data['id']}' differs from its folder name '{folder.name}'.",
+            hint="The id, the folder and the entry in series.toml must be the same.",
+        )
     for key in ("title", "problem", "description"):
         if not data[key].strip():
             raise doc.fail((key,), f"'{key}' is empty.")
@@ -310,12 +355,14 @@ def load_patch(folder: Path) -> Patch:
     reference, reason = up.get("reference", "").strip(), up.get("reason", "").strip()
     if up["forwarded"]:
         if not re.match(r"^https?://\S+$", reference):
-            raise doc.fail(("upstream", "reference"),
-                           f"a forwarded patch needs 'reference' set to the URL of its pull request or "
-                           f"issue (got {reference!r}).")
+            raise doc.fail(
+                ("upstream", "reference"),
+                f"a forwarded patch needs 'reference' set to the URL of its pull request or issue (got {reference!r}).",
+            )
     elif not reason:
-        raise doc.fail(("upstream", "forwarded"), "'forwarded = false' needs a 'reason' saying why the patch "
-                                                  "is not sent upstream.")
+        raise doc.fail(
+            ("upstream", "forwarded"), "'forwarded = false' needs a 'reason' saying why the patch is not sent upstream."
+        )
     upstream = Upstream(reference=reference, forwarded=up["forwarded"], reason=reason)
 
     if not data["variants"]:
@@ -326,13 +373,24 @@ def load_patch(folder: Path) -> Patch:
     variants = _with_shipped(doc, variants, shipped)
 
     if not data["markers"]:
-        raise doc.fail(("markers",), "a patch needs at least one [[markers]] entry (a pattern that shows an "
-                                     "upstream tree already has the fix).")
+        raise doc.fail(
+            ("markers",),
+            "a patch needs at least one [[markers]] entry (a pattern that shows an upstream tree already has the fix).",
+        )
     markers = tuple(_marker(doc, i, m) for i, m in enumerate(data["markers"]))
     audit = _audit_entries(doc, data["audit"]) if "audit" in data else ()
-    return Patch(id=data["id"], title=data["title"].strip(), description=data["description"].strip(),
-                 problem=data["problem"].strip(), upstream=upstream, variants=variants, markers=markers,
-                 folder=folder, audit=audit, shipped=shipped)
+    return Patch(
+        id=data["id"],
+        title=data["title"].strip(),
+        description=data["description"].strip(),
+        problem=data["problem"].strip(),
+        upstream=upstream,
+        variants=variants,
+        markers=markers,
+        folder=folder,
+        audit=audit,
+        shipped=shipped,
+    )
 
 
 def _audit_entries(doc: tomldoc.Doc, raw: list) -> tuple[str, ...]:
@@ -341,20 +399,28 @@ def _audit_entries(doc: tomldoc.Doc, raw: list) -> tuple[str, ...]:
     from sm120kit.sglang.launchers import LAUNCHERS  # reads no SGLang and no torch
 
     if not raw:
-        raise doc.fail(("audit",), "'audit' is empty; name the audit entries that prove the patch "
-                                   "(\"launcher/entry\") or leave the key out.")
+        raise doc.fail(
+            ("audit",),
+            "'audit' is empty; name the audit entries that prove the patch (\"launcher/entry\") or leave the key out.",
+        )
     seen: list[str] = []
     for index, item in enumerate(raw):
         match = _AUDIT_RE.match(item) if isinstance(item, str) else None
         if match is None:
-            raise doc.fail(("audit",), f"entry {index + 1} of 'audit' ({item!r}) is not \"launcher/entry\" "
-                                       "(a launcher of the shared-memory audit and an entry of its shape matrix, "
-                                       "e.g. \"extend/deepseek-v3-mla\").")
+            raise doc.fail(
+                ("audit",),
+                f"entry {index + 1} of 'audit' ({item!r}) is not \"launcher/entry\" "
+                "(a launcher of the shared-memory audit and an entry of its shape matrix, "
+                'e.g. "extend/deepseek-v3-mla").',
+            )
         if match.group(1) not in LAUNCHERS:
-            raise doc.fail(("audit",), f"entry {index + 1} of 'audit' ({item!r}) names the launcher "
-                                       f"'{match.group(1)}', which the audit does not run."
-                                       f"{did_you_mean(match.group(1), list(LAUNCHERS))}",
-                           hint=f"Launchers: {', '.join(LAUNCHERS)}.")
+            raise doc.fail(
+                ("audit",),
+                f"entry {index + 1} of 'audit' ({item!r}) names the launcher "
+                f"'{match.group(1)}', which the audit does not run."
+                f"{did_you_mean(match.group(1), list(LAUNCHERS))}",
+                hint=f"Launchers: {', '.join(LAUNCHERS)}.",
+            )
         if item in seen:
             raise doc.fail(("audit",), f"'audit' lists {item!r} twice.")
         seen.append(item)
@@ -374,22 +440,25 @@ def _variant(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> Variant:
     try:
         releases = SpecifierSet(raw["releases"])
     except InvalidSpecifier:
-        raise doc.fail(path + ("releases",), f"releases = {raw['releases']!r} is not a PEP 440 specifier set.",
-                       hint="Write something like \">=0.5.2,<0.5.7\".") from None
+        raise doc.fail(
+            path + ("releases",),
+            f"releases = {raw['releases']!r} is not a PEP 440 specifier set.",
+            hint='Write something like ">=0.5.2,<0.5.7".',
+        ) from None
     if not str(releases):
-        raise doc.fail(path + ("releases",), "releases is empty; give the range, e.g. \">=0.5.2\".")
+        raise doc.fail(path + ("releases",), 'releases is empty; give the range, e.g. ">=0.5.2".')
     try:
         Version(raw["base"])
     except InvalidVersion:
         raise doc.fail(path + ("base",), f"base = {raw['base']!r} is not a release version.") from None
     if not ranges.in_range(releases, Version(raw["base"])):
-        raise doc.fail(path + ("base",), f"base {raw['base']} lies outside its own releases range "
-                                         f"'{releases}'.")
+        raise doc.fail(path + ("base",), f"base {raw['base']} lies outside its own releases range '{releases}'.")
     diff_path = folder / raw["diff"]
     if "/" in raw["diff"] or not diff_path.is_file():
         present = sorted(p.name for p in folder.glob("*.diff"))
-        raise doc.fail(path + ("diff",), f"diff file '{raw['diff']}' is not in {folder}."
-                                         f"{did_you_mean(raw['diff'], present)}")
+        raise doc.fail(
+            path + ("diff",), f"diff file '{raw['diff']}' is not in {folder}.{did_you_mean(raw['diff'], present)}"
+        )
     patch_set = parse_diff(diff_path)
     files = _files(diff_path, patch_set)
     return Variant(diff=diff_path, releases=releases, base=raw["base"], patch_set=patch_set, files=files)
@@ -397,8 +466,16 @@ def _variant(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> Variant:
 
 def _created(text: str, dest: str, mode: int) -> FileDiff:
     lines = tuple((ADDED, line) for line in split_lines(text))
-    hunk = HunkSpec(index=1, source_start=0, source_length=0, target_start=1 if lines else 0,
-                    target_length=len(lines), section="", lines=lines, diff_line=0)
+    hunk = HunkSpec(
+        index=1,
+        source_start=0,
+        source_length=0,
+        target_start=1 if lines else 0,
+        target_length=len(lines),
+        section="",
+        lines=lines,
+        diff_line=0,
+    )
     return FileDiff(path=dest, action="create", hunks=(hunk,), mode=mode, diff_line=0)
 
 
@@ -437,8 +514,9 @@ def _read_open(fd: int, shown: str) -> tuple[str, int]:
     if not stat.S_ISREG(info.st_mode):
         raise _SourceProblem(f"{shown} is not a regular file")
     if info.st_size > MAX_SOURCE_BYTES:
-        raise _SourceProblem(f"{shown} holds {info.st_size} bytes, more than the {MAX_SOURCE_BYTES} a shipped "
-                             "file may have")
+        raise _SourceProblem(
+            f"{shown} holds {info.st_size} bytes, more than the {MAX_SOURCE_BYTES} a shipped file may have"
+        )
     chunks, size = [], 0
     while size <= MAX_SOURCE_BYTES:
         chunk = os.read(fd, min(1 << 20, MAX_SOURCE_BYTES + 1 - size))
@@ -465,7 +543,7 @@ def _read_sources(root: Path, source: str, dest: str) -> list[tuple[Path, str, i
         raise _SourceProblem(f"the data root cannot be opened ({exc.strerror or exc})") from None
     try:
         for depth, part in enumerate(parts[:-1]):
-            fds.append(_open_at(fds[-1], part, "/".join(parts[:depth + 1]), folder=True))
+            fds.append(_open_at(fds[-1], part, "/".join(parts[: depth + 1]), folder=True))
         fd = _open_at(fds[-1], parts[-1], source, folder=False)
         fds.append(fd)
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -480,8 +558,7 @@ def _read_sources(root: Path, source: str, dest: str) -> list[tuple[Path, str, i
             if why:
                 raise _SourceProblem(f"{shown} cannot be shipped: its destination {dest}/{name} {why}")
             if len(out) == MAX_FOLDER_FILES:
-                raise _SourceProblem(f"{source} holds more than the {MAX_FOLDER_FILES} files a folder entry "
-                                     "may ship")
+                raise _SourceProblem(f"{source} holds more than the {MAX_FOLDER_FILES} files a folder entry may ship")
             child = _open_at(fd, name, shown, folder=False)
             try:
                 text, mode = _read_open(child, shown)
@@ -516,31 +593,44 @@ def _shipped(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> ShippedFil
     tomldoc.check_keys(doc, raw, path, _FILE_KEYS, tuple(_FILE_KEYS), f"[[files]] entry {index + 1}")
     why = _relative_problem(raw["source"])
     if why:
-        raise doc.fail(path + ("source",), f"source = {raw['source']!r} {why}; it names a file or folder "
-                                           "relative to the data root (the folder holding patches/).")
+        raise doc.fail(
+            path + ("source",),
+            f"source = {raw['source']!r} {why}; it names a file or folder "
+            "relative to the data root (the folder holding patches/).",
+        )
     dest = raw["dest"].rstrip("/")
     why = treepath.problem(dest)
     if why:
-        raise doc.fail(path + ("dest",), f"dest = {raw['dest']!r} {why}; write the destination in the SGLang "
-                                         "tree as 'sglang/...'.")
+        raise doc.fail(
+            path + ("dest",), f"dest = {raw['dest']!r} {why}; write the destination in the SGLang tree as 'sglang/...'."
+        )
     try:
         releases = SpecifierSet(raw["releases"])
     except InvalidSpecifier:
-        raise doc.fail(path + ("releases",), f"releases = {raw['releases']!r} is not a PEP 440 specifier set.",
-                       hint="Write something like \">=0.5.16\".") from None
+        raise doc.fail(
+            path + ("releases",),
+            f"releases = {raw['releases']!r} is not a PEP 440 specifier set.",
+            hint='Write something like ">=0.5.16".',
+        ) from None
     if not str(releases):
-        raise doc.fail(path + ("releases",), "releases is empty; give the range, e.g. \">=0.5.2\".")
+        raise doc.fail(path + ("releases",), 'releases is empty; give the range, e.g. ">=0.5.2".')
     root = source_root(folder.parent)
     try:
         entries = _read_sources(root, raw["source"], dest)
     except _SourceProblem as exc:
-        raise doc.fail(path + ("source",), f"the source of [[files]] entry {index + 1} cannot be shipped: {exc} "
-                                           f"(under the data root {root}).",
-                       hint="A [[files]] source is a regular UTF-8 file, or a folder of them, inside the data root, "
-                            "reached without a symbolic link (docs/series-format.md).") from None
-    return ShippedFile(source=raw["source"], dest=dest, releases=releases,
-                       sources=tuple((p, d, m) for p, d, m, _ in entries),
-                       created=tuple(_created(text, d, m) for _, d, m, text in entries))
+        raise doc.fail(
+            path + ("source",),
+            f"the source of [[files]] entry {index + 1} cannot be shipped: {exc} (under the data root {root}).",
+            hint="A [[files]] source is a regular UTF-8 file, or a folder of them, inside the data root, "
+            "reached without a symbolic link (docs/series-format.md).",
+        ) from None
+    return ShippedFile(
+        source=raw["source"],
+        dest=dest,
+        releases=releases,
+        sources=tuple((p, d, m) for p, d, m, _ in entries),
+        created=tuple(_created(text, d, m) for _, d, m, text in entries),
+    )
 
 
 def _mode(st_mode: int) -> int:
@@ -548,8 +638,9 @@ def _mode(st_mode: int) -> int:
     return 0o755 if st_mode & stat.S_IXUSR else 0o644
 
 
-def _with_shipped(doc: tomldoc.Doc, variants: tuple[Variant, ...],
-                  shipped: tuple[ShippedFile, ...]) -> tuple[Variant, ...]:
+def _with_shipped(
+    doc: tomldoc.Doc, variants: tuple[Variant, ...], shipped: tuple[ShippedFile, ...]
+) -> tuple[Variant, ...]:
     """Each variant gains the files of the entries whose range holds its base release, after its own diff's
     sections; a destination the diff also writes is an error."""
     if not shipped:
@@ -562,17 +653,31 @@ def _with_shipped(doc: tomldoc.Doc, variants: tuple[Variant, ...],
         for entry in mine:
             for diff in entry.diffs():
                 if diff.path in seen:
-                    raise doc.fail(("files",), f"{diff.path} is written twice for variant {variant.name} "
-                                               f"(by its diff or by another [[files]] entry).")
+                    raise doc.fail(
+                        ("files",),
+                        f"{diff.path} is written twice for variant {variant.name} "
+                        f"(by its diff or by another [[files]] entry).",
+                    )
                 seen.add(diff.path)
                 files.append(diff)
-        out.append(Variant(diff=variant.diff, releases=variant.releases, base=variant.base,
-                           patch_set=variant.patch_set, files=tuple(files), shipped=mine))
+        out.append(
+            Variant(
+                diff=variant.diff,
+                releases=variant.releases,
+                base=variant.base,
+                patch_set=variant.patch_set,
+                files=tuple(files),
+                shipped=mine,
+            )
+        )
     for index, entry in enumerate(shipped):
         if not any(entry in v.shipped for v in out):
-            raise doc.fail(("files", index, "releases"), f"no variant's base release lies in releases "
-                                                         f"'{entry.releases}' of [[files]] entry {index + 1}, so "
-                                                         "it would never be shipped.")
+            raise doc.fail(
+                ("files", index, "releases"),
+                f"no variant's base release lies in releases "
+                f"'{entry.releases}' of [[files]] entry {index + 1}, so "
+                "it would never be shipped.",
+            )
     return tuple(out)
 
 
@@ -602,10 +707,12 @@ def _check_overlap(doc: tomldoc.Doc, variants: tuple[Variant, ...]) -> None:
             b = variants[j]
             both = [v for v in probes if a.contains(v) and b.contains(v)]
             if both:
-                raise doc.fail(("variants", j, "releases"),
-                               f"the release ranges of variants {a.name} ('{a.releases}') and {b.name} "
-                               f"('{b.releases}') overlap: {both[0]} is in both.",
-                               hint="Each release must select exactly one variant.")
+                raise doc.fail(
+                    ("variants", j, "releases"),
+                    f"the release ranges of variants {a.name} ('{a.releases}') and {b.name} "
+                    f"('{b.releases}') overlap: {both[0]} is in both.",
+                    hint="Each release must select exactly one variant.",
+                )
 
 
 def _marker(doc: tomldoc.Doc, index: int, raw: Any) -> Marker:
@@ -614,15 +721,19 @@ def _marker(doc: tomldoc.Doc, index: int, raw: Any) -> Marker:
     tomldoc.check_keys(doc, raw, path, _MARKER_KEYS, tuple(_MARKER_KEYS), f"[[markers]] entry {index + 1}")
     files = (raw["file"],) if isinstance(raw["file"], str) else tuple(raw["file"])
     if not files or not all(isinstance(f, str) and f.startswith("sglang/") and ".." not in f for f in files):
-        raise doc.fail(path + ("file",), f"file = {raw['file']!r} must be a path (or list of paths) "
-                                         "starting with 'sglang/'.")
+        raise doc.fail(
+            path + ("file",), f"file = {raw['file']!r} must be a path (or list of paths) starting with 'sglang/'."
+        )
     try:
         pattern = BoundedPattern(raw["pattern"])
     except ValueError as exc:
-        raise doc.fail(path + ("pattern",), f"pattern {raw['pattern']!r} is not a valid regular expression for "
-                                            f"a marker (matched in bounded time): {exc}.",
-                       hint="Markers use Python 're' syntax without back-references or look-arounds (they are "
-                            "matched by RE2, in time linear in the file).") from None
+        raise doc.fail(
+            path + ("pattern",),
+            f"pattern {raw['pattern']!r} is not a valid regular expression for "
+            f"a marker (matched in bounded time): {exc}.",
+            hint="Markers use Python 're' syntax without back-references or look-arounds (they are "
+            "matched by RE2, in time linear in the file).",
+        ) from None
     return Marker(files=files, pattern=pattern)
 
 
@@ -652,17 +763,22 @@ def parse_diff(diff_path: Path) -> unidiff.PatchSet:
                 f"{diff_path}:{number}: the diff has Windows (CRLF) line endings; sm120kit reads diffs with "
                 "LF line endings only (a CR that belongs to a changed line is kept).",
                 hint="Convert the diff with 'dos2unix' (or 'git config core.autocrlf false' and regenerate it "
-                     "with 'git diff').")
+                "with 'git diff').",
+            )
     feed = _CountingLines(lines)
     try:
         patch_set = unidiff.PatchSet(feed)
     except unidiff.UnidiffParseError as exc:
-        raise SeriesError(f"{diff_path}:{feed.line}: not a valid unified diff: {exc}.",
-                          hint="Regenerate the diff with 'git diff' or 'diff -u' rather than editing hunks "
-                               "by hand (hunk headers count lines).") from None
+        raise SeriesError(
+            f"{diff_path}:{feed.line}: not a valid unified diff: {exc}.",
+            hint="Regenerate the diff with 'git diff' or 'diff -u' rather than editing hunks "
+            "by hand (hunk headers count lines).",
+        ) from None
     if not len(patch_set):
-        raise SeriesError(f"{diff_path}: holds no file changes (expected '--- a/sglang/...' and "
-                          "'+++ b/sglang/...' headers followed by hunks).")
+        raise SeriesError(
+            f"{diff_path}: holds no file changes (expected '--- a/sglang/...' and "
+            "'+++ b/sglang/...' headers followed by hunks)."
+        )
     return patch_set
 
 

@@ -45,15 +45,15 @@ import secrets
 import shutil
 import socket
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from sm120kit import __version__
+from sm120kit.errors import IOFailure, StateDamagedError
 from sm120kit.patching import treepath
 from sm120kit.util import regularfile
 from sm120kit.util.atomicfile import fault_point, write_atomic
-from sm120kit.errors import IOFailure, StateDamagedError
 from sm120kit.util.lock import TreeLock
 
 STATE_DIR = treepath.STATE_DIR
@@ -147,13 +147,16 @@ class Bytecode:
         return {"cache_existed": self.cache_existed, "present": list(self.present)}
 
     @classmethod
-    def from_json(cls, data: object, where: str) -> "Bytecode":
+    def from_json(cls, data: object, where: str) -> Bytecode:
         data = _entry(data, where)
         existed, present = data.get("cache_existed"), data.get("present", [])
         if not isinstance(existed, bool):
             raise Untrusted(f"{where}.cache_existed = {existed!r} is not true or false")
-        if not isinstance(present, list) or len(present) > MAX_BYTECODE_NAMES or not all(
-                isinstance(n, str) and _PYC_RE.match(n) for n in present):
+        if (
+            not isinstance(present, list)
+            or len(present) > MAX_BYTECODE_NAMES
+            or not all(isinstance(n, str) and _PYC_RE.match(n) for n in present)
+        ):
             raise Untrusted(f"{where}.present is not a list of at most {MAX_BYTECODE_NAMES} .pyc file names")
         return cls(cache_existed=existed, present=tuple(present))
 
@@ -182,14 +185,19 @@ class FileRecord:
     bytecode: Bytecode | None = None  # for a module the series created: its __pycache__ before (None: unknown)
 
     def to_json(self) -> dict:
-        data = {"path": self.path, "before": self.before, "after": self.after,
-                "mode": None if self.mode is None else oct(self.mode), "patches": list(self.patches)}
+        data = {
+            "path": self.path,
+            "before": self.before,
+            "after": self.after,
+            "mode": None if self.mode is None else oct(self.mode),
+            "patches": list(self.patches),
+        }
         if self.bytecode is not None:
             data["bytecode"] = self.bytecode.to_json()
         return data
 
     @classmethod
-    def from_json(cls, data: object, where: str = "files[]") -> "FileRecord":
+    def from_json(cls, data: object, where: str = "files[]") -> FileRecord:
         """Read one entry; :class:`Untrusted` (naming ``where``) for a path outside the tree, a mode that
         is not plain permission bits or a malformed hash."""
         data = _entry(data, where)
@@ -197,10 +205,14 @@ class FileRecord:
         if not all(isinstance(p, str) for p in patches):
             raise Untrusted(f"{where}.patches = {patches!r} is not a list of patch ids")
         bytecode = data.get("bytecode")
-        return cls(path=_path_field(data, where), before=_hash_field(data, "before", where),
-                   after=_hash_field(data, "after", where), mode=_mode_field(data, where),
-                   patches=tuple(patches),
-                   bytecode=None if bytecode is None else Bytecode.from_json(bytecode, f"{where}.bytecode"))
+        return cls(
+            path=_path_field(data, where),
+            before=_hash_field(data, "before", where),
+            after=_hash_field(data, "after", where),
+            mode=_mode_field(data, where),
+            patches=tuple(patches),
+            bytecode=None if bytecode is None else Bytecode.from_json(bytecode, f"{where}.bytecode"),
+        )
 
 
 @dataclass(frozen=True)
@@ -214,9 +226,13 @@ class PatchRecord:
         return {"id": self.id, "variant": self.variant, "base": self.base, "applied_at": self.applied_at}
 
     @classmethod
-    def from_json(cls, data: dict) -> "PatchRecord":
-        return cls(id=data["id"], variant=data.get("variant", ""), base=data.get("base", ""),
-                   applied_at=data.get("applied_at", ""))
+    def from_json(cls, data: dict) -> PatchRecord:
+        return cls(
+            id=data["id"],
+            variant=data.get("variant", ""),
+            base=data.get("base", ""),
+            applied_at=data.get("applied_at", ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -243,14 +259,21 @@ class StateRecord:
         return None
 
     def to_json(self) -> dict:
-        return {"format": self.format, "sm120kit_version": self.sm120kit_version, "series": self.series,
-                "release": self.release, "commit": self.commit, "created": self.created,
-                "updated": self.updated, "patches": [p.to_json() for p in self.patches],
-                "files": [f.to_json() for f in self.files],
-                **({"dirs": list(self.dirs)} if self.dirs is not None else {})}
+        return {
+            "format": self.format,
+            "sm120kit_version": self.sm120kit_version,
+            "series": self.series,
+            "release": self.release,
+            "commit": self.commit,
+            "created": self.created,
+            "updated": self.updated,
+            "patches": [p.to_json() for p in self.patches],
+            "files": [f.to_json() for f in self.files],
+            **({"dirs": list(self.dirs)} if self.dirs is not None else {}),
+        }
 
     @classmethod
-    def from_json(cls, data: object) -> "StateRecord":
+    def from_json(cls, data: object) -> StateRecord:
         data = _entry(data, "the record")
         patches = []
         for i, p in enumerate(_list_field(data, "patches", "the record")):
@@ -258,18 +281,26 @@ class StateRecord:
             if not isinstance(p.get("id"), str):
                 raise Untrusted(f"patches[{i}].id = {p.get('id')!r} is not a patch id")
             patches.append(PatchRecord.from_json(p))
-        files = tuple(FileRecord.from_json(f, f"files[{i}]")
-                      for i, f in enumerate(_list_field(data, "files", "the record")))
+        files = tuple(
+            FileRecord.from_json(f, f"files[{i}]") for i, f in enumerate(_list_field(data, "files", "the record"))
+        )
         seen: set[str] = set()
         for i, f in enumerate(files):
             if f.path in seen:
                 raise Untrusted(f"files[{i}].path = {f.path!r} is listed twice")
             seen.add(f.path)
-        return cls(series=data.get("series", ""), release=data.get("release"), commit=data.get("commit"),
-                   created=data.get("created", ""), updated=data.get("updated", ""),
-                   patches=tuple(patches), files=files,
-                   sm120kit_version=data.get("sm120kit_version", ""), format=data.get("format", FORMAT),
-                   dirs=_dirs_field(data, "the record"))
+        return cls(
+            series=data.get("series", ""),
+            release=data.get("release"),
+            commit=data.get("commit"),
+            created=data.get("created", ""),
+            updated=data.get("updated", ""),
+            patches=tuple(patches),
+            files=files,
+            sm120kit_version=data.get("sm120kit_version", ""),
+            format=data.get("format", FORMAT),
+            dirs=_dirs_field(data, "the record"),
+        )
 
 
 @dataclass(frozen=True)
@@ -280,14 +311,22 @@ class JournalEntry:
     mode: int | None  # mode to give the file when it is put back
 
     def to_json(self) -> dict:
-        return {"path": self.path, "from": self.from_hash, "to": self.to_hash,
-                "mode": None if self.mode is None else oct(self.mode)}
+        return {
+            "path": self.path,
+            "from": self.from_hash,
+            "to": self.to_hash,
+            "mode": None if self.mode is None else oct(self.mode),
+        }
 
     @classmethod
-    def from_json(cls, data: object, where: str = "entries[]") -> "JournalEntry":
+    def from_json(cls, data: object, where: str = "entries[]") -> JournalEntry:
         data = _entry(data, where)
-        return cls(path=_path_field(data, where), from_hash=_hash_field(data, "from", where),
-                   to_hash=_hash_field(data, "to", where), mode=_mode_field(data, where))
+        return cls(
+            path=_path_field(data, where),
+            from_hash=_hash_field(data, "from", where),
+            to_hash=_hash_field(data, "to", where),
+            mode=_mode_field(data, where),
+        )
 
 
 _TOKEN_RE = re.compile(r"^[0-9a-f]{8,32}$")
@@ -315,27 +354,41 @@ class Journal:
         return tuple(temp_path(e.path, self.token) for e in self.entries) if self.token else ()
 
     def to_json(self) -> dict:
-        return {"operation": self.operation, "started": self.started, "pid": self.pid, "host": self.host,
-                "state_before": self.state_before, "token": self.token,
-                "entries": [e.to_json() for e in self.entries],
-                **({"dirs": list(self.dirs)} if self.dirs is not None else {})}
+        return {
+            "operation": self.operation,
+            "started": self.started,
+            "pid": self.pid,
+            "host": self.host,
+            "state_before": self.state_before,
+            "token": self.token,
+            "entries": [e.to_json() for e in self.entries],
+            **({"dirs": list(self.dirs)} if self.dirs is not None else {}),
+        }
 
     @classmethod
-    def from_json(cls, data: object) -> "Journal":
+    def from_json(cls, data: object) -> Journal:
         data = _entry(data, "the journal")
         if data.get("operation") not in ("apply", "revert"):
             raise Untrusted(f"operation = {data.get('operation')!r} is neither 'apply' nor 'revert'")
         if "entries" not in data:
             raise Untrusted("it has no 'entries'")
-        entries = tuple(JournalEntry.from_json(e, f"entries[{i}]")
-                        for i, e in enumerate(_list_field(data, "entries", "the journal")))
+        entries = tuple(
+            JournalEntry.from_json(e, f"entries[{i}]")
+            for i, e in enumerate(_list_field(data, "entries", "the journal"))
+        )
         token = data.get("token", "")
         if token and not (isinstance(token, str) and _TOKEN_RE.match(token)):
             raise Untrusted(f"token = {token!r} is not a hex run token")
-        return cls(operation=data["operation"], started=str(data.get("started", "")), pid=data.get("pid", 0),
-                   host=str(data.get("host", "")), entries=entries,
-                   state_before=_hash_field(data, "state_before", "the journal"), token=token,
-                   dirs=_dirs_field(data, "the journal"))
+        return cls(
+            operation=data["operation"],
+            started=str(data.get("started", "")),
+            pid=data.get("pid", 0),
+            host=str(data.get("host", "")),
+            entries=entries,
+            state_before=_hash_field(data, "state_before", "the journal"),
+            token=token,
+            dirs=_dirs_field(data, "the journal"),
+        )
 
 
 class StateStore:
@@ -354,8 +407,15 @@ class StateStore:
     def check_folder(self) -> None:
         """Refuse a state folder that is, or holds, a symbolic link or anything sm120kit does not write
         there: writes and clean-ups through it could leave the tree. :class:`StateDamagedError`."""
-        layout = ((self.dir, True), (self.blobs_dir, True), (self.kept_dir, True), (self.state_path, False),
-                  (self.journal_path, False), (self.lock_path, False), (self.dir / ".gitignore", False))
+        layout = (
+            (self.dir, True),
+            (self.blobs_dir, True),
+            (self.kept_dir, True),
+            (self.state_path, False),
+            (self.journal_path, False),
+            (self.lock_path, False),
+            (self.dir / ".gitignore", False),
+        )
         for path, folder in layout:
             try:
                 info = os.lstat(path)
@@ -370,15 +430,18 @@ class StateStore:
             elif not folder and not stat.S_ISREG(info.st_mode):
                 why = f"{path} is {regularfile.kind_of(info.st_mode)}, not a regular file"
             elif not folder and info.st_nlink != 1:
-                why = (f"{path} has {info.st_nlink} names (a hard link: a file elsewhere shares its content, and "
-                       "sm120kit would write into it)")
+                why = (
+                    f"{path} has {info.st_nlink} names (a hard link: a file elsewhere shares its content, and "
+                    "sm120kit would write into it)"
+                )
             else:
                 continue
             raise StateDamagedError(
                 f"sm120kit's state folder is not trusted: {why}. Nothing was changed.",
                 hint=f"sm120kit never follows links in {self.dir}. Look at what it points to (or what shares it), "
-                     "remove it, and run the command again (restore the tree from its original if its record is "
-                     "gone).")
+                "remove it, and run the command again (restore the tree from its original if its record is "
+                "gone).",
+            )
 
     def ensure(self) -> None:
         self.check_folder()
@@ -389,12 +452,13 @@ class StateStore:
                 ignore.write_text("*\n", encoding="utf-8")
         except OSError as exc:
             full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-            raise IOFailure(f"Cannot create sm120kit's state folder {self.dir}: {exc.strerror or exc}. Nothing "
-                            "was changed.",
-                            hint="Free some disk space and run the command again." if full else
-                                 "The tree must be writable by you (is it a read-only or system install?); "
-                                 "use a virtual environment you own, or run sm120kit as the tree's owner.") \
-                from None
+            raise IOFailure(
+                f"Cannot create sm120kit's state folder {self.dir}: {exc.strerror or exc}. Nothing was changed.",
+                hint="Free some disk space and run the command again."
+                if full
+                else "The tree must be writable by you (is it a read-only or system install?); "
+                "use a virtual environment you own, or run sm120kit as the tree's owner.",
+            ) from None
 
     @contextlib.contextmanager
     def locked(self, command: str) -> Iterator[None]:
@@ -428,8 +492,9 @@ class StateStore:
             if self.dir.is_symlink() or not self.dir.is_dir():
                 return
             names = set(os.listdir(self.dir))
-            if names <= {".gitignore", "blobs", "lock"} and not (self.blobs_dir.is_dir() and
-                                                                  os.listdir(self.blobs_dir)):
+            if names <= {".gitignore", "blobs", "lock"} and not (
+                self.blobs_dir.is_dir() and os.listdir(self.blobs_dir)
+            ):
                 shutil.rmtree(self.dir, ignore_errors=True)
         except OSError:
             pass
@@ -478,23 +543,27 @@ class StateStore:
             raise StateDamagedError(
                 f"The state record {self.state_path} is not trusted: {exc}. Nothing was changed.",
                 hint="sm120kit only restores files inside the tree with plain permission bits. Restore the "
-                     "tree from its original (reinstall the package or 'git checkout' the files), then delete "
-                     f"{self.dir}.") from None
+                "tree from its original (reinstall the package or 'git checkout' the files), then delete "
+                f"{self.dir}.",
+            ) from None
         except RecursionError:
             raise StateDamagedError(
                 f"The state record {self.state_path} cannot be read: its JSON is nested too deeply (sm120kit "
                 "never writes it so).",
                 hint="Restore the tree from its original (reinstall the package or 'git checkout' the files), "
-                     f"then delete {self.dir}.") from None
+                f"then delete {self.dir}.",
+            ) from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StateDamagedError(
                 f"The state record {self.state_path} cannot be read ({type(exc).__name__}: {exc}).",
                 hint="Restore the tree from its original (reinstall the package or 'git checkout' the files), "
-                     f"then delete {self.dir}.") from None
+                f"then delete {self.dir}.",
+            ) from None
         if record.format != FORMAT:
-            raise StateDamagedError(f"The state record {self.state_path} has format {record.format}; this "
-                                    f"sm120kit reads format {FORMAT}.",
-                                    hint="Use the sm120kit version that wrote it to revert the tree.")
+            raise StateDamagedError(
+                f"The state record {self.state_path} has format {record.format}; this sm120kit reads format {FORMAT}.",
+                hint="Use the sm120kit version that wrote it to revert the tree.",
+            )
         return record
 
     def load_quietly(self) -> StateRecord | None:
@@ -533,10 +602,13 @@ class StateStore:
             raise StateDamagedError(
                 f"The saved original {path} is missing, so sm120kit cannot restore that file exactly.",
                 hint="Restore the tree from its original (reinstall the package or 'git checkout' the files), "
-                     f"then delete {self.dir}.") from None
+                f"then delete {self.dir}.",
+            ) from None
         if sha256(data) != digest:
-            raise StateDamagedError(f"The saved original {path} is damaged (its hash does not match its name).",
-                                    hint=f"Restore the tree from its original, then delete {self.dir}.")
+            raise StateDamagedError(
+                f"The saved original {path} is damaged (its hash does not match its name).",
+                hint=f"Restore the tree from its original, then delete {self.dir}.",
+            )
         return data
 
     def prune_blobs(self, keep: set[str]) -> None:
@@ -547,17 +619,25 @@ class StateStore:
                 path.unlink(missing_ok=True)
 
     # -- journal -----------------------------------------------------------------------------------------
-    def write_journal(self, operation: str, entries: list[JournalEntry],
-                      dirs: tuple[str, ...] | None = None) -> Journal:
+    def write_journal(
+        self, operation: str, entries: list[JournalEntry], dirs: tuple[str, ...] | None = None
+    ) -> Journal:
         """Record what a run is about to write (flushed to disk before the first file is replaced); ``dirs``:
         the folders it creates, which a roll-back removes (``None``: any its removals leave empty)."""
-        state_before = (sha256(regularfile.read_bytes(self.state_path, follow=False))
-                        if self.state_path.exists() else None)
-        journal = Journal(operation=operation, started=now(), pid=os.getpid(), host=socket.gethostname(),
-                          entries=tuple(entries), state_before=state_before, token=secrets.token_hex(6),
-                          dirs=dirs)
-        write_atomic(self.journal_path, (json.dumps(journal.to_json(), indent=2) + "\n").encode(), 0o644,
-                     fsync=True)
+        state_before = (
+            sha256(regularfile.read_bytes(self.state_path, follow=False)) if self.state_path.exists() else None
+        )
+        journal = Journal(
+            operation=operation,
+            started=now(),
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            entries=tuple(entries),
+            state_before=state_before,
+            token=secrets.token_hex(6),
+            dirs=dirs,
+        )
+        write_atomic(self.journal_path, (json.dumps(journal.to_json(), indent=2) + "\n").encode(), 0o644, fsync=True)
         return journal
 
     def load_journal(self) -> Journal | None:
@@ -570,16 +650,19 @@ class StateStore:
             raise StateDamagedError(
                 f"The write journal {self.journal_path} is not trusted: {exc}. Nothing was changed.",
                 hint="sm120kit only restores files inside the tree with plain permission bits. Restore the "
-                     f"tree from its original, then delete {self.dir}.") from None
+                f"tree from its original, then delete {self.dir}.",
+            ) from None
         except RecursionError:
-            raise StateDamagedError(f"The write journal {self.journal_path} cannot be read: its JSON is nested "
-                                    "too deeply (sm120kit never writes it so).",
-                                    hint="Restore the tree from its original, then delete "
-                                         f"{self.dir}.") from None
+            raise StateDamagedError(
+                f"The write journal {self.journal_path} cannot be read: its JSON is nested "
+                "too deeply (sm120kit never writes it so).",
+                hint=f"Restore the tree from its original, then delete {self.dir}.",
+            ) from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise StateDamagedError(f"The write journal {self.journal_path} cannot be read ({exc}).",
-                                    hint="Restore the tree from its original, then delete "
-                                         f"{self.dir}.") from None
+            raise StateDamagedError(
+                f"The write journal {self.journal_path} cannot be read ({exc}).",
+                hint=f"Restore the tree from its original, then delete {self.dir}.",
+            ) from None
 
     def clear_journal(self) -> None:
         self.journal_path.unlink(missing_ok=True)

@@ -51,9 +51,13 @@ class TreeStatus(Word):
     FILE_MISSING = "file-missing"
 
 
-_FOUND = {PatchStatus.APPLIES: TreeStatus.NOT_APPLIED, PatchStatus.ALREADY_APPLIED: TreeStatus.APPLIED,
-          PatchStatus.PRESENT_UPSTREAM: TreeStatus.PRESENT_UPSTREAM,
-          PatchStatus.NOT_APPLICABLE: TreeStatus.NOT_APPLICABLE, PatchStatus.CONFLICT: TreeStatus.CONFLICT}
+_FOUND = {
+    PatchStatus.APPLIES: TreeStatus.NOT_APPLIED,
+    PatchStatus.ALREADY_APPLIED: TreeStatus.APPLIED,
+    PatchStatus.PRESENT_UPSTREAM: TreeStatus.PRESENT_UPSTREAM,
+    PatchStatus.NOT_APPLICABLE: TreeStatus.NOT_APPLICABLE,
+    PatchStatus.CONFLICT: TreeStatus.CONFLICT,
+}
 
 
 def tree_status(status: PatchStatus) -> TreeStatus:

@@ -112,8 +112,7 @@ def open_folder(root: Path, folder: str, *, create: bool = False) -> tuple[int, 
                 new = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise LinkInTheWay(exc.errno, "is a symbolic link or not a folder", "/".join(parts[:i])) \
-                        from None
+                    raise LinkInTheWay(exc.errno, "is a symbolic link or not a folder", "/".join(parts[:i])) from None
                 raise
             os.close(fd)
             fd = new

@@ -25,10 +25,15 @@ def slow_settings_of(recipe: Recipe, spec: ServerArgsSpec, given: dict | None) -
     device = PRESETS.get(cap)
     given = dict(given or {})
     ctx = slow_settings.Context(
-        release=spec.version, capability=cap, package_dir=spec.package_dir, given=given,
-        values=slow_settings.backend_values(given), env={s.name: s.value for s in recipe.env},
+        release=spec.version,
+        capability=cap,
+        package_dir=spec.package_dir,
+        given=given,
+        values=slow_settings.backend_values(given),
+        env={s.name: s.value for s in recipe.env},
         attention=slow_settings.attention_kind_from_text(recipe.model_info.get("architecture", "")),
-        sm_count=device.multi_processor_count if device else None)
+        sm_count=device.multi_processor_count if device else None,
+    )
     return list(slow_settings.find(ctx))
 
 
@@ -39,10 +44,17 @@ def check_slow(recipe: Recipe, spec: ServerArgsSpec, given: dict | None) -> list
 
     kept: list[str] = []
     for finding in slow_settings_of(recipe, spec, given):
-        line = next((s.line for s in (*recipe.flags, *recipe.env) if s.name in finding.recipe_keys
-                     or "--" + s.name == finding.setting or s.name == finding.setting), None)
-        excuse = next((recipe.notes[k].slow for k in finding.recipe_keys
-                       if k in recipe.notes and recipe.notes[k].slow), None)
+        line = next(
+            (
+                s.line
+                for s in (*recipe.flags, *recipe.env)
+                if s.name in finding.recipe_keys or "--" + s.name == finding.setting or s.name == finding.setting
+            ),
+            None,
+        )
+        excuse = next(
+            (recipe.notes[k].slow for k in finding.recipe_keys if k in recipe.notes and recipe.notes[k].slow), None
+        )
         if finding.severity == slow_settings.SLOW and excuse:
             kept.append(f"{recipe.where(line)}: {finding} runs slowly on 12.x in {spec.label}, kept: {excuse}")
             continue
@@ -51,14 +63,18 @@ def check_slow(recipe: Recipe, spec: ServerArgsSpec, given: dict | None) -> list
             raise RecipeError(
                 f"{recipe.where(line)}: {finding} runs on 12.x but slowly in {spec.label}: {finding.why} "
                 f"[source: {finding.source}]",
-                hint=f"{finding.fix} If the setting is deliberate, say why in [notes.\"{key}\"] slow = \"...\".")
+                hint=f'{finding.fix} If the setting is deliberate, say why in [notes."{key}"] slow = "...".',
+            )
         if finding.severity == slow_settings.OVER_SMEM:
             raise RecipeError(
                 f"{recipe.where(line)}: {finding} makes a kernel of {spec.label} need more shared memory per block "
                 f"than a {recipe.gpus.capability[0]}.{recipe.gpus.capability[1]} GPU has (the largest value that "
-                f"fits: {finding.largest_fitting}): {finding.why} [source: {finding.source}]", hint=finding.fix)
-        raise RecipeError(f"{recipe.where(line)}: {finding} has no SM120 code in {spec.label}: {finding.why}",
-                          hint=finding.fix)
+                f"fits: {finding.largest_fitting}): {finding.why} [source: {finding.source}]",
+                hint=finding.fix,
+            )
+        raise RecipeError(
+            f"{recipe.where(line)}: {finding} has no SM120 code in {spec.label}: {finding.why}", hint=finding.fix
+        )
     return kept
 
 

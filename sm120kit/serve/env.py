@@ -7,8 +7,8 @@ so :func:`check_env` makes it a :class:`RecipeError` naming the recipe's line an
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from sm120kit.errors import RecipeError
 from sm120kit.serve.recipe import Recipe
@@ -48,4 +48,5 @@ def check_env(recipe: Recipe, spec: ServerArgsSpec) -> None:
                 f"{recipe.where(setting.line)}: no file of {spec.label} ({spec.package_dir}) reads the "
                 f"environment variable {setting.name}, so setting it does nothing there.",
                 hint=f"The recipe was written for SGLang {', '.join(recipe.sglang)}; switches are replaced by "
-                     "flags between releases. Update the recipe or run the release it names.")
+                "flags between releases. Update the recipe or run the release it names.",
+            )

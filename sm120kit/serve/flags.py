@@ -8,8 +8,9 @@ or the command line); :func:`check_flags` rejects what the release's own parser
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from sm120kit.errors import RecipeError, UsageError
 from sm120kit.serve.recipe import Recipe
@@ -51,8 +52,7 @@ def recipe_flags(recipe: Recipe) -> list[FlagUse]:
     return [FlagUse("--" + s.name, render(s.value), recipe.where(s.line), True, s.value) for s in recipe.flags]
 
 
-def parse_extra(tokens: Sequence[str], spec: ServerArgsSpec,
-                abbreviations: list[str] | None = None) -> list[FlagUse]:
+def parse_extra(tokens: Sequence[str], spec: ServerArgsSpec, abbreviations: list[str] | None = None) -> list[FlagUse]:
     """Split the flags given after ``--`` into uses, with the parser's arities; unknown flags are errors.
 
     An unambiguous prefix of a flag is expanded to the full flag (as SGLang's argparse would) and a
@@ -65,15 +65,19 @@ def parse_extra(tokens: Sequence[str], spec: ServerArgsSpec,
     while i < len(tokens):
         token = tokens[i]
         if not token.startswith("-") or _is_number(token):
-            raise UsageError(f"Unexpected argument '{token}' among the extra SGLang flags: every extra "
-                             "argument must be a flag (--name) or the value of the flag before it.")
+            raise UsageError(
+                f"Unexpected argument '{token}' among the extra SGLang flags: every extra "
+                "argument must be a flag (--name) or the value of the flag before it."
+            )
         flag, inline = (token.split("=", 1) + [None])[:2] if "=" in token else (token, None)
         full = spec.expand(flag)
         if full is None:
             raise _unknown_flag(flag, "the command line", spec, None)
         if full != flag:
-            abbreviations.append(f"{flag} (command line) is read as {full}; write the full name, "
-                                 "abbreviations change meaning when a release adds flags.")
+            abbreviations.append(
+                f"{flag} (command line) is read as {full}; write the full name, "
+                "abbreviations change meaning when a release adds flags."
+            )
             flag = full
         option = spec.option(flag)
         i += 1
@@ -112,8 +116,9 @@ def _is_number(token: str) -> bool:
 def _unknown_flag(flag: str, origin: str, spec: ServerArgsSpec, recipe: Recipe | None) -> Exception:
     close = [f for f in spec.all_flags() if f.startswith(flag)][:4] if flag.startswith("--") else []
     close = close if len(close) > 1 else difflib.get_close_matches(flag, spec.all_flags(), n=3, cutoff=0.7)
-    text = (f"{origin}: {flag} is not a flag of {spec.label}: its argument parser "
-            f"({spec.package_dir}) has no such option.")
+    text = (
+        f"{origin}: {flag} is not a flag of {spec.label}: its argument parser ({spec.package_dir}) has no such option."
+    )
     if close:
         text += " Flags there with a similar name: " + ", ".join(close) + "."
     hint = "Flags are renamed and removed between SGLang releases."
@@ -138,30 +143,38 @@ def check_flags(uses: Sequence[FlagUse], spec: ServerArgsSpec, recipe: Recipe | 
             instead = f"; use {option.replacement} instead" if option.replacement else ""
             warnings.append(f"{use.origin}: {use.flag} is deprecated in {spec.label}{instead}.")
         if not option.takes_value and use.values:
-            raise err(f"{use.origin}: {use.flag} is a switch in {spec.label} and takes no value "
-                      f"(given {' '.join(use.values)}).",
-                      hint="In a recipe write `name = true`." if use.from_recipe else None)
+            raise err(
+                f"{use.origin}: {use.flag} is a switch in {spec.label} and takes no value "
+                f"(given {' '.join(use.values)}).",
+                hint="In a recipe write `name = true`." if use.from_recipe else None,
+            )
         if option.takes_value and not use.values and option.nargs != "?":
-            raise err(f"{use.origin}: {use.flag} needs a value in {spec.label}"
-                      + (" (the recipe has `true`)." if use.from_recipe else "."))
+            raise err(
+                f"{use.origin}: {use.flag} needs a value in {spec.label}"
+                + (" (the recipe has `true`)." if use.from_recipe else ".")
+            )
         if len(use.values) > 1 and not option.many:
-            raise err(f"{use.origin}: {use.flag} takes one value in {spec.label}, not a list of "
-                      f"{len(use.values)}.")
+            raise err(f"{use.origin}: {use.flag} takes one value in {spec.label}, not a list of {len(use.values)}.")
         for value in use.values:
             if option.choices is not None and value not in option.choices:
-                raise err(f"{use.origin}: {value!r} is not a choice of {use.flag} in {spec.label}. "
-                          f"Choices: {', '.join(option.choices)}.")
+                raise err(
+                    f"{use.origin}: {value!r} is not a choice of {use.flag} in {spec.label}. "
+                    f"Choices: {', '.join(option.choices)}."
+                )
             if option.type in ("int", "float"):
                 try:
                     (int if option.type == "int" else float)(value)
                 except ValueError:
-                    raise err(f"{use.origin}: {use.flag} wants {'an integer' if option.type == 'int' else 'a number'}"
-                              f" in {spec.label}, not {value!r}.")
+                    raise err(
+                        f"{use.origin}: {use.flag} wants {'an integer' if option.type == 'int' else 'a number'}"
+                        f" in {spec.label}, not {value!r}."
+                    )
     return warnings
 
 
-def merge_flags(recipe_uses: Sequence[FlagUse], extra: Sequence[FlagUse],
-                spec: ServerArgsSpec) -> tuple[list[FlagUse], list[str]]:
+def merge_flags(
+    recipe_uses: Sequence[FlagUse], extra: Sequence[FlagUse], spec: ServerArgsSpec
+) -> tuple[list[FlagUse], list[str]]:
     """Recipe flags in file order, an extra flag replacing the recipe's flag with the same destination."""
     dest_of = {f: o.dest for o in spec.options for f in o.flags}
     extra_dests = {dest_of.get(u.flag): u for u in extra}
@@ -170,8 +183,7 @@ def merge_flags(recipe_uses: Sequence[FlagUse], extra: Sequence[FlagUse],
     for use in recipe_uses:
         replaced = extra_dests.get(dest_of.get(use.flag))
         if replaced is not None:
-            overrides.append(f"{' '.join(replaced.argv)} (command line) replaces {' '.join(use.argv)} "
-                             f"({use.origin})")
+            overrides.append(f"{' '.join(replaced.argv)} (command line) replaces {' '.join(use.argv)} ({use.origin})")
             continue
         merged.append(use)
     return merged + list(extra), overrides

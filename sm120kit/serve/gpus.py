@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from sm120kit import runner
 from sm120kit.hardware import arch
@@ -31,8 +31,12 @@ def detect_gpus() -> tuple[ListedGpu, ...] | None:
     result = None
     # compute_cap is a query field of drivers from 510 on; older ones reject the whole query.
     for fields in ("name,compute_cap,memory.total", "name,memory.total"):
-        result = runner.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                            check=False, timeout=60, what="nvidia-smi")
+        result = runner.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            check=False,
+            timeout=60,
+            what="nvidia-smi",
+        )
         if result.ok:
             break
     if result is None or not result.ok:

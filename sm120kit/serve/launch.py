@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from sm120kit import runner
 from sm120kit.errors import UsageError
@@ -55,8 +55,12 @@ class LaunchPlan:
         return {
             "recipe": self.recipe.name,
             "file": str(self.recipe.path),
-            "sglang": {"version": self.sglang_version, "package_dir": str(self.sglang_dir),
-                       "named_by_recipe": self.release_named, "recipe_releases": list(self.recipe.sglang)},
+            "sglang": {
+                "version": self.sglang_version,
+                "package_dir": str(self.sglang_dir),
+                "named_by_recipe": self.release_named,
+                "recipe_releases": list(self.recipe.sglang),
+            },
             "argv": list(self.argv),
             "env": self.env,
             "kept_env": self.kept_env,
@@ -68,9 +72,16 @@ class LaunchPlan:
         }
 
 
-def plan_launch(recipe: Recipe, *, model: str | None = None, extra: Sequence[str] = (),
-                python: str | None = None, sglang_root: Path | None = None,
-                gpus: Sequence[ListedGpu] | None | str = "detect", on_step: Step | None = None) -> LaunchPlan:
+def plan_launch(
+    recipe: Recipe,
+    *,
+    model: str | None = None,
+    extra: Sequence[str] = (),
+    python: str | None = None,
+    sglang_root: Path | None = None,
+    gpus: Sequence[ListedGpu] | None | str = "detect",
+    on_step: Step | None = None,
+) -> LaunchPlan:
     """Check ``recipe`` (and the ``extra`` flags) against the SGLang that will run it; build the command.
 
     No side effects: the result is what ``--dry-run`` prints and what :func:`launch` executes.
@@ -83,8 +94,7 @@ def plan_launch(recipe: Recipe, *, model: str | None = None, extra: Sequence[str
 
     warnings: list[str] = []
     if spec.version not in recipe.sglang:
-        warnings.append(f"{spec.label} is installed; the recipe was written for SGLang "
-                        f"{', '.join(recipe.sglang)}.")
+        warnings.append(f"{spec.label} is installed; the recipe was written for SGLang {', '.join(recipe.sglang)}.")
     warnings += check_flags(rflags, spec, recipe)
     extra_uses = parse_extra(extra, spec, warnings)
     warnings += check_flags(extra_uses, spec, None)
@@ -95,8 +105,10 @@ def plan_launch(recipe: Recipe, *, model: str | None = None, extra: Sequence[str
                 warnings.append(f"{' '.join(use.argv)}: that backend has no code for compute capability 12.x.")
     check_env(recipe, spec)
     if spec.argv_errors and spec.argv_errors[0]:
-        raise UsageError(f"{spec.label}'s argument parser rejects the command: {spec.argv_errors[0]}",
-                         hint="Fix the recipe or the extra flags.")
+        raise UsageError(
+            f"{spec.label}'s argument parser rejects the command: {spec.argv_errors[0]}",
+            hint="Fix the recipe or the extra flags.",
+        )
     merged, overrides = merge_flags(rflags, extra_uses, spec)
 
     added: dict[str, str] = {}
@@ -105,8 +117,9 @@ def plan_launch(recipe: Recipe, *, model: str | None = None, extra: Sequence[str
         current = os.environ.get(setting.name)
         if current is not None and current != setting.value:
             kept[setting.name] = current
-            warnings.append(f"{setting.name}={current} from your environment is kept "
-                            f"(the recipe sets {setting.value}).")
+            warnings.append(
+                f"{setting.name}={current} from your environment is kept (the recipe sets {setting.value})."
+            )
         elif current is None:
             added[setting.name] = setting.value
     if sglang_root is not None:
@@ -117,10 +130,18 @@ def plan_launch(recipe: Recipe, *, model: str | None = None, extra: Sequence[str
     warnings += check_gpus(recipe.gpus, found)  # type: ignore[arg-type]
 
     argv = tuple(base_argv + [t for u in merged for t in u.argv])
-    return LaunchPlan(recipe=recipe, sglang_version=spec.version, sglang_dir=spec.package_dir, argv=argv,
-                      env=added, kept_env=kept, overrides=tuple(overrides), warnings=tuple(warnings),
-                      gpus=None if found is None else tuple(found),  # type: ignore[arg-type]
-                      release_named=spec.version in recipe.sglang)
+    return LaunchPlan(
+        recipe=recipe,
+        sglang_version=spec.version,
+        sglang_dir=spec.package_dir,
+        argv=argv,
+        env=added,
+        kept_env=kept,
+        overrides=tuple(overrides),
+        warnings=tuple(warnings),
+        gpus=None if found is None else tuple(found),  # type: ignore[arg-type]
+        release_named=spec.version in recipe.sglang,
+    )
 
 
 def launch(plan: LaunchPlan) -> None:  # pragma: no cover - replaces the process

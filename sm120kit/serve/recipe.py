@@ -51,8 +51,12 @@ class GpuSpec:
         return f"{self.count}× {' / '.join(self.names)} ({self.capability[0]}.{self.capability[1]})"
 
     def to_json(self) -> dict:
-        return {"count": self.count, "names": list(self.names),
-                "capability": f"{self.capability[0]}.{self.capability[1]}", "memory_gib": self.memory_gib}
+        return {
+            "count": self.count,
+            "names": list(self.names),
+            "capability": f"{self.capability[0]}.{self.capability[1]}",
+            "memory_gib": self.memory_gib,
+        }
 
 
 @dataclass(frozen=True)
@@ -112,9 +116,12 @@ class Recipe:
             "description": self.description,
             "file": str(self.path),
             "sglang": list(self.sglang),
-            "model": {"path": self.model, **self.model_info,
-                      **({"hidden_size": self.hidden_size} if self.hidden_size else {}),
-                      **({"layers": self.layers} if self.layers else {})},
+            "model": {
+                "path": self.model,
+                **self.model_info,
+                **({"hidden_size": self.hidden_size} if self.hidden_size else {}),
+                **({"layers": self.layers} if self.layers else {}),
+            },
             "gpus": self.gpus.to_json(),
             "flags": {s.name: s.value for s in self.flags},
             "env": {s.name: s.value for s in self.env},
@@ -142,8 +149,17 @@ def read_toml(path: Path) -> tomldoc.Doc:
 # --------------------------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------------------------
-_TOP = {"name": (str,), "title": (str,), "description": (str,), "sglang": (list,), "model": (dict,),
-        "gpus": (dict,), "flags": (dict,), "env": (dict,), "notes": (dict,)}
+_TOP = {
+    "name": (str,),
+    "title": (str,),
+    "description": (str,),
+    "sglang": (list,),
+    "model": (dict,),
+    "gpus": (dict,),
+    "flags": (dict,),
+    "env": (dict,),
+    "notes": (dict,),
+}
 _MODEL = {"path": (str,), "architecture": (str,), "quantization": (str,), "hidden_size": (int,), "layers": (int,)}
 _GPUS = {"count": (int,), "names": (list,), "capability": (str,), "memory_gib": (int,)}
 _NOTE = {"why": (str,), "sources": (list,), "slow": (str,), "measured": (str,)}
@@ -155,12 +171,16 @@ def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     doc = read_toml(path)
     data = doc.data
-    tomldoc.check_keys(doc, data, (), _TOP, ("name", "title", "description", "sglang", "model", "gpus",
-                                             "flags", "notes"))
+    tomldoc.check_keys(
+        doc, data, (), _TOP, ("name", "title", "description", "sglang", "model", "gpus", "flags", "notes")
+    )
     name = data["name"]
     if name != path.stem:
-        raise doc.fail(("name",), f"name '{name}' differs from the file name '{path.stem}'.",
-                       hint="A recipe is called by its file name; make them the same.")
+        raise doc.fail(
+            ("name",),
+            f"name '{name}' differs from the file name '{path.stem}'.",
+            hint="A recipe is called by its file name; make them the same.",
+        )
 
     releases: list[str] = []
     if not data["sglang"]:
@@ -185,32 +205,45 @@ def load_recipe(path: str | Path) -> Recipe:
     if gpus["count"] < 1:
         raise doc.fail(("gpus", "count"), f"gpus.count must be at least 1, not {gpus['count']}.")
     if not gpus["names"] or not all(isinstance(n, str) and n.strip() for n in gpus["names"]):
-        raise doc.fail(("gpus", "names"), "gpus.names must list the card names as strings, e.g. [\"RTX 5090\"].")
+        raise doc.fail(("gpus", "names"), 'gpus.names must list the card names as strings, e.g. ["RTX 5090"].')
     try:
         capability = arch.parse_capability(gpus["capability"])
     except ValueError:
-        raise doc.fail(("gpus", "capability"), f"gpus.capability '{gpus['capability']}' is not a compute "
-                       "capability like \"12.0\".")
+        raise doc.fail(
+            ("gpus", "capability"), f"gpus.capability '{gpus['capability']}' is not a compute capability like \"12.0\"."
+        )
     if arch.family(capability) is None:
-        raise doc.fail(("gpus", "capability"), f"gpus.capability {gpus['capability']} is not a GPU family "
-                       f"sm120kit knows ({', '.join(f.label for f in arch.FAMILIES.values())}).")
+        raise doc.fail(
+            ("gpus", "capability"),
+            f"gpus.capability {gpus['capability']} is not a GPU family "
+            f"sm120kit knows ({', '.join(f.label for f in arch.FAMILIES.values())}).",
+        )
 
     flags: list[Setting] = []
     for key, value in data["flags"].items():
         where = ("flags", key)
         if key.startswith("-") or not _FLAG_NAME.match(key):
-            raise doc.fail(where, f"flag '{key}' must be written without dashes in lower case, "
-                           f"e.g. attention-backend = \"triton\".")
+            raise doc.fail(
+                where,
+                f"flag '{key}' must be written without dashes in lower case, e.g. attention-backend = \"triton\".",
+            )
         if key in ("model-path", "model"):
-            raise doc.fail(where, f"'{key}' does not belong in [flags]; the model is [model].path "
-                           "(and `sm120kit serve --model PATH` replaces it).")
+            raise doc.fail(
+                where,
+                f"'{key}' does not belong in [flags]; the model is [model].path "
+                "(and `sm120kit serve --model PATH` replaces it).",
+            )
         if not isinstance(value, _FLAG_VALUE) or isinstance(value, dict):
             raise doc.fail(where, f"the value of flag '{key}' must be a string, number, true or an array.")
         if value is False:
-            raise doc.fail(where, f"flag '{key}' is false: a switch is either given (true) or left out.",
-                           hint="Remove the line, or set it to true.")
-        if isinstance(value, list) and (not value or not all(isinstance(v, (str, int, float)) and
-                                                             not isinstance(v, bool) for v in value)):
+            raise doc.fail(
+                where,
+                f"flag '{key}' is false: a switch is either given (true) or left out.",
+                hint="Remove the line, or set it to true.",
+            )
+        if isinstance(value, list) and (
+            not value or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value)
+        ):
             raise doc.fail(where, f"flag '{key}' must be a non-empty array of strings or numbers.")
         flags.append(Setting(key, value, doc.lines.line_of(where)))
 
@@ -220,9 +253,11 @@ def load_recipe(path: str | Path) -> Recipe:
         if not _ENV_NAME.match(key):
             raise doc.fail(where, f"'{key}' is not an environment variable name (upper case, digits, _).")
         if not isinstance(value, str):
-            raise doc.fail(where, f"environment variable {key} must be a string, "
-                                  f"not {doc.wording.type_name(type(value))}.",
-                           hint=f'Write it quoted: {key} = "{value}".')
+            raise doc.fail(
+                where,
+                f"environment variable {key} must be a string, not {doc.wording.type_name(type(value))}.",
+                hint=f'Write it quoted: {key} = "{value}".',
+            )
         env.append(Setting(key, value, doc.lines.line_of(where)))
 
     notes: dict[str, Note] = {}
@@ -230,9 +265,11 @@ def load_recipe(path: str | Path) -> Recipe:
     for key, raw in data["notes"].items():
         where = ("notes", key)
         if key not in settings:
-            raise doc.fail(where, f"the note '{key}' is about no setting of this recipe."
-                           + did_you_mean(key, settings),
-                           hint="A note's key is a flag name, an environment variable, 'model' or 'gpus'.")
+            raise doc.fail(
+                where,
+                f"the note '{key}' is about no setting of this recipe." + did_you_mean(key, settings),
+                hint="A note's key is a flag name, an environment variable, 'model' or 'gpus'.",
+            )
         if not isinstance(raw, dict):
             raise doc.fail(where, f"notes.{key} must be a table with 'why' and 'sources'.")
         tomldoc.check_keys(doc, raw, where, _NOTE, ("why", "sources"))
@@ -247,32 +284,46 @@ def load_recipe(path: str | Path) -> Recipe:
             raise doc.fail(where + ("slow",), f"notes.{key}.slow is empty: say why the slow setting stays.")
         measured = raw.get("measured")
         if measured is not None and not measured.strip():
-            raise doc.fail(where + ("measured",), f"notes.{key}.measured is empty: say whether and where the "
-                                                  "value was measured.")
+            raise doc.fail(
+                where + ("measured",), f"notes.{key}.measured is empty: say whether and where the value was measured."
+            )
         if measured is None and key.startswith(MEASURED_PREFIXES) and key in {s.name for s in env}:
-            raise doc.fail(where, f"the note of {key} does not say whether its value was measured.",
-                           hint=f"Add measured = \"not measured: ...\" (where the value comes from) to "
-                                f"[notes.{key}], or let `sm120kit bench-allreduce --write-recipe` measure it.")
-        notes[key] = Note(raw["why"].strip(), tuple(sources), slow.strip() if slow is not None else None,
-                          measured.strip() if measured is not None else None)
+            raise doc.fail(
+                where,
+                f"the note of {key} does not say whether its value was measured.",
+                hint=f'Add measured = "not measured: ..." (where the value comes from) to '
+                f"[notes.{key}], or let `sm120kit bench-allreduce --write-recipe` measure it.",
+            )
+        notes[key] = Note(
+            raw["why"].strip(),
+            tuple(sources),
+            slow.strip() if slow is not None else None,
+            measured.strip() if measured is not None else None,
+        )
     for setting in flags + env:
         if setting.name not in notes:
             kind = "flag" if setting in flags else "environment variable"
-            raise RecipeError(f"{tomldoc.location(path, setting.line)}: the {kind} '{setting.name}' has no "
-                              "note saying why it is set.",
-                              hint=f"Add a [notes.\"{setting.name}\"] table with 'why' and 'sources'.")
+            raise RecipeError(
+                f"{tomldoc.location(path, setting.line)}: the {kind} '{setting.name}' has no "
+                "note saying why it is set.",
+                hint=f"Add a [notes.\"{setting.name}\"] table with 'why' and 'sources'.",
+            )
 
     tp = next((s for s in flags if s.name in ("tp-size", "tp", "tensor-parallel-size")), None)
     if tp is not None and isinstance(tp.value, int) and tp.value > gpus["count"]:
-        raise RecipeError(f"{tomldoc.location(path, tp.line)}: tensor parallel size {tp.value} is more than "
-                          f"the {gpus['count']} GPU(s) in [gpus].")
+        raise RecipeError(
+            f"{tomldoc.location(path, tp.line)}: tensor parallel size {tp.value} is more than "
+            f"the {gpus['count']} GPU(s) in [gpus]."
+        )
     if arch.is_sm12x(capability):
         for setting in flags:
             banned = NO_SM120_CODE.get(setting.name, frozenset())
             if isinstance(setting.value, str) and setting.value in banned:
-                raise RecipeError(f"{tomldoc.location(path, setting.line)}: {setting.name} = "
-                                  f"\"{setting.value}\" has no code for compute capability 12.x.",
-                                  hint="Pick a backend that runs on SM120 (attention: triton or flashinfer).")
+                raise RecipeError(
+                    f"{tomldoc.location(path, setting.line)}: {setting.name} = "
+                    f'"{setting.value}" has no code for compute capability 12.x.',
+                    hint="Pick a backend that runs on SM120 (attention: triton or flashinfer).",
+                )
 
     return Recipe(
         name=name,
@@ -299,8 +350,10 @@ def list_recipes(folder: Path | None = None) -> list[Recipe]:
     """Every recipe in ``folder`` (default: the shipped ``recipes/serve``), loaded strictly, by name."""
     folder = folder or serve_dir()
     if not folder.is_dir():
-        raise RecipeError(f"The recipe folder {folder} does not exist.",
-                          hint="Reinstall sm120kit, or run from a checkout that has recipes/serve/.")
+        raise RecipeError(
+            f"The recipe folder {folder} does not exist.",
+            hint="Reinstall sm120kit, or run from a checkout that has recipes/serve/.",
+        )
     return [load_recipe(p) for p in sorted(folder.glob("*.toml"))]
 
 
@@ -315,7 +368,8 @@ def find_recipe(name_or_path: str, folder: Path | None = None) -> Recipe:
     path = folder / f"{name_or_path}.toml"
     if not path.is_file():
         names = sorted(p.stem for p in folder.glob("*.toml"))
-        raise UsageError(f"There is no recipe called '{name_or_path}'.{did_you_mean(name_or_path, names)}",
-                         hint=f"Recipes: {', '.join(names) or 'none'} (sm120kit recipes lists them).")
+        raise UsageError(
+            f"There is no recipe called '{name_or_path}'.{did_you_mean(name_or_path, names)}",
+            hint=f"Recipes: {', '.join(names) or 'none'} (sm120kit recipes lists them).",
+        )
     return load_recipe(path)
-

@@ -11,9 +11,9 @@ replaces the recipe atomically.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
@@ -34,8 +34,12 @@ class EnvUpdate:
     unchanged: tuple[str, ...]
 
     def to_json(self) -> dict:
-        return {"file": str(self.recipe.path), "set": self.set, "removed": list(self.removed),
-                "unchanged": list(self.unchanged)}
+        return {
+            "file": str(self.recipe.path),
+            "set": self.set,
+            "removed": list(self.removed),
+            "unchanged": list(self.unchanged),
+        }
 
 
 def plan_env_update(recipe: Recipe, settings: Mapping[str, str | None], notes: Mapping[str, Mapping]) -> EnvUpdate:
@@ -81,8 +85,9 @@ def plan_env_update(recipe: Recipe, settings: Mapping[str, str | None], notes: M
         try:
             load_recipe(check)
         except RecipeError as exc:
-            raise RecipeError(f"Updating {recipe.path} would leave a recipe that does not load ({exc.message}); "
-                              "nothing was written.") from None
+            raise RecipeError(
+                f"Updating {recipe.path} would leave a recipe that does not load ({exc.message}); nothing was written."
+            ) from None
     return EnvUpdate(recipe, text, changed, tuple(removed), tuple(unchanged))
 
 
@@ -90,8 +95,10 @@ def write_env_update(update: EnvUpdate) -> Path:
     """Write the updated recipe; the previous file is kept as ``FILE.bak``. Returns the backup's path."""
     path = update.recipe.path
     if path.is_symlink():
-        raise RecipeError(f"{path} is a symbolic link; sm120kit writes only plain recipe files.",
-                          hint="Copy the recipe to a file of its own and pass that with --recipe.")
+        raise RecipeError(
+            f"{path} is a symbolic link; sm120kit writes only plain recipe files.",
+            hint="Copy the recipe to a file of its own and pass that with --recipe.",
+        )
     backup = path.with_name(path.name + BACKUP_SUFFIX)
     try:
         old = path.read_bytes()

@@ -12,9 +12,9 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, RecipeError
@@ -99,8 +99,12 @@ def _sm120kit_path(tmp: Path) -> str:
     return str(folder)
 
 
-def read_server_args(python: str | None = None, sglang_root: Path | None = None,
-                     argvs: Sequence[Sequence[str]] = (), on_step: Step | None = None) -> ServerArgsSpec:
+def read_server_args(
+    python: str | None = None,
+    sglang_root: Path | None = None,
+    argvs: Sequence[Sequence[str]] = (),
+    on_step: Step | None = None,
+) -> ServerArgsSpec:
     """Build SGLang's argument parser in ``python`` (default: this interpreter) and describe its options.
 
     ``sglang_root`` is the folder holding ``sglang/`` (put first on ``PYTHONPATH``); without it, the sglang
@@ -124,20 +128,32 @@ def read_server_args(python: str | None = None, sglang_root: Path | None = None,
         try:
             data = json.loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise RecipeError(f"The SGLang argument parser probe in {python} wrote no result ({exc}).") \
-                from exc
+            raise RecipeError(f"The SGLang argument parser probe in {python} wrote no result ({exc}).") from exc
         if "import_error" in data:
             raise MissingDependency(
                 f"{python} could not import SGLang's server arguments{where}: {data['import_error']}.",
                 hint="Install SGLang and its dependencies in that environment (for a bare release tree, "
-                     "pip install 'sm120kit[audit]' brings what its argument parser imports), or pass "
-                     "--python.",
+                "pip install 'sm120kit[audit]' brings what its argument parser imports), or pass "
+                "--python.",
             )
     options = tuple(
-        ServerOption(tuple(o["flags"]), o["dest"], o["nargs"], tuple(o["choices"]) if o["choices"] else None,
-                     o["type"], o["deprecated"], o["retired"], o["replacement"])
+        ServerOption(
+            tuple(o["flags"]),
+            o["dest"],
+            o["nargs"],
+            tuple(o["choices"]) if o["choices"] else None,
+            o["type"],
+            o["deprecated"],
+            o["retired"],
+            o["replacement"],
+        )
         for o in data["options"]
     )
-    return ServerArgsSpec(version=data.get("version"), package_dir=Path(data["package_dir"]),
-                          python=data["python"], options=options, argv_errors=tuple(data["argv_errors"]),
-                          argv_given=tuple(data.get("argv_given", ())))
+    return ServerArgsSpec(
+        version=data.get("version"),
+        package_dir=Path(data["package_dir"]),
+        python=data["python"],
+        options=options,
+        argv_errors=tuple(data["argv_errors"]),
+        argv_given=tuple(data.get("argv_given", ())),
+    )

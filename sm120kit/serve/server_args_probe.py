@@ -50,17 +50,19 @@ def describe(parser):
         if not a.option_strings or isinstance(a, argparse._HelpAction):
             continue
         kind = type(a).__name__
-        options.append({
-            "flags": list(a.option_strings),
-            "dest": a.dest,
-            "nargs": a.nargs if a.nargs is None or isinstance(a.nargs, int) else str(a.nargs),
-            "required": bool(a.required),
-            "choices": [str(c) for c in a.choices] if a.choices is not None else None,
-            "type": a.type.__name__ if a.type in (int, float, str) else None,
-            "deprecated": "Deprecat" in kind or bool(getattr(a, "deprecated", False)),
-            "retired": getattr(a, "error_message", None),
-            "replacement": getattr(a, "new_flag", None),
-        })
+        options.append(
+            {
+                "flags": list(a.option_strings),
+                "dest": a.dest,
+                "nargs": a.nargs if a.nargs is None or isinstance(a.nargs, int) else str(a.nargs),
+                "required": bool(a.required),
+                "choices": [str(c) for c in a.choices] if a.choices is not None else None,
+                "type": a.type.__name__ if a.type in (int, float, str) else None,
+                "deprecated": "Deprecat" in kind or bool(getattr(a, "deprecated", False)),
+                "retired": getattr(a, "error_message", None),
+                "replacement": getattr(a, "new_flag", None),
+            }
+        )
     return options
 
 
@@ -96,6 +98,7 @@ def main(argv):
 
     try:
         import sglang
+
         result["package_dir"] = os.path.dirname(os.path.abspath(sglang.__file__))
         try:
             from sglang.version import __version__ as v

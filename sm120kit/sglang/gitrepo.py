@@ -12,15 +12,15 @@ import contextlib
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from packaging.version import InvalidVersion, Version
 
-from sm120kit.util.report import Step, tell
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, NotSglangTree, ToolFailed, UsageError
+from sm120kit.util.report import Step, tell
 
 PACKAGE_PREFIX = "python"
 """Where a clone of SGLang keeps the folder that holds ``sglang/``."""
@@ -63,17 +63,18 @@ class SglangClone:
         git = _git_module()
         given = Path(path).expanduser()
         if not given.exists():
-            raise NotSglangTree(f"The git clone {given} does not exist.",
-                                hint="Pass --repo with the path of an SGLang git clone.")
+            raise NotSglangTree(
+                f"The git clone {given} does not exist.", hint="Pass --repo with the path of an SGLang git clone."
+            )
         try:
             self.repo = git.Repo(given, search_parent_directories=True)
         except git.InvalidGitRepositoryError:
-            raise NotSglangTree(f"{given.resolve()} is not inside a git repository, so --ref cannot be used "
-                                "on it.", hint="Pass --repo with an SGLang git clone "
-                                "(git clone https://github.com/sgl-project/sglang).") from None
+            raise NotSglangTree(
+                f"{given.resolve()} is not inside a git repository, so --ref cannot be used on it.",
+                hint="Pass --repo with an SGLang git clone (git clone https://github.com/sgl-project/sglang).",
+            ) from None
         if self.repo.bare or not self.repo.working_tree_dir:
-            raise NotSglangTree(f"{given.resolve()} is a bare repository.",
-                                hint="Pass a clone with a working tree.")
+            raise NotSglangTree(f"{given.resolve()} is a bare repository.", hint="Pass a clone with a working tree.")
         self.root = Path(self.repo.working_tree_dir).resolve()
 
     # -- refs --------------------------------------------------------------------------------------------
@@ -86,10 +87,13 @@ class SglangClone:
             try:
                 remote.fetch(tags=True)
             except git.GitCommandError as exc:
-                raise ToolFailed(f"git fetch {remote.name} failed in {self.root}.", argv=list(exc.command),
-                                 returncode=exc.status, output_tail=str(exc.stderr or "").strip(),
-                                 hint="Check the network and the remote URL, or pass --no-fetch to check "
-                                      "the refs as they are.") from None
+                raise ToolFailed(
+                    f"git fetch {remote.name} failed in {self.root}.",
+                    argv=list(exc.command),
+                    returncode=exc.status,
+                    output_tail=str(exc.stderr or "").strip(),
+                    hint="Check the network and the remote URL, or pass --no-fetch to check the refs as they are.",
+                ) from None
             fetched.append(remote.name)
         return fetched
 
@@ -99,9 +103,10 @@ class SglangClone:
             return self.repo.commit(ref).hexsha
         except Exception:  # noqa: BLE001 - gitpython raises several kinds for a bad name
             remotes = ", ".join(r.name for r in self.repo.remotes) or "none"
-            raise UsageError(f"'{ref}' does not name a commit in the git clone {self.root} (remotes: "
-                             f"{remotes}).", hint="Give a branch (origin/main), a tag (v0.5.23) or a "
-                                                  "commit SHA that the clone has.") from None
+            raise UsageError(
+                f"'{ref}' does not name a commit in the git clone {self.root} (remotes: {remotes}).",
+                hint="Give a branch (origin/main), a tag (v0.5.23) or a commit SHA that the clone has.",
+            ) from None
 
     def has_tag(self, tag: str) -> bool:
         return tag_exists(self.root, tag)
@@ -124,9 +129,12 @@ class SglangClone:
             try:
                 self.repo.git.worktree("add", "--detach", str(path), sha)
             except git.GitCommandError as exc:
-                raise ToolFailed(f"git worktree add failed for {ref} in {self.root}.",
-                                 argv=list(exc.command), returncode=exc.status,
-                                 output_tail=str(exc.stderr or "").strip()) from None
+                raise ToolFailed(
+                    f"git worktree add failed for {ref} in {self.root}.",
+                    argv=list(exc.command),
+                    returncode=exc.status,
+                    output_tail=str(exc.stderr or "").strip(),
+                ) from None
             yield path
         finally:
             with contextlib.suppress(Exception):
@@ -140,8 +148,10 @@ class SglangClone:
         for prefix in (PACKAGE_PREFIX, ""):
             if (worktree / prefix / "sglang" / "__init__.py").is_file():
                 return prefix
-        raise NotSglangTree(f"The checked-out ref in {self.root} has no python/sglang/__init__.py: this clone "
-                            "is not SGLang.", hint="Pass --repo with a clone of sgl-project/sglang.")
+        raise NotSglangTree(
+            f"The checked-out ref in {self.root} has no python/sglang/__init__.py: this clone is not SGLang.",
+            hint="Pass --repo with a clone of sgl-project/sglang.",
+        )
 
     # -- history -----------------------------------------------------------------------------------------
     def show(self, rev: str, path: str) -> str | None:
@@ -149,24 +159,23 @@ class SglangClone:
         result = runner.run(["git", "-C", self.root, "show", f"{rev}:{path}"], check=False, what="git show")
         return result.stdout if result.ok else None
 
-    def line_history(self, since: str, until: str, path: str, first: int | None = None,
-                     last: int | None = None, limit: int = 10) -> list[Commit]:
+    def line_history(
+        self, since: str, until: str, path: str, first: int | None = None, last: int | None = None, limit: int = 10
+    ) -> list[Commit]:
         """Commits in ``since..until`` that changed lines ``first..last`` of ``path`` as it is at ``until``
         (``git log -L``); the whole file's commits when no lines are given. Newest first."""
         fmt = f"--format={_COMMIT_TAG}%H%x1f%ad%x1f%an%x1f%s"
         if first is not None and last is not None:
-            argv = ["git", "-C", self.root, "log", fmt, "--date=short", f"-L{first},{last}:{path}",
-                    f"{since}..{until}"]
+            argv = ["git", "-C", self.root, "log", fmt, "--date=short", f"-L{first},{last}:{path}", f"{since}..{until}"]
         else:
-            argv = ["git", "-C", self.root, "log", fmt, "--date=short", f"-n{limit}", f"{since}..{until}",
-                    "--", path]
+            argv = ["git", "-C", self.root, "log", fmt, "--date=short", f"-n{limit}", f"{since}..{until}", "--", path]
         result = runner.run(argv, check=False, what="git log")
         if not result.ok:
             return []
         commits = []
         for line in result.stdout.splitlines():
             if line.startswith(_COMMIT_TAG):
-                sha, date, author, subject = (line[len(_COMMIT_TAG):].split("\x1f") + ["", "", ""])[:4]
+                sha, date, author, subject = (line[len(_COMMIT_TAG) :].split("\x1f") + ["", "", ""])[:4]
                 commits.append(Commit(sha=sha, date=date, author=author, subject=subject))
         return commits[:limit]
 
@@ -216,8 +225,10 @@ class CommitRelease:
             return "no release tag precedes the commit"
         if self.fork is None:
             return f"the newest release tag in the commit's history, {self.tag} (git describe)"
-        return (f"the newest release that branched off the commit's history: {self.tag}, whose branch leaves it "
-                f"at {self.fork[:12]}")
+        return (
+            f"the newest release that branched off the commit's history: {self.tag}, whose branch leaves it "
+            f"at {self.fork[:12]}"
+        )
 
 
 def _git_lines(root: str | Path, *args: str, what: str) -> list[str] | None:
@@ -228,8 +239,9 @@ def _git_lines(root: str | Path, *args: str, what: str) -> list[str] | None:
 def tag_exists(root: str | Path, tag: str) -> bool:
     """Whether the repository at ``root`` has the tag ``tag``."""
     try:
-        return runner.run(["git", "-C", root, "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
-                          check=False, what="git rev-parse").ok
+        return runner.run(
+            ["git", "-C", root, "rev-parse", "-q", "--verify", f"refs/tags/{tag}"], check=False, what="git rev-parse"
+        ).ok
     except (MissingDependency, ToolFailed):
         return False
 
@@ -255,9 +267,11 @@ def release_of_commit(root: str | Path, rev: str = "HEAD", *, follow: bool = Tru
     tagged = tuple((t, r) for t in listed.stdout.split() if (r := release_tag(t)))
     if tagged or not follow:
         return CommitRelease(tagged=tagged)
-    refs = runner.run(["git", "-C", root, "for-each-ref", "refs/tags/v*",
-                       "--format=%(refname:strip=2) %(objectname) %(*objectname)"], check=False,
-                      what="git for-each-ref")
+    refs = runner.run(
+        ["git", "-C", root, "for-each-ref", "refs/tags/v*", "--format=%(refname:strip=2) %(objectname) %(*objectname)"],
+        check=False,
+        what="git for-each-ref",
+    )
     history = _git_lines(root, "rev-list", rev, what="git rev-list")
     containing = _git_lines(root, "tag", "--contains", rev, "v*", what="git tag --contains")
     if not refs.ok or history is None or containing is None:
@@ -282,8 +296,12 @@ def release_of_commit(root: str | Path, rev: str = "HEAD", *, follow: bool = Tru
             consider(tag, position[sha], None)
     others = [tag for tag, sha in commits.items() if sha not in position]
     if others:
-        walked = runner.run(["git", "-C", root, "rev-list", "--boundary", "--stdin"], check=False,
-                            what="git rev-list --boundary", input="\n".join(others + [f"^{rev}"]) + "\n")
+        walked = runner.run(
+            ["git", "-C", root, "rev-list", "--boundary", "--stdin"],
+            check=False,
+            what="git rev-list --boundary",
+            input="\n".join(others + [f"^{rev}"]) + "\n",
+        )
         forks = [line[1:] for line in walked.stdout.split() if line.startswith("-")] if walked.ok else []
         forks = [sha for sha in forks if sha in position]
         if forks:

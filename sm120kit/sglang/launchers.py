@@ -32,77 +32,89 @@ CAPABILITY_HELPERS = ("sglang.srt.utils.common", "sglang.srt.utils")
 
 # The modules sm120-mla-attention adds beside sm120_mla (the first is the CUDA kernels' launcher), and its CUDA
 # source, which that launcher reads from beside itself.
-MLA_HELPERS = tuple((f"sglang.kernels.ops.attention.{name}", f"sglang.srt.layers.attention.triton_ops.{name}")
-                    for name in ("sm120_mla_mma", "sm120_mla_route", "sm120_mla_nvrtc"))
+MLA_HELPERS = tuple(
+    (f"sglang.kernels.ops.attention.{name}", f"sglang.srt.layers.attention.triton_ops.{name}")
+    for name in ("sm120_mla_mma", "sm120_mla_route", "sm120_mla_nvrtc")
+)
 MLA_HELPER_FILES = ("sm120_mla_mma.cu",)
 
 LAUNCHERS: dict[str, LauncherSpec] = {
     "extend": LauncherSpec(
-        "extend", "extend_attention_fwd",
-        ("sglang.kernels.ops.attention.extend_attention",
-         "sglang.srt.layers.attention.triton_ops.extend_attention"),
+        "extend",
+        "extend_attention_fwd",
+        ("sglang.kernels.ops.attention.extend_attention", "sglang.srt.layers.attention.triton_ops.extend_attention"),
         helper_modules=(CAPABILITY_HELPERS,),
         policy_global="CUDA_CAPABILITY",
     ),
     "decode": LauncherSpec(
-        "decode", "decode_attention_fwd",
-        ("sglang.kernels.ops.attention.decode_attention",
-         "sglang.srt.layers.attention.triton_ops.decode_attention"),
+        "decode",
+        "decode_attention_fwd",
+        ("sglang.kernels.ops.attention.decode_attention", "sglang.srt.layers.attention.triton_ops.decode_attention"),
         helper_modules=(CAPABILITY_HELPERS,),
     ),
     "prefill": LauncherSpec(
-        "prefill", "context_attention_fwd",
-        ("sglang.kernels.ops.attention.prefill_attention",
-         "sglang.srt.layers.attention.triton_ops.prefill_attention"),
+        "prefill",
+        "context_attention_fwd",
+        ("sglang.kernels.ops.attention.prefill_attention", "sglang.srt.layers.attention.triton_ops.prefill_attention"),
         helper_modules=(CAPABILITY_HELPERS,),
         policy_global="CUDA_CAPABILITY",
     ),
     "moe": LauncherSpec(
-        "moe", "invoke_fused_moe_kernel",
-        ("sglang.kernels.ops.moe.fused_moe_triton_kernels",
-         "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_kernels",
-         "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_kernels"),
+        "moe",
+        "invoke_fused_moe_kernel",
+        (
+            "sglang.kernels.ops.moe.fused_moe_triton_kernels",
+            "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_kernels",
+            "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_kernels",
+        ),
         helper_modules=(
-            ("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config",
-             "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config"),
+            (
+                "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config",
+                "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config",
+            ),
             CAPABILITY_HELPERS,
         ),
     ),
     # The double-sparsity backend's own copy of the extend launcher (--enable-double-sparsity; the file
     # is gone from 0.5.11).
     "ds-extend": LauncherSpec(
-        "ds-extend", "extend_attention_fwd",
+        "ds-extend",
+        "extend_attention_fwd",
         ("sglang.srt.layers.attention.triton_ops.double_sparsity_attention",),
         helper_modules=(CAPABILITY_HELPERS,),
         policy_global="CUDA_CAPABILITY",
     ),
     # Inkling's MoE grouped GEMM (0.5.16 on; moved to kernels/ops/moe/ in 0.5.17).
     "inkling-moe": LauncherSpec(
-        "inkling-moe", "grouped_gemm_triton",
-        ("sglang.kernels.ops.moe.inkling_moe",
-         "sglang.srt.layers.moe.moe_runner.triton_utils.inkling_moe"),
+        "inkling-moe",
+        "grouped_gemm_triton",
+        ("sglang.kernels.ops.moe.inkling_moe", "sglang.srt.layers.moe.moe_runner.triton_utils.inkling_moe"),
         helper_modules=(CAPABILITY_HELPERS,),
     ),
     # Lightning attention's prefill (linear attention: _fwd_diag_kernel, _fwd_kv_parallel, _fwd_kv_reduce,
     # _fwd_none_diag_kernel), run by the lightning backend when a model's config sets linear_backend
     # "minimax" (Bailing linear / MiniCPM hybrid models); under srt/layers/attention/linear/ up to 0.5.15.
     "lightning": LauncherSpec(
-        "lightning", "lightning_attention",
-        ("sglang.kernels.ops.attention.linear.lightning_attn",
-         "sglang.srt.layers.attention.linear.lightning_attn"),
+        "lightning",
+        "lightning_attention",
+        ("sglang.kernels.ops.attention.linear.lightning_attn", "sglang.srt.layers.attention.linear.lightning_attn"),
     ),
     # Added by the series' sm120-mla-attention patch (absent from unpatched releases).
     # Its sibling files (the route, the CUDA kernels' launcher, NVRTC calls and source) are helpers: their
     # source is part of the audit's cache key.
     "tree-verify": LauncherSpec(
-        "tree-verify", "sm120_tree_verify_fwd",
+        "tree-verify",
+        "sm120_tree_verify_fwd",
         ("sglang.kernels.ops.attention.sm120_mla", "sglang.srt.layers.attention.triton_ops.sm120_mla"),
-        MLA_HELPERS, helper_files=MLA_HELPER_FILES,
+        MLA_HELPERS,
+        helper_files=MLA_HELPER_FILES,
     ),
     "mla-decode": LauncherSpec(
-        "mla-decode", "sm120_mla_decode_fwd",
+        "mla-decode",
+        "sm120_mla_decode_fwd",
         ("sglang.kernels.ops.attention.sm120_mla", "sglang.srt.layers.attention.triton_ops.sm120_mla"),
-        MLA_HELPERS, helper_files=MLA_HELPER_FILES,
+        MLA_HELPERS,
+        helper_files=MLA_HELPER_FILES,
     ),
 }
 

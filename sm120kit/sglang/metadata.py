@@ -106,8 +106,12 @@ def version_from_git_tags(package_dir: Path) -> bool:
     data = _pyproject(package_dir.parent / "pyproject.toml")
     project = data.get("project") if data else None
     tool = data.get("tool") if data else None
-    return isinstance(project, dict) and "version" in (project.get("dynamic") or ()) and \
-        isinstance(tool, dict) and isinstance(tool.get("setuptools_scm"), dict)
+    return (
+        isinstance(project, dict)
+        and "version" in (project.get("dynamic") or ())
+        and isinstance(tool, dict)
+        and isinstance(tool.get("setuptools_scm"), dict)
+    )
 
 
 def read_stated_version(package_dir: Path) -> tuple[str | None, str | None]:

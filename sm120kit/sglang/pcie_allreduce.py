@@ -24,8 +24,8 @@ sm120kit's ``sm120-pcie-allreduce`` patch gives releases 0.5.16 to 0.5.20 the sa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from packaging.version import InvalidVersion, Version
 
@@ -42,11 +42,15 @@ BACKPORT_RELEASES = ">=0.5.16,<0.5.21"  # the patch's variants together (tests/t
 FLASHINFER_FIRST = "0.7.0"
 FLASHINFER_MODULE = "comm/pcie_ipc_ar.py"  # relative to the flashinfer package
 FLASHINFER_CLASS = "PcieIpcAllReduceWorkspace"
-SOURCE = "https://github.com/sgl-project/sglang/blob/v0.5.21/python/sglang/srt/distributed/device_communicators/" \
-         "pcie_ipc_ar.py"
+SOURCE = (
+    "https://github.com/sgl-project/sglang/blob/v0.5.21/python/sglang/srt/distributed/device_communicators/"
+    "pcie_ipc_ar.py"
+)
 # The figures SGLang's module reports for an 8x SM120 host (GPUs 0-3 and 4-7 on two NUMA nodes), hidden 6144.
-MEASURED = ("12 KiB in 5.3 us against NCCL's 205.1 us; a TP8 decode step 21.1 ms with NCCL only, 13.6 ms with "
-            "a decode-sized PCIe-IPC workspace (35.0 -> 48.1 output tok/s)")
+MEASURED = (
+    "12 KiB in 5.3 us against NCCL's 205.1 us; a TP8 decode step 21.1 ms with NCCL only, 13.6 ms with "
+    "a decode-sized PCIe-IPC workspace (35.0 -> 48.1 output tok/s)"
+)
 _READ_LIMIT = 4 << 20  # bytes read of a module file
 
 _TRUE = ("true", "1", "yes", "y")

@@ -22,12 +22,12 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from sm120kit.util.report import Step, tell
 from sm120kit import runner
+from sm120kit.errors import DownloadError, IOFailure, Sm120kitError, ToolFailed, UsageError
 from sm120kit.util import archive, regularfile
 from sm120kit.util.atomicfile import building_folder
-from sm120kit.errors import DownloadError, IOFailure, Sm120kitError, ToolFailed, UsageError
 from sm120kit.util.cache import cache_dir, cache_error, writable_dir
+from sm120kit.util.report import Step, tell
 
 DEFAULT_RELEASE = "0.5.23"
 """The release the README's main command uses when none is given."""
@@ -117,14 +117,18 @@ def _fetch_release(version: str, *, cache: Path | None = None, on_step: Step | N
         corrupt = _set_aside(wheel)
         if fresh:
             raise _corrupt_error(wheel, exc, corrupt, downloaded=True) from None
-        tell(on_step, f"the cached {wheel.name} is damaged ({exc}); set aside as {corrupt.name}, downloading "
-                      "it again ...")
+        tell(
+            on_step,
+            f"the cached {wheel.name} is damaged ({exc}); set aside as {corrupt.name}, downloading it again ...",
+        )
         try:
             wheel = _download(wheels, version, on_step)
         except DownloadError as again:
             raise DownloadError(
                 f"The cached wheel {wheel} is damaged ({exc}); it was set aside as {corrupt}, and downloading "
-                f"it again failed: {again.message}", hint=again.hint) from None
+                f"it again failed: {again.message}",
+                hint=again.hint,
+            ) from None
         try:
             _unpack(wheel, dest)
         except archive.BadArchive as second:
@@ -134,8 +138,18 @@ def _fetch_release(version: str, *, cache: Path | None = None, on_step: Step | N
 
 def _download(wheels: Path, version: str, on_step: Step | None) -> Path:
     tell(on_step, f"downloading sglang=={version} from PyPI ...")
-    argv = runner.python_argv("-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-                              "--python-version", "3.11", "--implementation", "cp")
+    argv = runner.python_argv(
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--quiet",
+        "--python-version",
+        "3.11",
+        "--implementation",
+        "cp",
+    )
     for platform in _PLATFORMS:
         argv += ["--platform", platform]
     argv += ["-d", str(wheels), f"sglang=={version}"]
@@ -165,9 +179,11 @@ def _set_aside(wheel: Path) -> Path:
 
 def _corrupt_error(wheel: Path, exc: Exception, corrupt: Path, *, downloaded: bool) -> DownloadError:
     what = "The wheel just downloaded" if downloaded else "The cached wheel"
-    return DownloadError(f"{what}, {wheel}, cannot be unpacked: {exc}. It was set aside as {corrupt}.",
-                         hint="Run the command again to download it once more; if it fails the same way, check "
-                              "the network or proxy between you and PyPI (or the file you placed in the cache).")
+    return DownloadError(
+        f"{what}, {wheel}, cannot be unpacked: {exc}. It was set aside as {corrupt}.",
+        hint="Run the command again to download it once more; if it fails the same way, check "
+        "the network or proxy between you and PyPI (or the file you placed in the cache).",
+    )
 
 
 def _find_wheel(folder: Path, version: str) -> Path | None:
@@ -177,9 +193,11 @@ def _find_wheel(folder: Path, version: str) -> Path | None:
         parts = wheel.name.split("-")
         if len(parts) > 1 and _same_version(parts[1], version):
             if not regularfile.is_regular(wheel):
-                raise IOFailure(f"The cached wheel {wheel} is {regularfile.describe(wheel)}, not a file; sm120kit "
-                                "reads only regular files there.",
-                                hint=f"Remove {wheel} and run the command again (the wheel is downloaded anew).")
+                raise IOFailure(
+                    f"The cached wheel {wheel} is {regularfile.describe(wheel)}, not a file; sm120kit "
+                    "reads only regular files there.",
+                    hint=f"Remove {wheel} and run the command again (the wheel is downloaded anew).",
+                )
             return wheel
     return None
 
@@ -202,8 +220,10 @@ def _unpack(wheel: Path, dest: Path) -> None:
     try:
         fd = regularfile.open_regular(wheel)
     except OSError as exc:
-        raise IOFailure(f"Cannot read the cached wheel {wheel}: {exc.strerror or exc}.",
-                        hint=f"Remove {wheel} and run the command again (the wheel is downloaded anew).") from None
+        raise IOFailure(
+            f"Cannot read the cached wheel {wheel}: {exc.strerror or exc}.",
+            hint=f"Remove {wheel} and run the command again (the wheel is downloaded anew).",
+        ) from None
     with os.fdopen(fd, "rb") as handle:
         try:
             with building_folder(dest) as tmp:
@@ -218,8 +238,10 @@ def _unpack(wheel: Path, dest: Path) -> None:
 
 def _disk_error(dest: Path, exc: OSError) -> Sm120kitError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return IOFailure(f"Cannot unpack the release into {dest}: {exc.strerror}. The partly unpacked copy was "
-                         "removed.", hint=cache_error(dest, exc).hint)
+        return IOFailure(
+            f"Cannot unpack the release into {dest}: {exc.strerror}. The partly unpacked copy was removed.",
+            hint=cache_error(dest, exc).hint,
+        )
     return cache_error(dest, exc)
 
 
@@ -235,7 +257,7 @@ def _check_record(folder: Path, digests: dict[str, str]) -> None:
     listed: dict[str, str] = {}
     for row in csv.reader(io.StringIO(text)):
         if len(row) >= 2 and row[1].startswith("sha256="):
-            listed[row[0]] = row[1][len("sha256="):]
+            listed[row[0]] = row[1][len("sha256=") :]
     for name, digest in digests.items():
         want = listed.get(name)
         if want is None:
@@ -256,8 +278,10 @@ def check_range(text: str) -> tuple[str, str] | None:
             raise UsageError("")
         return check_version(low.strip()), check_version(high.strip())
     except UsageError:
-        raise UsageError(f"'{text}' is not a release range: expected LOW..HIGH with two versions, like "
-                         "0.5.2..0.5.23 (or a comma-separated list, like 0.5.2,0.5.23).") from None
+        raise UsageError(
+            f"'{text}' is not a release range: expected LOW..HIGH with two versions, like "
+            "0.5.2..0.5.23 (or a comma-separated list, like 0.5.2,0.5.23)."
+        ) from None
 
 
 def parse_release_range(text: str, available: list[str]) -> list[str]:
@@ -271,8 +295,9 @@ def parse_release_range(text: str, available: list[str]) -> list[str]:
 
 def available_releases() -> list[str]:
     """Versions of sglang on PyPI (``pip index versions``), newest last."""
-    result = runner.run(runner.python_argv("-m", "pip", "index", "versions", "sglang"),
-                        what="pip index versions sglang", timeout=120)
+    result = runner.run(
+        runner.python_argv("-m", "pip", "index", "versions", "sglang"), what="pip index versions sglang", timeout=120
+    )
     for line in result.stdout.splitlines():
         if line.strip().startswith("Available versions:"):
             versions = [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]

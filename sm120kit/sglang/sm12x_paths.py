@@ -39,12 +39,22 @@ class Sm12xPath:
 
 
 PATHS: tuple[Sm12xPath, ...] = (
-    Sm12xPath("trtllm_mha", "prefill", TRTLLM_MHA_BACKEND,
-              (r"use_fmha_v2\s*=[^\n]*sm120", r"trtllm_fmha_v2_prefill\("),
-              "sets use_fmha_v2 from a check naming SM120 and calls trtllm_fmha_v2_prefill",
-              "sglang PR #23112, upstream commit 5d12280ae7; released in 0.5.19"),
-    Sm12xPath("trtllm_mha", "decode", TRTLLM_MHA_BACKEND, (r"is_xqa_impl\s*=[^\n]*sm120",),
-              "sets is_xqa_impl (the XQA decode path) from a check naming SM120", "released in 0.5.10"),
+    Sm12xPath(
+        "trtllm_mha",
+        "prefill",
+        TRTLLM_MHA_BACKEND,
+        (r"use_fmha_v2\s*=[^\n]*sm120", r"trtllm_fmha_v2_prefill\("),
+        "sets use_fmha_v2 from a check naming SM120 and calls trtllm_fmha_v2_prefill",
+        "sglang PR #23112, upstream commit 5d12280ae7; released in 0.5.19",
+    ),
+    Sm12xPath(
+        "trtllm_mha",
+        "decode",
+        TRTLLM_MHA_BACKEND,
+        (r"is_xqa_impl\s*=[^\n]*sm120",),
+        "sets is_xqa_impl (the XQA decode path) from a check naming SM120",
+        "released in 0.5.10",
+    ),
 )
 
 

@@ -97,8 +97,7 @@ def find_target(path: str | Path | None = None) -> Target:
         package = _importable_package()
         if package is None or not _looks_like_package(package):
             raise NotSglangTree(
-                "No PATH was given and this Python interpreter cannot import an SGLang package "
-                f"({sys.executable}).",
+                f"No PATH was given and this Python interpreter cannot import an SGLang package ({sys.executable}).",
                 hint="Pass the path of an SGLang git clone or installed sglang package, or install SGLang "
                 "into this environment.",
             )
@@ -106,8 +105,10 @@ def find_target(path: str | Path | None = None) -> Target:
     else:
         given = Path(path).expanduser()
         if not given.exists():
-            raise NotSglangTree(f"The path {given} does not exist.",
-                                hint="Pass an SGLang git clone or an installed sglang package folder.")
+            raise NotSglangTree(
+                f"The path {given} does not exist.",
+                hint="Pass an SGLang git clone or an installed sglang package folder.",
+            )
         given = given.resolve()
         candidates = [
             (given, "installed"),
@@ -131,8 +132,15 @@ def find_target(path: str | Path | None = None) -> Target:
     version, source = read_stated_version(package)
     if source is not None and repo_root is not None:
         source = (package.parent / source).resolve().relative_to(repo_root).as_posix()
-    return Target(kind=kind, package_dir=package, version=version, version_source=source,
-                  repo_root=repo_root, commit=commit, dirty_files=dirty)
+    return Target(
+        kind=kind,
+        package_dir=package,
+        version=version,
+        version_source=source,
+        repo_root=repo_root,
+        commit=commit,
+        dirty_files=dirty,
+    )
 
 
 def _plain_release(version: str) -> bool:
@@ -174,8 +182,11 @@ def release_and_source(target: Target) -> tuple[str | None, bool, str]:
         tag = found.tagged[0][0] if len(found.tagged) == 1 else f"v{found.release}"
         return found.release, True, f"from the tag at HEAD ({tag})"
     scm = version_from_git_tags(target.package_dir)
-    states = ("the tree states none: its version comes from git tags (setuptools-scm, python/pyproject.toml)"
-              if scm else "the tree states none")
+    states = (
+        "the tree states none: its version comes from git tags (setuptools-scm, python/pyproject.toml)"
+        if scm
+        else "the tree states none"
+    )
     if found.nearest is None:
         return None, False, f"unknown: {states} and no release tag precedes HEAD"
     return found.release, False, f"from {found.describe()}; {states}"

@@ -14,15 +14,15 @@ import contextlib
 import errno
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
-from sm120kit.util.report import Step
-from sm120kit.sglang import releases
-from sm120kit.util.cache import cache_dir, writable_dir
-from sm120kit.util.atomicfile import building_folder, current_umask, sweep_temp_dirs
-from sm120kit.util.lock import TreeLock
 from sm120kit.errors import IOFailure, StateDamagedError
+from sm120kit.sglang import releases
+from sm120kit.util.atomicfile import building_folder, current_umask, sweep_temp_dirs
+from sm120kit.util.cache import cache_dir, writable_dir
+from sm120kit.util.lock import TreeLock
+from sm120kit.util.report import Step
 
 STATE_DIR = ".sm120kit"  # sm120kit.patching.state's folder in the package (the tree lock lives there)
 
@@ -31,8 +31,7 @@ def work_dir(version: str, cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "work" / releases.normalize(version)
 
 
-def work_copy(version: str, *, fresh: bool = False, cache: Path | None = None,
-              on_step: Step | None = None) -> Path:
+def work_copy(version: str, *, fresh: bool = False, cache: Path | None = None, on_step: Step | None = None) -> Path:
     """The working copy of release ``version`` (downloaded and copied if needed); the folder holding
     ``sglang/``. Temporary copies a killed run left behind are removed first."""
     version = releases.normalize(version)
@@ -63,13 +62,14 @@ def _tree_locked(dest: Path, command: str) -> Iterator[None]:
         return
     folder = package / STATE_DIR
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-        raise StateDamagedError(f"{folder} is not a folder sm120kit made (a link or a file); the working copy "
-                                f"{dest} is not replaced through it. Nothing was changed.",
-                                hint=f"Look at {folder}, remove it, and run the command again.")
+        raise StateDamagedError(
+            f"{folder} is not a folder sm120kit made (a link or a file); the working copy "
+            f"{dest} is not replaced through it. Nothing was changed.",
+            hint=f"Look at {folder}, remove it, and run the command again.",
+        )
     made = not folder.exists()
     try:
-        with TreeLock(folder / "lock", command=command,
-                      prepare=lambda: folder.mkdir(parents=True, exist_ok=True)):
+        with TreeLock(folder / "lock", command=command, prepare=lambda: folder.mkdir(parents=True, exist_ok=True)):
             yield
     finally:
         if made and folder.is_dir() and not folder.is_symlink() and os.listdir(folder) == ["lock"]:
@@ -80,8 +80,9 @@ def _copy_error(dest: Path, pristine: Path, exc: OSError) -> IOFailure:
     """One paragraph for a failed copy: ``shutil.Error`` lists every file that failed (thousands on a full
     disk), so the count, the reason and the first file are given instead."""
     failures = exc.args[0] if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) else []
-    full = exc.errno in (errno.ENOSPC, errno.EDQUOT) or any("[Errno 28]" in str(f) or "[Errno 122]" in str(f)
-                                                              for f in failures)
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT) or any(
+        "[Errno 28]" in str(f) or "[Errno 122]" in str(f) for f in failures
+    )
     if failures:
         first = failures[0]
         why = str(first[2]) if isinstance(first, (tuple, list)) and len(first) == 3 else str(first)
@@ -90,7 +91,9 @@ def _copy_error(dest: Path, pristine: Path, exc: OSError) -> IOFailure:
         detail = f"{len(failures)} file(s) of {pristine} could not be copied ({reason}); the first: {where}"
     else:
         detail = exc.strerror or str(exc)
-    return IOFailure(f"Cannot create the working copy {dest}: {detail[:2000]}. The partial copy was removed.",
-                     hint="Free some disk space and run the command again (SM120KIT_CACHE_DIR selects another "
-                          "folder)." if full else
-                          "Check that the cache folder is writable (SM120KIT_CACHE_DIR selects another).")
+    return IOFailure(
+        f"Cannot create the working copy {dest}: {detail[:2000]}. The partial copy was removed.",
+        hint="Free some disk space and run the command again (SM120KIT_CACHE_DIR selects another folder)."
+        if full
+        else "Check that the cache folder is writable (SM120KIT_CACHE_DIR selects another).",
+    )

@@ -28,9 +28,9 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from sm120kit import __version__, runner
 from sm120kit.errors import MissingDependency, Sm120kitError, UsageError
@@ -55,15 +55,15 @@ DEFAULT_BUDGET_S = 120.0
 NCCL_ENV_DOC = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
 KNOB_WHY = {
     "NCCL_PROTO": "Protocol {value}: of NCCL's protocols (LL, LL128, Simple) and its own choice, the lowest decode "
-                  "all-reduce times on the measured machine.",
+    "all-reduce times on the measured machine.",
     "NCCL_ALGO": "Algorithm {value}: of Ring, Tree and NCCL's own choice, the lowest decode all-reduce times on the "
-                 "measured machine.",
+    "measured machine.",
     "NCCL_MAX_NCHANNELS": "At most {value} channels: faster for decode all-reduces than NCCL's own channel count on "
-                          "the measured machine, and fewer SMs taken from the model's kernels.",
+    "the measured machine, and fewer SMs taken from the model's kernels.",
     "NCCL_NTHREADS": "{value} threads per NCCL block: faster for decode all-reduces than NCCL's default on the "
-                     "measured machine.",
+    "measured machine.",
     "NCCL_P2P_LEVEL": "Peer-to-peer copies up to path level {value}: faster for decode all-reduces than NCCL's "
-                      "default level on the measured machine.",
+    "default level on the measured machine.",
 }
 
 
@@ -125,25 +125,53 @@ class BenchPlan:
         """The worker's SPEC.json for one variant."""
         quick = None
         if thresholds:
-            quick = {"samples": self.quick_samples,
-                     "thresholds_us": {str(t): v for t, v in thresholds.items()}}
-        return {"impl": variant.impl, "backend": self.backend, "device": self.device, "world": self.world,
-                "hidden": self.hidden, "tokens": list(self.tokens), "dtype": self.dtype, "warmup": self.warmup,
-                "samples": self.samples, "inner": self.inner, "quick": quick, "graph": True,
-                "timeout": self.variant_timeout_s}
+            quick = {"samples": self.quick_samples, "thresholds_us": {str(t): v for t, v in thresholds.items()}}
+        return {
+            "impl": variant.impl,
+            "backend": self.backend,
+            "device": self.device,
+            "world": self.world,
+            "hidden": self.hidden,
+            "tokens": list(self.tokens),
+            "dtype": self.dtype,
+            "warmup": self.warmup,
+            "samples": self.samples,
+            "inner": self.inner,
+            "quick": quick,
+            "graph": True,
+            "timeout": self.variant_timeout_s,
+        }
 
     def to_json(self) -> dict:
-        return {"python": self.python, "world": self.world, "gpus": list(self.gpus), "hidden": self.hidden,
-                "tokens": list(self.tokens), "bytes": {str(k): v for k, v in self.sizes_bytes().items()},
-                "dtype": self.dtype, "base_env": self.base_env, "removed_env": self.removed_env,
-                "peer_disabled": self.peer_disabled, "extra": [v.to_json() for v in self.extra],
-                "skipped": [{"variant": v, "why": w} for v, w in self.skipped], "problem": self.problem,
-                "topology": self.topology, "exhaustive": self.exhaustive, "budget_s": self.budget_s,
-                "backend": self.backend, "device": self.device,
-                "iterations": {"warmup": self.warmup, "samples": self.samples, "per_sample": self.inner,
-                               "quick_samples": self.quick_samples, "drop_factor": DROP_FACTOR},
-                "versions": {k: self.probe.get(k) for k in ("torch", "cuda", "nccl", "sglang", "flashinfer")},
-                "notes": list(self.notes)}
+        return {
+            "python": self.python,
+            "world": self.world,
+            "gpus": list(self.gpus),
+            "hidden": self.hidden,
+            "tokens": list(self.tokens),
+            "bytes": {str(k): v for k, v in self.sizes_bytes().items()},
+            "dtype": self.dtype,
+            "base_env": self.base_env,
+            "removed_env": self.removed_env,
+            "peer_disabled": self.peer_disabled,
+            "extra": [v.to_json() for v in self.extra],
+            "skipped": [{"variant": v, "why": w} for v, w in self.skipped],
+            "problem": self.problem,
+            "topology": self.topology,
+            "exhaustive": self.exhaustive,
+            "budget_s": self.budget_s,
+            "backend": self.backend,
+            "device": self.device,
+            "iterations": {
+                "warmup": self.warmup,
+                "samples": self.samples,
+                "per_sample": self.inner,
+                "quick_samples": self.quick_samples,
+                "drop_factor": DROP_FACTOR,
+            },
+            "versions": {k: self.probe.get(k) for k in ("torch", "cuda", "nccl", "sglang", "flashinfer")},
+            "notes": list(self.notes),
+        }
 
 
 # -- the serving Python --------------------------------------------------------------------------------------
@@ -162,12 +190,17 @@ def probe(python: str, timeout: float = 300) -> dict:
     all-reduces (the worker's ``probe``)."""
     with tempfile.TemporaryDirectory(prefix="sm120kit-allreduce-") as tmp:
         out = Path(tmp) / "probe.json"
-        result = runner.run([python, "-m", WORKER, "probe", str(out)], check=False, timeout=timeout,
-                            extra_env={**ALWAYS, **_worker_env(Path(tmp))}, cwd=tmp, what="all-reduce probe")
+        result = runner.run(
+            [python, "-m", WORKER, "probe", str(out)],
+            check=False,
+            timeout=timeout,
+            extra_env={**ALWAYS, **_worker_env(Path(tmp))},
+            cwd=tmp,
+            what="all-reduce probe",
+        )
         if not out.is_file():
             tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            return {"error": f"the probe in {python} wrote no result (exit {result.returncode}: {tail[0]})",
-                    "gpus": []}
+            return {"error": f"the probe in {python} wrote no result (exit {result.returncode}: {tail[0]})", "gpus": []}
         return json.loads(out.read_text(encoding="utf-8"))
 
 
@@ -175,11 +208,24 @@ def _true(value: str | None) -> bool:
     return str(value or "").strip().lower() in ("1", "true", "yes", "y")
 
 
-def plan_bench(*, hidden: int, tokens: Sequence[int] = DEFAULT_TOKENS, python: str | None = None,
-               world: int | None = None, recipe_env: Mapping[str, str] | None = None, exhaustive: bool = False,
-               budget_s: float = DEFAULT_BUDGET_S, sglang: bool = True, dtype: str = "bfloat16",
-               backend: str = "nccl", device: str = "cuda", environ: Mapping[str, str] | None = None,
-               topology: dict | None = None, probe_result: dict | None = None, **iterations) -> BenchPlan:
+def plan_bench(
+    *,
+    hidden: int,
+    tokens: Sequence[int] = DEFAULT_TOKENS,
+    python: str | None = None,
+    world: int | None = None,
+    recipe_env: Mapping[str, str] | None = None,
+    exhaustive: bool = False,
+    budget_s: float = DEFAULT_BUDGET_S,
+    sglang: bool = True,
+    dtype: str = "bfloat16",
+    backend: str = "nccl",
+    device: str = "cuda",
+    environ: Mapping[str, str] | None = None,
+    topology: dict | None = None,
+    probe_result: dict | None = None,
+    **iterations,
+) -> BenchPlan:
     """Everything the run will do, decided without running it (the serving Python is asked what it sees).
     ``backend="gloo", device="cpu"`` measures on CPU processes instead (the tests)."""
     if hidden < 1:
@@ -219,15 +265,23 @@ def plan_bench(*, hidden: int, tokens: Sequence[int] = DEFAULT_TOKENS, python: s
     skipped: list[tuple[str, str]] = []
     recipe_nccl = {k: v for k, v in (recipe_env or {}).items() if k.startswith("NCCL_")}
     if recipe_nccl:
-        extra.append(AllReduceVariant("the recipe's NCCL settings", "nccl", tuple(sorted(recipe_nccl.items())),
-                                      "recipe"))
-    for impl, label, why in (("sglang-custom", "SGLang's custom all-reduce", info.get("sglang_custom_ar")),
-                             ("pcie-ipc", "FlashInfer's PCIe-IPC all-reduce", info.get("pcie_ipc"))):
+        extra.append(
+            AllReduceVariant("the recipe's NCCL settings", "nccl", tuple(sorted(recipe_nccl.items())), "recipe")
+        )
+    for impl, label, why in (
+        ("sglang-custom", "SGLang's custom all-reduce", info.get("sglang_custom_ar")),
+        ("pcie-ipc", "FlashInfer's PCIe-IPC all-reduce", info.get("pcie_ipc")),
+    ):
         if not sglang:
             skipped.append((label, "--no-sglang"))
         elif peer_disabled:
-            skipped.append((label, "it needs peer access between the GPUs, and NCCL_P2P_DISABLE is set (the "
-                                   "stand-in for a box without peer access)"))
+            skipped.append(
+                (
+                    label,
+                    "it needs peer access between the GPUs, and NCCL_P2P_DISABLE is set (the "
+                    "stand-in for a box without peer access)",
+                )
+            )
         elif why:
             skipped.append((label, why))
         elif impl == "pcie-ipc" and (world not in (2, 4, 8) or dtype not in ("bfloat16", "float16")):
@@ -236,15 +290,38 @@ def plan_bench(*, hidden: int, tokens: Sequence[int] = DEFAULT_TOKENS, python: s
             extra.append(AllReduceVariant(label, impl, (), "sglang"))
     notes = []
     if removed:
-        notes.append("Settings of this shell the search varies itself (not passed on): "
-                     + ", ".join(f"{k}={v}" for k, v in sorted(removed.items())) + ".")
+        notes.append(
+            "Settings of this shell the search varies itself (not passed on): "
+            + ", ".join(f"{k}={v}" for k, v in sorted(removed.items()))
+            + "."
+        )
     if peer_disabled:
-        notes.append("NCCL_P2P_DISABLE is set: NCCL copies through host memory, as on a PCIe box without peer "
-                     "access between the GPUs (a stand-in, labelled as such).")
-    return BenchPlan(python=python, world=world, gpus=gpus, probe=info, hidden=hidden, tokens=tokens, dtype=dtype,
-                     base_env=base, removed_env=removed, peer_disabled=peer_disabled, extra=tuple(extra),
-                     skipped=tuple(skipped), problem=problem, topology=topology, exhaustive=exhaustive,
-                     budget_s=budget_s, backend=backend, device=device, notes=tuple(notes), **iterations)
+        notes.append(
+            "NCCL_P2P_DISABLE is set: NCCL copies through host memory, as on a PCIe box without peer "
+            "access between the GPUs (a stand-in, labelled as such)."
+        )
+    return BenchPlan(
+        python=python,
+        world=world,
+        gpus=gpus,
+        probe=info,
+        hidden=hidden,
+        tokens=tokens,
+        dtype=dtype,
+        base_env=base,
+        removed_env=removed,
+        peer_disabled=peer_disabled,
+        extra=tuple(extra),
+        skipped=tuple(skipped),
+        problem=problem,
+        topology=topology,
+        exhaustive=exhaustive,
+        budget_s=budget_s,
+        backend=backend,
+        device=device,
+        notes=tuple(notes),
+        **iterations,
+    )
 
 
 def refuse_without_gpus(plan: BenchPlan) -> None:
@@ -253,7 +330,8 @@ def refuse_without_gpus(plan: BenchPlan) -> None:
             f"bench-allreduce times all-reduces between two or more CUDA GPUs, one process per GPU; "
             f"{plan.problem}. Nothing was run.",
             hint="Run it on the multi-GPU machine that will serve (with --python naming an interpreter whose "
-                 "torch sees the GPUs); --dry-run prints the plan anywhere.")
+            "torch sees the GPUs); --dry-run prints the plan anywhere.",
+        )
 
 
 # -- one variant ----------------------------------------------------------------------------------------------
@@ -283,12 +361,20 @@ class VariantResult:
         return math.exp(sum(math.log(v) for v in values) / len(values))
 
     def to_json(self) -> dict:
-        return {"variant": self.variant.to_json(), "status": self.status, "sizes": self.sizes, "error": self.error,
-                "seconds": round(self.seconds, 2), "timing": self.timing, "impl_info": self.impl_info}
+        return {
+            "variant": self.variant.to_json(),
+            "status": self.status,
+            "sizes": self.sizes,
+            "error": self.error,
+            "seconds": round(self.seconds, 2),
+            "timing": self.timing,
+            "impl_info": self.impl_info,
+        }
 
 
-def run_variant(plan: BenchPlan, variant: AllReduceVariant,
-                thresholds: Mapping[int, float] | None = None) -> VariantResult:
+def run_variant(
+    plan: BenchPlan, variant: AllReduceVariant, thresholds: Mapping[int, float] | None = None
+) -> VariantResult:
     """Time ``variant`` in fresh processes with its own environment (the worker's ``measure``)."""
     start = time.monotonic()
     env = dict(plan.base_env)
@@ -298,22 +384,36 @@ def run_variant(plan: BenchPlan, variant: AllReduceVariant,
         spec_path, out = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(json.dumps(plan.spec(variant, thresholds)), encoding="utf-8")
         try:
-            proc = runner.run([plan.python, "-m", WORKER, "measure", str(spec_path), str(out)], env=env, cwd=tmp,
-                              check=False, timeout=plan.variant_timeout_s, what=f"all-reduce variant {variant.name}")
+            proc = runner.run(
+                [plan.python, "-m", WORKER, "measure", str(spec_path), str(out)],
+                env=env,
+                cwd=tmp,
+                check=False,
+                timeout=plan.variant_timeout_s,
+                what=f"all-reduce variant {variant.name}",
+            )
         except Sm120kitError as exc:
             return VariantResult(variant, "failed", error=exc.message, seconds=time.monotonic() - start)
         if not out.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:] or ["no output"]
-            return VariantResult(variant, "failed", error=f"exit {proc.returncode}: {' | '.join(tail)}",
-                                 seconds=time.monotonic() - start)
+            return VariantResult(
+                variant, "failed", error=f"exit {proc.returncode}: {' | '.join(tail)}", seconds=time.monotonic() - start
+            )
         data = json.loads(out.read_text(encoding="utf-8"))
     status = "failed" if data.get("error") else "dropped" if data.get("dropped") else "measured"
     bad = [e for e in data.get("sizes", []) if e.get("check") not in (None, "ok")]
     error = data.get("error")
     if bad and not error:
         status, error = "failed", f"wrong sum at {bad[0]['tokens']} tokens: {bad[0]['check']}"
-    return VariantResult(variant, status, data.get("sizes", []), error, time.monotonic() - start,
-                         data.get("timing"), data.get("impl_info") or {})
+    return VariantResult(
+        variant,
+        status,
+        data.get("sizes", []),
+        error,
+        time.monotonic() - start,
+        data.get("timing"),
+        data.get("impl_info") or {},
+    )
 
 
 # -- the search ---------------------------------------------------------------------------------------------
@@ -342,8 +442,11 @@ class BenchResult:
 
     def pick(self) -> VariantResult | None:
         """The NCCL variant for a recipe: the lowest geometric mean of the medians over the sizes."""
-        scored = [(r.geomean(self.plan.tokens), i, r) for i, r in enumerate(self.measured("nccl"))
-                  if r.geomean(self.plan.tokens) is not None]
+        scored = [
+            (r.geomean(self.plan.tokens), i, r)
+            for i, r in enumerate(self.measured("nccl"))
+            if r.geomean(self.plan.tokens) is not None
+        ]
         return min(scored)[2] if scored else None
 
     def recipe_settings(self) -> dict[str, str | None]:
@@ -358,8 +461,11 @@ class BenchResult:
     def recipe_notes(self) -> dict[str, dict]:
         """A recipe note for each setting :meth:`recipe_settings` sets: why, sources, and where it was measured."""
         provenance = self.provenance()
-        return {k: {"why": KNOB_WHY[k].format(value=v), "sources": [NCCL_ENV_DOC], "measured": provenance}
-                for k, v in self.recipe_settings().items() if v is not None}
+        return {
+            k: {"why": KNOB_WHY[k].format(value=v), "sources": [NCCL_ENV_DOC], "measured": provenance}
+            for k, v in self.recipe_settings().items()
+            if v is not None
+        }
 
     def machine(self) -> str:
         names = [g.get("name", "?") for g in self.plan.gpus[: self.plan.world]] or [f"{self.plan.world} CPU ranks"]
@@ -373,27 +479,39 @@ class BenchResult:
         """One line for a recipe note: where, when, with what, and the medians of the pick."""
         pick = self.pick()
         probe = self.plan.probe
-        versions = ", ".join(f"{label} {probe.get(key)}" for key, label in
-                             (("nccl", "NCCL"), ("torch", "torch"), ("sglang", "SGLang"), ("flashinfer", "FlashInfer"))
-                             if probe.get(key))
+        versions = ", ".join(
+            f"{label} {probe.get(key)}"
+            for key, label in (("nccl", "NCCL"), ("torch", "torch"), ("sglang", "SGLang"), ("flashinfer", "FlashInfer"))
+            if probe.get(key)
+        )
         medians = ", ".join(f"{pick.p50(t):.1f}" for t in self.plan.tokens) if pick else "-"
         base = ", ".join(f"{k}={v}" for k, v in sorted(self.plan.base_env.items()) if k.startswith("NCCL_"))
         sizes = ", ".join(map(str, self.plan.tokens))
-        return (f"measured by sm120kit {__version__} bench-allreduce on {self.date} on {self.machine()}; "
-                f"{versions}; decode all-reduces of {sizes} tokens x {self.plan.hidden} "
-                f"({self.plan.dtype}): p50 {medians} us with '{pick.variant.name if pick else '-'}', the lowest "
-                f"geometric mean of {len(self.measured('nccl'))} NCCL settings timed (base environment: {base})")
+        return (
+            f"measured by sm120kit {__version__} bench-allreduce on {self.date} on {self.machine()}; "
+            f"{versions}; decode all-reduces of {sizes} tokens x {self.plan.hidden} "
+            f"({self.plan.dtype}): p50 {medians} us with '{pick.variant.name if pick else '-'}', the lowest "
+            f"geometric mean of {len(self.measured('nccl'))} NCCL settings timed (base environment: {base})"
+        )
 
     def to_json(self) -> dict:
         pick = self.pick()
         return {
             "plan": self.plan.to_json(),
             "results": [r.to_json() for r in self.results],
-            "best_per_size": [{"tokens": t, "bytes": self.plan.sizes_bytes()[t], "variant": r.variant.name,
-                               "impl": r.variant.impl, "p50_us": v}
-                              for t, (r, v) in sorted(self.best_per_size().items())],
-            "pick": None if pick is None else {"variant": pick.variant.to_json(),
-                                               "geomean_p50_us": pick.geomean(self.plan.tokens)},
+            "best_per_size": [
+                {
+                    "tokens": t,
+                    "bytes": self.plan.sizes_bytes()[t],
+                    "variant": r.variant.name,
+                    "impl": r.variant.impl,
+                    "p50_us": v,
+                }
+                for t, (r, v) in sorted(self.best_per_size().items())
+            ],
+            "pick": None
+            if pick is None
+            else {"variant": pick.variant.to_json(), "geomean_p50_us": pick.geomean(self.plan.tokens)},
             "recipe_settings": self.recipe_settings(),
             "provenance": self.provenance() if pick else None,
             "seconds": round(self.seconds, 1),
@@ -410,15 +528,22 @@ def exhaustive_variants() -> list[AllReduceVariant]:
     """Every combination of the settings the search knows (NCCL's default included for each)."""
     out = []
     for proto, algo, channels, threads, level in itertools.product(
-            (None,) + PROTOS, (None,) + ALGOS, (None,) + CHANNELS, (None,) + THREADS, (None,) + P2P_LEVELS):
-        settings = {"NCCL_PROTO": proto, "NCCL_ALGO": algo, "NCCL_MAX_NCHANNELS": channels,
-                    "NCCL_NTHREADS": threads, "NCCL_P2P_LEVEL": level}
+        (None,) + PROTOS, (None,) + ALGOS, (None,) + CHANNELS, (None,) + THREADS, (None,) + P2P_LEVELS
+    ):
+        settings = {
+            "NCCL_PROTO": proto,
+            "NCCL_ALGO": algo,
+            "NCCL_MAX_NCHANNELS": channels,
+            "NCCL_NTHREADS": threads,
+            "NCCL_P2P_LEVEL": level,
+        }
         out.append(nccl_variant({k: v for k, v in settings.items() if v}, "exhaustive"))
     return out
 
 
-def run_bench(plan: BenchPlan, *, progress: Progress | None = None, on_step: Step | None = None,
-              run: Runner | None = None) -> BenchResult:
+def run_bench(
+    plan: BenchPlan, *, progress: Progress | None = None, on_step: Step | None = None, run: Runner | None = None
+) -> BenchResult:
     """The staged search (and, with ``plan.exhaustive``, the full sweep after it)."""
     refuse_without_gpus(plan)
     run = run or run_variant
@@ -458,8 +583,11 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None, on_step: Ste
         return result
 
     def best_nccl() -> dict[str, str]:
-        scored = [(r.geomean(plan.tokens), i, r) for i, r in enumerate(results)
-                  if r.variant.impl == "nccl" and r.variant.stage != "recipe" and r.geomean(plan.tokens)]
+        scored = [
+            (r.geomean(plan.tokens), i, r)
+            for i, r in enumerate(results)
+            if r.variant.impl == "nccl" and r.variant.stage != "recipe" and r.geomean(plan.tokens)
+        ]
         return min(scored)[2].variant.env_dict() if scored else {}
 
     time_it(nccl_variant({}, "defaults"))
@@ -482,8 +610,7 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None, on_step: Ste
     staged = BenchResult(plan, list(results), staged_seconds, state["stopped"])
     summary = None
     if plan.exhaustive:
-        full = [v for v in exhaustive_variants()
-                if over_p2p or not dict(v.env).get("NCCL_P2P_LEVEL")]
+        full = [v for v in exhaustive_variants() if over_p2p or not dict(v.env).get("NCCL_P2P_LEVEL")]
         planned = len(results) + sum(1 for v in full if (v.impl, v.env) not in done)
         for variant in full:
             if (variant.impl, variant.env) not in done:
@@ -493,10 +620,15 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None, on_step: Ste
         best = min(scored)[2] if scored else None
         pick = staged.pick()
         ratio = (pick.geomean(plan.tokens) / best.geomean(plan.tokens)) if pick and best else None
-        summary = {"variants": len(full), "best": best.variant.to_json() if best else None,
-                   "best_geomean_p50_us": best.geomean(plan.tokens) if best else None,
-                   "staged_pick": pick.variant.to_json() if pick else None,
-                   "staged_geomean_p50_us": pick.geomean(plan.tokens) if pick else None,
-                   "staged_over_best": ratio, "within_5_percent": ratio is not None and ratio <= 1.05,
-                   "staged_seconds": round(staged_seconds, 1), "staged_variants": len(staged.results)}
+        summary = {
+            "variants": len(full),
+            "best": best.variant.to_json() if best else None,
+            "best_geomean_p50_us": best.geomean(plan.tokens) if best else None,
+            "staged_pick": pick.variant.to_json() if pick else None,
+            "staged_geomean_p50_us": pick.geomean(plan.tokens) if pick else None,
+            "staged_over_best": ratio,
+            "within_5_percent": ratio is not None and ratio <= 1.05,
+            "staged_seconds": round(staged_seconds, 1),
+            "staged_variants": len(staged.results),
+        }
     return BenchResult(plan, results, time.monotonic() - start, state["stopped"], summary)

@@ -77,8 +77,10 @@ def _pcie_ipc():
     try:
         from flashinfer.comm import PcieIpcAllReduceWorkspace
     except Exception as exc:
-        return None, (f"FlashInfer's PCIe-IPC all-reduce (flashinfer.comm.PcieIpcAllReduceWorkspace, FlashInfer "
-                      f"0.7.0 and later) cannot be imported ({type(exc).__name__}: {str(exc)[:200]})")
+        return None, (
+            f"FlashInfer's PCIe-IPC all-reduce (flashinfer.comm.PcieIpcAllReduceWorkspace, FlashInfer "
+            f"0.7.0 and later) cannot be imported ({type(exc).__name__}: {str(exc)[:200]})"
+        )
     return PcieIpcAllReduceWorkspace, None
 
 
@@ -91,15 +93,25 @@ def probe(out):
         gpus = []
         if torch.version.cuda is not None and torch.cuda.is_available():
             for i in range(torch.cuda.device_count()):
-                gpus.append({"index": i, "name": torch.cuda.get_device_name(i),
-                             "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))})
-            result["peer"] = [[i == j or bool(torch.cuda.can_device_access_peer(i, j)) for j in range(len(gpus))]
-                              for i in range(len(gpus))]
+                gpus.append(
+                    {
+                        "index": i,
+                        "name": torch.cuda.get_device_name(i),
+                        "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
+                    }
+                )
+            result["peer"] = [
+                [i == j or bool(torch.cuda.can_device_access_peer(i, j)) for j in range(len(gpus))]
+                for i in range(len(gpus))
+            ]
             result["why_no_gpu"] = None
         else:
             result["peer"] = []
-            result["why_no_gpu"] = (f"torch {torch.__version__} is not a CUDA build" if torch.version.cuda is None
-                                    else "torch.cuda.is_available() is False")
+            result["why_no_gpu"] = (
+                f"torch {torch.__version__} is not a CUDA build"
+                if torch.version.cuda is None
+                else "torch.cuda.is_available() is False"
+            )
         result["gpus"] = gpus
         result["sglang_custom_ar"] = _sglang_custom_ar()[1]
         result["pcie_ipc"] = _pcie_ipc()[1]
@@ -194,6 +206,7 @@ def _make_op(spec, torch, dist, device, cpu_group, rank, world):
 
     impl = spec["impl"]
     if impl == "nccl" or impl == "torch":
+
         def op(x):
             dist.all_reduce(x)
             return x
@@ -208,8 +221,10 @@ def _make_op(spec, torch, dist, device, cpu_group, rank, world):
         comm = choose(cpu_group, device)(group=cpu_group, device=device)  # sized as SGLang's server sizes it
         info = {"class": type(comm).__name__}
         if getattr(comm, "disabled", True):
-            raise RuntimeError("SGLang's custom all-reduce disabled itself on these GPUs (its log says why: e.g. "
-                               "more than two PCIe-only GPUs, or no peer access)")
+            raise RuntimeError(
+                "SGLang's custom all-reduce disabled itself on these GPUs (its log says why: e.g. "
+                "more than two PCIe-only GPUs, or no peer access)"
+            )
         return comm.custom_all_reduce, comm.capture, (lambda x: bool(comm.should_custom_ar(x))), info
     if impl == "pcie-ipc":
         cls, why = _pcie_ipc()
@@ -292,8 +307,9 @@ def _rank(rank, spec, out, port):
             entry["check"] = "ok" if abs(got - expected) <= 1e-2 * expected else f"sum {got}, expected {expected}"
             for _ in range(spec["warmup"]):
                 op(x)
-            timers[tokens] = Timer(torch, dist, device, cpu_group, op, x, spec["inner"], spec.get("graph", True),
-                                   capture)
+            timers[tokens] = Timer(
+                torch, dist, device, cpu_group, op, x, spec["inner"], spec.get("graph", True), capture
+            )
             entry["timing"] = timers[tokens].mode
             entry["served"] = True
             result["sizes"].append(entry)
@@ -312,12 +328,17 @@ def _rank(rank, spec, out, port):
                 samples = [max(values) for values in zip(*gathered)]  # the slowest rank's time per sample
                 p50 = percentile(samples, 50)
                 medians[entry["tokens"]] = p50
-                entry.update(samples=len(samples), p50_us=p50 * 1e6, p99_us=percentile(samples, 99) * 1e6,
-                             mean_us=sum(samples) / len(samples) * 1e6,
-                             busbw_gbps=bus_bandwidth(entry["bytes"], p50, world))
+                entry.update(
+                    samples=len(samples),
+                    p50_us=p50 * 1e6,
+                    p99_us=percentile(samples, 99) * 1e6,
+                    mean_us=sum(samples) / len(samples) * 1e6,
+                    busbw_gbps=bus_bandwidth(entry["bytes"], p50, world),
+                )
             if kind == "quick":
                 hopeless = bool(medians) and all(
-                    str(t) in thresholds and medians[t] * 1e6 > thresholds[str(t)] for t in medians)
+                    str(t) in thresholds and medians[t] * 1e6 > thresholds[str(t)] for t in medians
+                )
                 result["dropped"] = hopeless
                 if hopeless:
                     break
@@ -360,8 +381,11 @@ def measure(spec_path, out):
     except Exception as exc:  # a rank died without writing: say so in the result
         if not os.path.exists(out):
             with open(out, "w") as handle:
-                json.dump({"error": f"a rank process failed: {type(exc).__name__}: {str(exc)[-1500:]}",
-                           "sizes": []}, handle, indent=1)
+                json.dump(
+                    {"error": f"a rank process failed: {type(exc).__name__}: {str(exc)[-1500:]}", "sizes": []},
+                    handle,
+                    indent=1,
+                )
 
 
 def main(argv):
@@ -371,8 +395,9 @@ def main(argv):
     if len(argv) == 3 and argv[0] == "measure":
         measure(argv[1], argv[2])
         return 0
-    print("usage: python -m sm120kit.tune.allreduce_worker probe OUT.json | measure SPEC.json OUT.json",
-          file=sys.stderr)
+    print(
+        "usage: python -m sm120kit.tune.allreduce_worker probe OUT.json | measure SPEC.json OUT.json", file=sys.stderr
+    )
     return 2
 
 

@@ -20,16 +20,16 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from sm120kit import __version__, runner
-from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK, is_sm12x
-from sm120kit.util.atomicfile import write_atomic
 from sm120kit.errors import CheckFailed, IOFailure, MissingDependency, UsageError
+from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK, is_sm12x
 from sm120kit.patching.series import Series, load_series
 from sm120kit.sglang.target import Target
+from sm120kit.util.atomicfile import write_atomic
 
 PATCH_ID = "sm120-moe-configs"
 SCRIPT_IN_REPO = "benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py"
@@ -37,8 +37,10 @@ SCRIPT_IN_REPO = "benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py"
 # installed (see the patch's description). Used only when the series names no config file for the release.
 TRITON_FOLDER = "triton_3_3_1"
 # Where fused_moe_triton_config.py lives: from 0.5.11 / before (the patch's markers name the same files).
-CONFIG_MODULES = ("sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py",
-                  "sglang/srt/layers/moe/fused_moe_triton/fused_moe_triton_config.py")
+CONFIG_MODULES = (
+    "sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py",
+    "sglang/srt/layers/moe/fused_moe_triton/fused_moe_triton_config.py",
+)
 PROVENANCE_SUFFIX = ".provenance"
 
 # --dtype choices of the tuning script; "auto" tunes the model's own dtype (bf16 or fp16 here).
@@ -61,6 +63,7 @@ SHARED_MEMORY_FORMULA = "(num_stages - 1) * BLOCK_SIZE_K * (BLOCK_SIZE_M + BLOCK
 
 # -- the shared-memory bound (the same estimate as the sm120-moe-configs clamp) ------------------------------
 
+
 def element_bytes(dtype: str | None) -> int:
     """Bytes per element of the A tile for SGLang's config dtype string, as the clamp counts them:
     1 for fp8_w8a8 / int8_w8a8, 4 for float32, else 2."""
@@ -80,8 +83,9 @@ def config_dtype(dtype: str) -> str | None:
     return None if dtype == "auto" else dtype
 
 
-def search_space(dtype: str, block_shape: tuple[int, int] | None,
-                 limit: int = SM120_SHARED_MEMORY_PER_BLOCK) -> tuple[list[dict], int]:
+def search_space(
+    dtype: str, block_shape: tuple[int, int] | None, limit: int = SM120_SHARED_MEMORY_PER_BLOCK
+) -> tuple[list[dict], int]:
     """(configs of SGLang's search space that fit ``limit``, number left out for shared memory). Configs
     whose BLOCK_SIZE_K does not divide the quantization block are left to the script, which drops them."""
     kept, over = [], 0
@@ -92,8 +96,14 @@ def search_space(dtype: str, block_shape: tuple[int, int] | None,
                 for block_n in g["BLOCK_SIZE_N"]:
                     for warps in g["num_warps"]:
                         for group in g["GROUP_SIZE_M"]:
-                            config = {"BLOCK_SIZE_M": block_m, "BLOCK_SIZE_N": block_n, "BLOCK_SIZE_K": block_k,
-                                      "GROUP_SIZE_M": group, "num_warps": warps, "num_stages": stages}
+                            config = {
+                                "BLOCK_SIZE_M": block_m,
+                                "BLOCK_SIZE_N": block_n,
+                                "BLOCK_SIZE_K": block_k,
+                                "GROUP_SIZE_M": group,
+                                "num_warps": warps,
+                                "num_stages": stages,
+                            }
                             if pipelined_shared_memory(config, config_dtype(dtype)) > limit:
                                 over += 1
                             else:
@@ -105,8 +115,10 @@ def search_space(dtype: str, block_shape: tuple[int, int] | None,
 
 # -- names and places ------------------------------------------------------------------------------------------
 
-def config_file_name(experts: int, n: int, device_name: str, dtype: str, block_shape: tuple[int, int] | None,
-                     per_channel_quant: bool) -> str:
+
+def config_file_name(
+    experts: int, n: int, device_name: str, dtype: str, block_shape: tuple[int, int] | None, per_channel_quant: bool
+) -> str:
     """The name SGLang's ``get_config_file_name()`` gives the up-projection config file."""
     name = f"E={experts},N={n},device_name={device_name.replace(' ', '_')}"
     if config_dtype(dtype):
@@ -135,9 +147,11 @@ def configs_folder(target: Target, series: Series | None = None) -> str:
     for module in CONFIG_MODULES:
         if (target.root / module).is_file():
             return module.rsplit("/", 1)[0] + f"/configs/{TRITON_FOLDER}"
-    raise UsageError(f"{target.package_dir} has no fused_moe_triton_config.py (looked for {', '.join(CONFIG_MODULES)}), "
-                     "so it has no fused-MoE config folder to write into.",
-                     hint="Point PATH at an SGLang release with the Triton fused-MoE runner (0.5.2 or newer).")
+    raise UsageError(
+        f"{target.package_dir} has no fused_moe_triton_config.py (looked for {', '.join(CONFIG_MODULES)}), "
+        "so it has no fused-MoE config folder to write into.",
+        hint="Point PATH at an SGLang release with the Triton fused-MoE runner (0.5.2 or newer).",
+    )
 
 
 def find_script(given: Path | None, target: Target) -> Path:
@@ -152,13 +166,16 @@ def find_script(given: Path | None, target: Target) -> Path:
         if candidate.is_file():
             return candidate.resolve()
     where = ", ".join(str(c) for c in candidates) or "nowhere (no --script, and the target is not a git clone)"
-    raise UsageError(f"SGLang's fused-MoE tuning script was not found; looked at {where}.",
-                     hint=f"It is in the SGLang repository, not in the wheel: pass --script with a clone of "
-                          f"the release you run (git clone https://github.com/sgl-project/sglang) or the "
-                          f"path of its {SCRIPT_IN_REPO}.")
+    raise UsageError(
+        f"SGLang's fused-MoE tuning script was not found; looked at {where}.",
+        hint=f"It is in the SGLang repository, not in the wheel: pass --script with a clone of "
+        f"the release you run (git clone https://github.com/sgl-project/sglang) or the "
+        f"path of its {SCRIPT_IN_REPO}.",
+    )
 
 
 # -- the GPU present ----------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TargetGpu:
@@ -206,6 +223,7 @@ def probe_gpu(python: str) -> tuple[TargetGpu | None, str | None]:
 
 # -- the plan -----------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, kw_only=True)
 class MoeShape:
     experts: int  # E as the file name carries it (routed experts per GPU, plus a fused shared expert if any)
@@ -224,11 +242,18 @@ class MoeShape:
         return n // 2 if self.dtype == "int4_w4a16" else n
 
     def to_json(self) -> dict:
-        return {"experts": self.experts, "intermediate_size": self.intermediate_size, "n": self.n,
-                "topk": self.topk, "hidden_size": self.hidden_size, "tp": self.tp, "dtype": self.dtype,
-                "config_dtype": config_dtype(self.dtype),
-                "block_shape": list(self.block_shape) if self.block_shape else None,
-                "per_channel_quant": self.per_channel_quant}
+        return {
+            "experts": self.experts,
+            "intermediate_size": self.intermediate_size,
+            "n": self.n,
+            "topk": self.topk,
+            "hidden_size": self.hidden_size,
+            "tp": self.tp,
+            "dtype": self.dtype,
+            "config_dtype": config_dtype(self.dtype),
+            "block_shape": list(self.block_shape) if self.block_shape else None,
+            "per_channel_quant": self.per_channel_quant,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -311,22 +336,36 @@ def _supports(script: Path, flag: str) -> bool:
         raise IOFailure(f"Cannot read {script}: {exc.strerror or exc}.") from None
 
 
-def plan_tuning(target: Target, *, script: Path | None, shape: MoeShape, model: str | None = None,
-                batch_sizes: tuple[int, ...] = (), python: str | None = None, series: Series | None = None,
-                probe: Callable[[str], tuple[TargetGpu | None, str | None]] | None = None) -> TunePlan:
+def plan_tuning(
+    target: Target,
+    *,
+    script: Path | None,
+    shape: MoeShape,
+    model: str | None = None,
+    batch_sizes: tuple[int, ...] = (),
+    python: str | None = None,
+    series: Series | None = None,
+    probe: Callable[[str], tuple[TargetGpu | None, str | None]] | None = None,
+) -> TunePlan:
     """Everything the run will do, computed without writing anything (the GPU is queried, not used).
     ``probe`` (default :func:`probe_gpu`) tells which GPU ``python`` sees."""
     if shape.dtype not in DTYPES:
         raise UsageError(f"--dtype {shape.dtype!r} is not one of {', '.join(DTYPES)}.")
-    for name, value in (("--experts", shape.experts), ("--intermediate-size", shape.intermediate_size),
-                        ("--topk", shape.topk), ("--tp", shape.tp)):
+    for name, value in (
+        ("--experts", shape.experts),
+        ("--intermediate-size", shape.intermediate_size),
+        ("--topk", shape.topk),
+        ("--tp", shape.tp),
+    ):
         if value < 1:
             raise UsageError(f"{name} must be at least 1 (got {value}).")
     if shape.intermediate_size % shape.tp:
         raise UsageError(f"--intermediate-size {shape.intermediate_size} is not divisible by --tp {shape.tp}.")
     if model is None and not shape.hidden_size:
-        raise UsageError("--hidden-size is needed to describe the model (or pass --model with a Hugging Face "
-                         "model id or folder the script can read).")
+        raise UsageError(
+            "--hidden-size is needed to describe the model (or pass --model with a Hugging Face "
+            "model id or folder the script can read)."
+        )
     if shape.topk > shape.experts:
         raise UsageError(f"--topk {shape.topk} is more than --experts {shape.experts}.")
     script_path = find_script(script, target)
@@ -341,28 +380,49 @@ def plan_tuning(target: Target, *, script: Path | None, shape: MoeShape, model: 
     if gpu is None:
         problem = why or "no CUDA GPU found"
     elif not is_sm12x(gpu.capability):
-        problem = (f"the GPU present is {gpu.label}, not an SM120-family GPU (compute capability 12.x); configs "
-                   "measured on it would be wrong for a 12.x card")
+        problem = (
+            f"the GPU present is {gpu.label}, not an SM120-family GPU (compute capability 12.x); configs "
+            "measured on it would be wrong for a 12.x card"
+        )
     device = gpu.name if gpu is not None and problem is None else "<GPU name>"
-    file_name = config_file_name(shape.experts, shape.n, device, shape.dtype, shape.block_shape,
-                                 shape.per_channel_quant)
+    file_name = config_file_name(
+        shape.experts, shape.n, device, shape.dtype, shape.block_shape, shape.per_channel_quant
+    )
     notes = []
     if not supports_space:
-        notes.append("This tuning script has no --search-space-file (SGLang before 0.5.16): it tries its whole "
-                     f"space; the {over} configs over the limit fail to compile on the card and the script skips "
-                     "them, so the result fits, but tuning takes longer. A script from SGLang 0.5.16 or newer "
-                     "is restricted to the fitting configs.")
+        notes.append(
+            "This tuning script has no --search-space-file (SGLang before 0.5.16): it tries its whole "
+            f"space; the {over} configs over the limit fail to compile on the card and the script skips "
+            "them, so the result fits, but tuning takes longer. A script from SGLang 0.5.16 or newer "
+            "is restricted to the fitting configs."
+        )
     if model is None:
-        notes.append("No --model: the script reads a Mixtral-style config.json that sm120kit writes from the "
-                     "shape (experts, intermediate size, top-k, hidden size, dtype, block shape).")
-    return TunePlan(target=target, script=script_path, python=python, shape=shape, model=model,
-                    batch_sizes=tuple(batch_sizes), gpu=gpu, gpu_problem=problem,
-                    search_space_file=supports_space, search_space=tuple(space), excluded_over_limit=over,
-                    limit=SM120_SHARED_MEMORY_PER_BLOCK, folder=folder, file_name=file_name,
-                    replaces_series_file=(target.root / folder / file_name).is_file(), notes=tuple(notes))
+        notes.append(
+            "No --model: the script reads a Mixtral-style config.json that sm120kit writes from the "
+            "shape (experts, intermediate size, top-k, hidden size, dtype, block shape)."
+        )
+    return TunePlan(
+        target=target,
+        script=script_path,
+        python=python,
+        shape=shape,
+        model=model,
+        batch_sizes=tuple(batch_sizes),
+        gpu=gpu,
+        gpu_problem=problem,
+        search_space_file=supports_space,
+        search_space=tuple(space),
+        excluded_over_limit=over,
+        limit=SM120_SHARED_MEMORY_PER_BLOCK,
+        folder=folder,
+        file_name=file_name,
+        replaces_series_file=(target.root / folder / file_name).is_file(),
+        notes=tuple(notes),
+    )
 
 
 # -- the run ---------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, kw_only=True)
 class TuneResult:
@@ -376,10 +436,16 @@ class TuneResult:
     seconds: float
 
     def to_json(self) -> dict:
-        return {"plan": self.plan.to_json(), "written": str(self.written), "provenance": str(self.provenance),
-                "work_dir": str(self.work_dir), "log_file": str(self.log_file),
-                "batch_sizes": list(self.batch_sizes), "over_limit": list(self.over_limit),
-                "seconds": round(self.seconds, 1)}
+        return {
+            "plan": self.plan.to_json(),
+            "written": str(self.written),
+            "provenance": str(self.provenance),
+            "work_dir": str(self.work_dir),
+            "log_file": str(self.log_file),
+            "batch_sizes": list(self.batch_sizes),
+            "over_limit": list(self.over_limit),
+            "seconds": round(self.seconds, 1),
+        }
 
 
 def refuse_without_sm12x(plan: TunePlan) -> None:
@@ -389,18 +455,27 @@ def refuse_without_sm12x(plan: TunePlan) -> None:
             f"capability 12.x (RTX PRO 6000 Blackwell, RTX 5090, DGX Spark), seen through the torch of "
             f"{plan.python}; {plan.gpu_problem}. Nothing was run or written.",
             hint="Run it on the SM120 machine that will serve the model (with --python naming an interpreter "
-                 "whose torch sees the GPU); --dry-run prints the plan anywhere.")
+            "whose torch sees the GPU); --dry-run prints the plan anywhere.",
+        )
 
 
 def model_config(shape: MoeShape) -> dict:
     """A Mixtral-style config.json the tuning script reads E, top-k, sizes, dtype and block shape from."""
-    config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
-              "num_local_experts": shape.experts, "num_experts_per_tok": shape.topk,
-              "intermediate_size": shape.intermediate_size, "hidden_size": shape.hidden_size,
-              "torch_dtype": "bfloat16"}
+    config = {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "num_local_experts": shape.experts,
+        "num_experts_per_tok": shape.topk,
+        "intermediate_size": shape.intermediate_size,
+        "hidden_size": shape.hidden_size,
+        "torch_dtype": "bfloat16",
+    }
     if shape.block_shape:
-        config["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
-                                         "weight_block_size": list(shape.block_shape)}
+        config["quantization_config"] = {
+            "quant_method": "fp8",
+            "activation_scheme": "dynamic",
+            "weight_block_size": list(shape.block_shape),
+        }
     return config
 
 
@@ -413,15 +488,21 @@ def read_tuning_output(path: Path) -> dict[str, dict]:
     if not isinstance(data, dict) or not data:
         raise CheckFailed(f"The tuning script's output {path} is not a table of batch sizes.")
     for key, config in data.items():
-        if not str(key).isdigit() or not isinstance(config, dict) or not all(
-                isinstance(config.get(k), int) for k in CONFIG_KEYS):
-            raise CheckFailed(f"The tuning script's output {path} has an entry {key!r} that is not a batch size "
-                              f"with a config ({', '.join(CONFIG_KEYS)}).")
+        if (
+            not str(key).isdigit()
+            or not isinstance(config, dict)
+            or not all(isinstance(config.get(k), int) for k in CONFIG_KEYS)
+        ):
+            raise CheckFailed(
+                f"The tuning script's output {path} has an entry {key!r} that is not a batch size "
+                f"with a config ({', '.join(CONFIG_KEYS)})."
+            )
     return data
 
 
-def run_tuning(plan: TunePlan, *, work_dir: Path | None = None,
-               on_line: Callable[[str], None] | None = None) -> TuneResult:
+def run_tuning(
+    plan: TunePlan, *, work_dir: Path | None = None, on_line: Callable[[str], None] | None = None
+) -> TuneResult:
     """Run the tuning script on the GPU present and write its config file (and provenance) into the tree."""
     refuse_without_sm12x(plan)
     start = time.monotonic()
@@ -430,8 +511,9 @@ def run_tuning(plan: TunePlan, *, work_dir: Path | None = None,
     model = plan.model
     if model is None:
         (work / "model").mkdir(exist_ok=True)
-        (work / "model" / "config.json").write_text(json.dumps(model_config(plan.shape), indent=2) + "\n",
-                                                   encoding="utf-8")
+        (work / "model" / "config.json").write_text(
+            json.dumps(model_config(plan.shape), indent=2) + "\n", encoding="utf-8"
+        )
         model = str(work / "model")
     space_path = None
     if plan.search_space_file:
@@ -439,8 +521,14 @@ def run_tuning(plan: TunePlan, *, work_dir: Path | None = None,
         space_path.write_text(json.dumps(list(plan.search_space)) + "\n", encoding="utf-8")
     out_dir = Path(tempfile.mkdtemp(prefix="out-", dir=work))  # the script writes its file into its working folder
     log_file = out_dir / "tune.log"
-    runner.run(plan.argv(model, str(space_path) if space_path else None), cwd=out_dir, extra_env=plan.env(),
-               on_line=on_line, log_file=log_file, what="SGLang's fused-MoE tuning script")
+    runner.run(
+        plan.argv(model, str(space_path) if space_path else None),
+        cwd=out_dir,
+        extra_env=plan.env(),
+        on_line=on_line,
+        log_file=log_file,
+        what="SGLang's fused-MoE tuning script",
+    )
     produced = sorted(p for p in out_dir.glob("E=*.json"))
     if not produced:
         raise CheckFailed(f"The tuning script finished but wrote no E=*.json file into {out_dir}. Log: {log_file}.")
@@ -449,7 +537,8 @@ def run_tuning(plan: TunePlan, *, work_dir: Path | None = None,
         raise CheckFailed(
             f"The tuning script wrote {', '.join(p.name for p in produced)}, not {plan.file_name}: the model it "
             "read has another shape than --experts / --intermediate-size / --tp / --dtype / --block-shape say.",
-            hint=f"Make the shape options match the model, or copy the file from {out_dir} by hand.")
+            hint=f"Make the shape options match the model, or copy the file from {out_dir} by hand.",
+        )
     table = read_tuning_output(source)
     dtype = config_dtype(plan.shape.dtype)
     over = tuple(k for k, c in table.items() if pipelined_shared_memory(c, dtype) > plan.limit)
@@ -461,27 +550,40 @@ def run_tuning(plan: TunePlan, *, work_dir: Path | None = None,
     write_atomic(destination, source.read_bytes(), 0o644)
     provenance = destination.with_name(destination.name + PROVENANCE_SUFFIX)
     write_atomic(provenance, (json.dumps(provenance_record(plan, table, over), indent=2) + "\n").encode(), 0o644)
-    return TuneResult(plan=plan, written=destination, provenance=provenance, work_dir=work, log_file=log_file,
-                      batch_sizes=tuple(sorted(int(k) for k in table)), over_limit=over,
-                      seconds=time.monotonic() - start)
+    return TuneResult(
+        plan=plan,
+        written=destination,
+        provenance=provenance,
+        work_dir=work,
+        log_file=log_file,
+        batch_sizes=tuple(sorted(int(k) for k in table)),
+        over_limit=over,
+        seconds=time.monotonic() - start,
+    )
 
 
 def provenance_record(plan: TunePlan, table: dict, over: tuple[str, ...]) -> dict:
     return {
         "file": plan.file_name,
         "values": "measured",
-        "note": ("Every config in this file was measured by SGLang's fused-MoE tuning script on the GPU named "
-                 "below (the fastest of the search space per batch size); none is derived by rule, unlike "
-                 "the config files the sm120-moe-configs patch ships."),
+        "note": (
+            "Every config in this file was measured by SGLang's fused-MoE tuning script on the GPU named "
+            "below (the fastest of the search space per batch size); none is derived by rule, unlike "
+            "the config files the sm120-moe-configs patch ships."
+        ),
         "written_by": f"sm120kit {__version__} tune-moe",
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpu": plan.gpu.to_json() if plan.gpu else None,
         "sglang": {"version": plan.target.version, "commit": plan.target.commit},
         "script": str(plan.script),
         "shape": plan.shape.to_json(),
-        "search_space": {"restricted": plan.search_space_file, "limit_bytes": plan.limit,
-                         "formula": SHARED_MEMORY_FORMULA, "size": len(plan.search_space),
-                         "excluded_over_limit": plan.excluded_over_limit},
+        "search_space": {
+            "restricted": plan.search_space_file,
+            "limit_bytes": plan.limit,
+            "formula": SHARED_MEMORY_FORMULA,
+            "size": len(plan.search_space),
+            "excluded_over_limit": plan.excluded_over_limit,
+        },
         "batch_sizes": sorted(int(k) for k in table),
         "over_limit_by_estimate": list(over),
     }

@@ -21,23 +21,23 @@ from __future__ import annotations
 import contextlib
 import difflib
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
-from sm120kit.util.report import Step, tell
-from sm120kit.sglang import releases
 from sm120kit.errors import ConflictError, DownloadError, WarningsAsErrors
-from sm120kit.sglang.gitrepo import Commit, SglangClone
 from sm120kit.patching.hunks import HunkResult
-from sm120kit.patching.status import HunkStatus, PatchStatus, TreeStatus
-from sm120kit.patching.series import Patch, Series, Variant
 from sm120kit.patching.plan import APPLIED_FOUND as APPLIED_WITHOUT_RECORD  # "already-applied", found by reverse-apply
 from sm120kit.patching.plan import PatchPlan, SeriesPlan, plan_series
+from sm120kit.patching.series import Patch, Series, Variant
+from sm120kit.patching.status import HunkStatus, PatchStatus, TreeStatus
+from sm120kit.sglang import releases
+from sm120kit.sglang.gitrepo import Commit, SglangClone
 from sm120kit.sglang.metadata import read_stated_version
 from sm120kit.sglang.target import Target, find_target, release_and_source
 from sm120kit.upstream import gating
 from sm120kit.upstream.moved import MovedFile, find_moved
+from sm120kit.util.report import Step, tell
 
 EXIT_OK = 0
 EXIT_CONFLICT = ConflictError.exit_code
@@ -47,6 +47,7 @@ _OUT_OF_RANGE = "is outside every variant's range"
 
 
 # -- targets ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class CheckTarget:
@@ -64,17 +65,26 @@ class CheckTarget:
     release_source: str = ""  # where ``version`` was read, in words
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "label": self.label, "root": str(self.root), "version": self.version,
-                "exact_release": self.exact, "release_source": self.release_source, "ref": self.ref,
-                "commit": self.commit, "repo": str(self.clone.root) if self.clone else None}
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "root": str(self.root),
+            "version": self.version,
+            "exact_release": self.exact,
+            "release_source": self.release_source,
+            "ref": self.ref,
+            "commit": self.commit,
+            "repo": str(self.clone.root) if self.clone else None,
+        }
 
 
 @contextlib.contextmanager
 def open_release(version: str, *, on_step: Step | None = None) -> Iterator[CheckTarget]:
     """SGLang ``version`` from PyPI (downloaded into the cache once); read in place, never written."""
     root = releases.fetch_release(version, on_step=on_step)
-    yield CheckTarget(kind="release", label=version, root=root, version=version, exact=True,
-                      release_source="the PyPI release")
+    yield CheckTarget(
+        kind="release", label=version, root=root, version=version, exact=True, release_source="the PyPI release"
+    )
 
 
 @contextlib.contextmanager
@@ -85,13 +95,26 @@ def open_ref(clone: SglangClone, ref: str, *, on_debug: Step | None = None) -> I
         prefix = clone.package_prefix(tree)
         package = (tree / prefix if prefix else tree) / "sglang"
         stated, source = read_stated_version(package)
-        version, exact, how = release_and_source(Target(kind="git-clone", package_dir=package, version=stated,
-                                                        version_source=source, repo_root=tree, commit=sha))
+        version, exact, how = release_and_source(
+            Target(
+                kind="git-clone", package_dir=package, version=stated, version_source=source, repo_root=tree, commit=sha
+            )
+        )
         label = f"{ref} @ {sha[:12]}" if ref != sha else sha[:12]
         near = "" if exact else "after "
         tell(on_debug, f"{label}: {near}release {version or 'unknown'} ({how})")
-        yield CheckTarget(kind="ref", label=label, root=tree / prefix if prefix else tree, version=version,
-                          exact=exact, ref=ref, commit=sha, clone=clone, prefix=prefix, release_source=how)
+        yield CheckTarget(
+            kind="ref",
+            label=label,
+            root=tree / prefix if prefix else tree,
+            version=version,
+            exact=exact,
+            ref=ref,
+            commit=sha,
+            clone=clone,
+            prefix=prefix,
+            release_source=how,
+        )
 
 
 @contextlib.contextmanager
@@ -105,18 +128,34 @@ def open_folder(path: Path) -> Iterator[CheckTarget]:
         clone = SglangClone(target.repo_root)
         rel = target.root.resolve().relative_to(clone.root)
         prefix = "" if str(rel) == "." else rel.as_posix()
-    yield CheckTarget(kind="folder", label=str(target.package_dir), root=target.root, version=version,
-                      exact=exact, commit=target.commit, clone=clone, prefix=prefix, release_source=how)
+    yield CheckTarget(
+        kind="folder",
+        label=str(target.package_dir),
+        root=target.root,
+        version=version,
+        exact=exact,
+        commit=target.commit,
+        clone=clone,
+        prefix=prefix,
+        release_source=how,
+    )
 
 
 # -- the files of a variant's base ------------------------------------------------------------------------
+
 
 class BaseFiles:
     """Files as they were in a release: from the clone's ``v<release>`` tag when there is one, else from
     the cached PyPI release (downloaded when ``download``); ``None`` when neither is reachable."""
 
-    def __init__(self, clone: SglangClone | None = None, prefix: str = "python", *, download: bool = True,
-                 on_step: Step | None = None) -> None:
+    def __init__(
+        self,
+        clone: SglangClone | None = None,
+        prefix: str = "python",
+        *,
+        download: bool = True,
+        on_step: Step | None = None,
+    ) -> None:
         self.clone = clone
         self.prefix = prefix
         self.download = download
@@ -152,6 +191,7 @@ class BaseFiles:
 
 # -- results ---------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class HunkReport:
     """A hunk that does not place: the engine's :class:`HunkResult`, what changed, and who changed it."""
@@ -163,8 +203,7 @@ class HunkReport:
 
     def to_json(self) -> dict:
         data = self.hunk.to_json()
-        data.update(changed=list(self.changed), commits=[c.to_json() for c in self.commits],
-                    history=self.history)
+        data.update(changed=list(self.changed), commits=[c.to_json() for c in self.commits], history=self.history)
         return data
 
 
@@ -203,16 +242,30 @@ class PatchCheck:
         return "-"
 
     def to_json(self) -> dict:
-        return {"id": self.patch_id, "title": self.title, "status": str(self.status), "variant": self.variant,
-                "variant_releases": self.variant_releases, "detail": self.detail,
-                "offsets": [{"file": h.file, "hunk": h.index, "offset": h.offset, "fuzz": h.fuzz,
-                             "line": h.line} for h in self.offsets],
-                "hunks": [h.to_json() for h in self.hunks], "moved": [m.to_json() for m in self.moved],
-                "warnings": list(self.warnings)}
+        return {
+            "id": self.patch_id,
+            "title": self.title,
+            "status": str(self.status),
+            "variant": self.variant,
+            "variant_releases": self.variant_releases,
+            "detail": self.detail,
+            "offsets": [
+                {"file": h.file, "hunk": h.index, "offset": h.offset, "fuzz": h.fuzz, "line": h.line}
+                for h in self.offsets
+            ],
+            "hunks": [h.to_json() for h in self.hunks],
+            "moved": [m.to_json() for m in self.moved],
+            "warnings": list(self.warnings),
+        }
 
 
-STATUS_ORDER = (PatchStatus.APPLIES, PatchStatus.PRESENT_UPSTREAM, PatchStatus.ALREADY_APPLIED,
-                PatchStatus.NOT_APPLICABLE, PatchStatus.CONFLICT)
+STATUS_ORDER = (
+    PatchStatus.APPLIES,
+    PatchStatus.PRESENT_UPSTREAM,
+    PatchStatus.ALREADY_APPLIED,
+    PatchStatus.NOT_APPLICABLE,
+    PatchStatus.CONFLICT,
+)
 
 
 @dataclass(frozen=True)
@@ -247,8 +300,10 @@ class SeriesCheck:
         code = self.exit_code(error_on_warn)
         if code == EXIT_CONFLICT:
             ids = ", ".join(p.patch_id for p in self.conflicts)
-            return (f"{len(self.conflicts)} patch(es) conflict with SGLang {self.target.label}: {ids}. "
-                    f"Rebuild a variant with 'sm120kit refresh PATCH' (same target options).")
+            return (
+                f"{len(self.conflicts)} patch(es) conflict with SGLang {self.target.label}: {ids}. "
+                f"Rebuild a variant with 'sm120kit refresh PATCH' (same target options)."
+            )
         if code == EXIT_WARNINGS:
             return f"{len(self.warnings)} warning(s) with --error-on-warn."
         return ""
@@ -257,13 +312,22 @@ class SeriesCheck:
         return ", ".join(f"{n} {s}" for s, n in self.counts().items() if n) or "no patches"
 
     def to_json(self, error_on_warn: bool = False) -> dict:
-        return {"command": "check-upstream", "target": self.target.to_json(), "series": str(self.series),
-                "fuzz": self.fuzz, "seconds": round(self.seconds, 3), "counts": self.counts(),
-                "patches": [p.to_json() for p in self.patches], "warnings": list(self.warnings),
-                "exit_code": self.exit_code(error_on_warn), "message": self.message(error_on_warn)}
+        return {
+            "command": "check-upstream",
+            "target": self.target.to_json(),
+            "series": str(self.series),
+            "fuzz": self.fuzz,
+            "seconds": round(self.seconds, 3),
+            "counts": self.counts(),
+            "patches": [p.to_json() for p in self.patches],
+            "warnings": list(self.warnings),
+            "exit_code": self.exit_code(error_on_warn),
+            "message": self.message(error_on_warn),
+        }
 
 
 # -- classification --------------------------------------------------------------------------------------
+
 
 def _changed(expected: Sequence[str], found: Sequence[str]) -> tuple[str, ...]:
     lines = list(difflib.unified_diff(list(expected), list(found), "expected", "found", lineterm="", n=1))
@@ -285,8 +349,9 @@ def _hunk_report(target: CheckTarget, variant: Variant, hunk: HunkResult, histor
         return HunkReport(hunk=hunk, changed=changed, history=note)
     tag = f"v{variant.base}"
     if not target.clone.has_tag(tag):
-        return HunkReport(hunk=hunk, changed=changed,
-                          history=f"the clone has no tag {tag} (the variant's base); history not searched")
+        return HunkReport(
+            hunk=hunk, changed=changed, history=f"the clone has no tag {tag} (the variant's base); history not searched"
+        )
     path = f"{target.prefix}/{hunk.file}" if target.prefix else hunk.file
     until = target.commit or "HEAD"
     total = _file_lines(target.root, hunk.file)
@@ -316,54 +381,85 @@ def _hunk_lines(variant: Variant, path: str) -> list[str]:
     return []
 
 
-def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative: PatchPlan | None,
-              base_files: BaseFiles | None, history: bool, find_moves: bool) -> PatchCheck:
+def _classify(
+    patch: Patch,
+    plan: PatchPlan,
+    target: CheckTarget,
+    *,
+    alternative: PatchPlan | None,
+    base_files: BaseFiles | None,
+    history: bool,
+    find_moves: bool,
+) -> PatchCheck:
     variant = plan.variant
-    common = dict(patch_id=patch.id, title=patch.title, variant=variant.name if variant else None,
-                  variant_releases=str(variant.releases) if variant else None)
+    common = dict(
+        patch_id=patch.id,
+        title=patch.title,
+        variant=variant.name if variant else None,
+        variant_releases=str(variant.releases) if variant else None,
+    )
     warnings: list[str] = list(plan.warnings)
     if plan.status in (PatchStatus.APPLIES, PatchStatus.ALREADY_APPLIED):
         gate = gating.gate_text(plan.new_files, target.root, plan.status == PatchStatus.ALREADY_APPLIED)
         if gate is not None:
             warnings += gating.mismatches(gate, target.root)
-    if alternative is not None and alternative.status == PatchStatus.APPLIES and alternative.variant is not None \
-            and alternative.variant is not variant:
-        warnings.append(f"variant {alternative.variant.name} ('{alternative.variant.releases}') applies to "
-                        f"{target.label}; widen its release range or refresh the patch")
+    if (
+        alternative is not None
+        and alternative.status == PatchStatus.APPLIES
+        and alternative.variant is not None
+        and alternative.variant is not variant
+    ):
+        warnings.append(
+            f"variant {alternative.variant.name} ('{alternative.variant.releases}') applies to "
+            f"{target.label}; widen its release range or refresh the patch"
+        )
 
     if plan.status == PatchStatus.APPLIES:
         offsets = tuple(h for h in plan.hunks if h.offset or h.fuzz)
         if any(h.fuzz for h in plan.hunks):
             warnings.append("applies only with fuzz (context lines ignored); refresh the variant")
-        return PatchCheck(status=PatchStatus.APPLIES, detail=plan.reason, offsets=offsets, warnings=tuple(warnings),
-                          **common)
+        return PatchCheck(
+            status=PatchStatus.APPLIES, detail=plan.reason, offsets=offsets, warnings=tuple(warnings), **common
+        )
     if plan.status == PatchStatus.PRESENT_UPSTREAM:
         return PatchCheck(status=PatchStatus.PRESENT_UPSTREAM, detail=plan.reason, warnings=tuple(warnings), **common)
     if plan.status == PatchStatus.ALREADY_APPLIED:
         if plan.reason == APPLIED_WITHOUT_RECORD:
-            warnings.append("the change is upstream but no marker of the patch matches; add a [[markers]] "
-                            "entry naming it")
-            return PatchCheck(status=PatchStatus.PRESENT_UPSTREAM,
-                              detail=f"the patch reverse-applies (variant {variant.name if variant else '?'}): "
-                                     "upstream carries the same change", warnings=tuple(warnings), **common)
+            warnings.append(
+                "the change is upstream but no marker of the patch matches; add a [[markers]] entry naming it"
+            )
+            return PatchCheck(
+                status=PatchStatus.PRESENT_UPSTREAM,
+                detail=f"the patch reverse-applies (variant {variant.name if variant else '?'}): "
+                "upstream carries the same change",
+                warnings=tuple(warnings),
+                **common,
+            )
         return PatchCheck(status=PatchStatus.ALREADY_APPLIED, detail=plan.reason, warnings=tuple(warnings), **common)
     if plan.status == PatchStatus.CONFLICT:
-        reports = tuple(_hunk_report(target, variant, h, history) for h in plan.hunks
-                        if h.status == HunkStatus.CONFLICT) if variant is not None else ()
-        return PatchCheck(status=PatchStatus.CONFLICT, detail=plan.reason, hunks=reports, warnings=tuple(warnings),
-                          **common)
+        reports = (
+            tuple(_hunk_report(target, variant, h, history) for h in plan.hunks if h.status == HunkStatus.CONFLICT)
+            if variant is not None
+            else ()
+        )
+        return PatchCheck(
+            status=PatchStatus.CONFLICT, detail=plan.reason, hunks=reports, warnings=tuple(warnings), **common
+        )
 
     # not-applicable
     if _OUT_OF_RANGE in plan.reason or plan.warnings or not find_moves:
         return PatchCheck(status=PatchStatus.NOT_APPLICABLE, detail=plan.reason, warnings=tuple(warnings), **common)
     if not target.exact and target.version and patch.before_every_range(target.version):
         # A commit after a release older than every range: the files the patch needs are not there yet.
-        detail = (f"{plan.reason}; the tree follows release {target.version}, before every variant's range: "
-                  "the code the patch changes is not there yet")
+        detail = (
+            f"{plan.reason}; the tree follows release {target.version}, before every variant's range: "
+            "the code the patch changes is not there yet"
+        )
         return PatchCheck(status=PatchStatus.NOT_APPLICABLE, detail=detail, warnings=tuple(warnings), **common)
     moved = []
-    for chosen, path in _absent_files(patch, patch.variant_for(target.version) if target.version else None,
-                                      target.root):
+    for chosen, path in _absent_files(
+        patch, patch.variant_for(target.version) if target.version else None, target.root
+    ):
         reference = base_files.text(chosen.base, path) if base_files is not None else None
         moved.append(find_moved(target.root, path, reference, _hunk_lines(chosen, path)))
     detail = "; ".join(m.describe() for m in moved) or plan.reason
@@ -372,12 +468,20 @@ def _classify(patch: Patch, plan: PatchPlan, target: CheckTarget, *, alternative
             warnings.append(f"{m.old} moved to {m.new}: rebuild the variant with 'sm120kit refresh {patch.id}'")
         else:
             warnings.append(f"{m.old} is gone: check whether the fix is still needed and where")
-    return PatchCheck(status=PatchStatus.NOT_APPLICABLE, detail=detail, moved=tuple(moved), warnings=tuple(warnings),
-                      **common)
+    return PatchCheck(
+        status=PatchStatus.NOT_APPLICABLE, detail=detail, moved=tuple(moved), warnings=tuple(warnings), **common
+    )
 
 
-def check_upstream(series: Series, target: CheckTarget, *, fuzz: int = 0, base_files: BaseFiles | None = None,
-                   history: bool = True, find_moves: bool = True) -> SeriesCheck:
+def check_upstream(
+    series: Series,
+    target: CheckTarget,
+    *,
+    fuzz: int = 0,
+    base_files: BaseFiles | None = None,
+    history: bool = True,
+    find_moves: bool = True,
+) -> SeriesCheck:
     """Classify every patch of ``series`` on ``target``; reads files, writes nothing."""
     start = time.perf_counter()
     if base_files is None:
@@ -385,20 +489,32 @@ def check_upstream(series: Series, target: CheckTarget, *, fuzz: int = 0, base_f
     plan = plan_series(target.root, series, version=target.version, fuzz=fuzz, exact=target.exact)
     alternatives = _alternatives(series, target, plan, fuzz)
     checks = tuple(
-        _classify(patch, patch_plan, target, alternative=alternatives.get(patch.id), base_files=base_files,
-                  history=history, find_moves=find_moves)
-        for patch, patch_plan in zip(series.patches, plan.patches))
-    return SeriesCheck(target=target, series=series.path, patches=checks,
-                       seconds=time.perf_counter() - start, fuzz=fuzz)
+        _classify(
+            patch,
+            patch_plan,
+            target,
+            alternative=alternatives.get(patch.id),
+            base_files=base_files,
+            history=history,
+            find_moves=find_moves,
+        )
+        for patch, patch_plan in zip(series.patches, plan.patches)
+    )
+    return SeriesCheck(
+        target=target, series=series.path, patches=checks, seconds=time.perf_counter() - start, fuzz=fuzz
+    )
 
 
 def _alternatives(series: Series, target: CheckTarget, plan: SeriesPlan, fuzz: int) -> dict[str, PatchPlan]:
     """For an exact release where a patch conflicts or lost its files: what trying every variant gives."""
     if not target.exact:
         return {}
-    troubled = [p for p in plan.patches
-                if p.status == PatchStatus.CONFLICT
-                or (p.status == PatchStatus.NOT_APPLICABLE and _OUT_OF_RANGE not in p.reason)]
+    troubled = [
+        p
+        for p in plan.patches
+        if p.status == PatchStatus.CONFLICT
+        or (p.status == PatchStatus.NOT_APPLICABLE and _OUT_OF_RANGE not in p.reason)
+    ]
     if not troubled:
         return {}
     loose = plan_series(target.root, series, version=target.version, fuzz=fuzz, exact=False)

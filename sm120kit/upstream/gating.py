@@ -33,9 +33,14 @@ def fixed_roles(gate_text: str) -> dict[tuple[str, str], bool]:
     names = {name: key for key, name in FIXED_NAMES.items()}
     found: dict[tuple[str, str], bool] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id in names and isinstance(node.value, ast.Constant) \
-                and isinstance(node.value.value, bool):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in names
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, bool)
+        ):
             found[names[node.targets[0].id]] = node.value.value
     return found
 
@@ -51,12 +56,16 @@ def mismatches(gate_text: str, root: Path) -> list[str]:
         path = sm12x_paths.path_for(backend, role)
         name = FIXED_NAMES[(backend, role)]
         if runs[(backend, role)] and not allowed:
-            out.append(f"the gate would refuse {backend} for {role} on 12.x ({name} = False), but this tree runs "
-                       f"it there ({path.describe()}: {path.source}); the patch would disable a working backend: "
-                       "use a variant that reads the tree, or refresh the patch")
+            out.append(
+                f"the gate would refuse {backend} for {role} on 12.x ({name} = False), but this tree runs "
+                f"it there ({path.describe()}: {path.source}); the patch would disable a working backend: "
+                "use a variant that reads the tree, or refresh the patch"
+            )
         elif allowed and not runs[(backend, role)]:
-            out.append(f"the gate would let {backend} through for {role} on 12.x ({name} = True), but this tree "
-                       f"has no 12.x path for it (nothing in {path.file} {path.what})")
+            out.append(
+                f"the gate would let {backend} through for {role} on 12.x ({name} = True), but this tree "
+                f"has no 12.x path for it (nothing in {path.file} {path.what})"
+            )
     return out
 
 

@@ -7,9 +7,9 @@ is made against the file where it went).
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Sequence
 
 MOVE_SIMILARITY = 0.6
 """A file counts as moved to the candidate whose content is at least this similar to the file at the
@@ -22,6 +22,7 @@ and a file rewritten over many releases falls below it (the extend-attention ker
 
 
 # -- moved files -----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class MovedFile:
@@ -40,12 +41,18 @@ class MovedFile:
         return f"{self.old} is gone (no file similar enough{near})"
 
     def to_json(self) -> dict:
-        return {"old": self.old, "new": self.new, "similarity": round(self.similarity, 4),
-                "compared": self.compared, "nearest": self.nearest}
+        return {
+            "old": self.old,
+            "new": self.new,
+            "similarity": round(self.similarity, 4),
+            "compared": self.compared,
+            "nearest": self.nearest,
+        }
 
 
-def _score(reference: Sequence[str] | None, fragment: set[str], candidate: Path, floor: float,
-           exact: bool = False) -> float:
+def _score(
+    reference: Sequence[str] | None, fragment: set[str], candidate: Path, floor: float, exact: bool = False
+) -> float:
     """Similarity of ``candidate``; below ``floor`` it may be an upper bound (difflib's quick ratios),
     unless ``exact``."""
     try:
@@ -82,8 +89,9 @@ def find_moved(root: Path, old: str, reference: str | None, fragment: Sequence[s
     compared = "file" if reference is not None else "hunks"
     near: list[tuple[float, Path]] = []
     for group in ([p for p in files if p.name == old_name], [p for p in files if p.name != old_name]):
-        scored = sorted(((_score(ref_lines, frag, p, MOVE_SIMILARITY), p) for p in sorted(group)),
-                        key=lambda sp: -sp[0])
+        scored = sorted(
+            ((_score(ref_lines, frag, p, MOVE_SIMILARITY), p) for p in sorted(group)), key=lambda sp: -sp[0]
+        )
         if scored and scored[0][0] >= MOVE_SIMILARITY:
             best, path = scored[0]
             return MovedFile(old=old, new=path.relative_to(root).as_posix(), similarity=best, compared=compared)
@@ -92,5 +100,4 @@ def find_moved(root: Path, old: str, reference: str | None, fragment: Sequence[s
     if not exact:
         return MovedFile(old=old, new=None, similarity=0.0, compared=compared)
     best, path = max(exact, key=lambda sp: sp[0])
-    return MovedFile(old=old, new=None, similarity=best, compared=compared,
-                     nearest=path.relative_to(root).as_posix())
+    return MovedFile(old=old, new=None, similarity=best, compared=compared, nearest=path.relative_to(root).as_posix())

@@ -26,29 +26,29 @@ import difflib
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterator
 
+import tomlkit
 from packaging.specifiers import Specifier, SpecifierSet
 from packaging.version import Version
-import tomlkit
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import AoT, Array, Comment, Whitespace
 
-from sm120kit.util.report import Step
 from sm120kit import runner
-from sm120kit.sglang import releases
-from sm120kit.util.cache import cache_dir
-from sm120kit.util.atomicfile import write_atomic
 from sm120kit.errors import ConflictError, SeriesError, ToolFailed, UsageError
 from sm120kit.patching.hunks import FileDiff, file_diffs, place_hunks, split_lines
-from sm120kit.patching.series import PATCH_FILE, Patch, Series, Variant, load_series, parse_diff
 from sm120kit.patching.plan import plan_series
+from sm120kit.patching.series import PATCH_FILE, Patch, Series, Variant, load_series, parse_diff
 from sm120kit.patching.status import PatchStatus, Word
-from sm120kit.util.suggest import did_you_mean
+from sm120kit.sglang import releases
 from sm120kit.upstream.check import CheckTarget
 from sm120kit.upstream.moved import MovedFile, find_moved
+from sm120kit.util.atomicfile import write_atomic
+from sm120kit.util.cache import cache_dir
+from sm120kit.util.report import Step
+from sm120kit.util.suggest import did_you_mean
 
 EXIT_OK = 0
 EXIT_CONFLICT = ConflictError.exit_code
@@ -89,8 +89,13 @@ class MergeConflict:
     patch: tuple[str, ...]
 
     def to_json(self) -> dict:
-        return {"file": self.file, "line": self.line, "upstream": list(self.upstream), "base": list(self.base),
-                "patch": list(self.patch)}
+        return {
+            "file": self.file,
+            "line": self.line,
+            "upstream": list(self.upstream),
+            "base": list(self.base),
+            "patch": list(self.patch),
+        }
 
 
 @dataclass(frozen=True)
@@ -107,9 +112,15 @@ class RefreshedFile:
         object.__setattr__(self, "merge", FileMerge(self.merge))
 
     def to_json(self) -> dict:
-        return {"path": self.path, "old_path": self.old_path, "action": self.action, "merge": str(self.merge),
-                "conflicts": [c.to_json() for c in self.conflicts],
-                "moved": self.moved.to_json() if self.moved else None, "note": self.note}
+        return {
+            "path": self.path,
+            "old_path": self.old_path,
+            "action": self.action,
+            "merge": str(self.merge),
+            "conflicts": [c.to_json() for c in self.conflicts],
+            "moved": self.moved.to_json() if self.moved else None,
+            "note": self.note,
+        }
 
 
 @dataclass(frozen=True)
@@ -149,19 +160,32 @@ class RefreshResult:
         return EXIT_CONFLICT if self.outcome == RefreshOutcome.CONFLICT else EXIT_OK
 
     def to_json(self) -> dict:
-        return {"command": "refresh", "patch": self.patch_id, "target": self.target.to_json(),
-                "release": self.release, "outcome": str(self.outcome), "from_variant": self.from_variant,
-                "from_base": self.from_base,
-                "new_variant": {"diff": self.new_diff, "releases": self.new_releases, "base": self.release}
-                if self.new_diff else None,
-                "old_variant_releases": {"before": self.old_releases_before, "after": self.old_releases_after},
-                "files": [f.to_json() for f in self.files], "base_source": self.base_source,
-                "verified": self.verified, "written": list(self.written),
-                "draft_dir": str(self.draft_dir) if self.draft_dir else None, "replaced": self.replaced,
-                "diff": self.diff_text, "exit_code": self.exit_code, "message": self.message}
+        return {
+            "command": "refresh",
+            "patch": self.patch_id,
+            "target": self.target.to_json(),
+            "release": self.release,
+            "outcome": str(self.outcome),
+            "from_variant": self.from_variant,
+            "from_base": self.from_base,
+            "new_variant": {"diff": self.new_diff, "releases": self.new_releases, "base": self.release}
+            if self.new_diff
+            else None,
+            "old_variant_releases": {"before": self.old_releases_before, "after": self.old_releases_after},
+            "files": [f.to_json() for f in self.files],
+            "base_source": self.base_source,
+            "verified": self.verified,
+            "written": list(self.written),
+            "draft_dir": str(self.draft_dir) if self.draft_dir else None,
+            "replaced": self.replaced,
+            "diff": self.diff_text,
+            "exit_code": self.exit_code,
+            "message": self.message,
+        }
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
+
 
 def unified_diff(path: str, before: str | None, after: str | None) -> str:
     """A ``diff -u`` section for one file (``a/sglang/...``, ``b/sglang/...``; ``/dev/null`` for a side that
@@ -206,8 +230,12 @@ def merge_file(current: str, base: str, other: str, labels: tuple[str, str, str]
             argv += ["-L", label]
         result = runner.run(argv + paths, check=False, what="git merge-file")
     if result.returncode < 0 or result.returncode > 127:
-        raise ToolFailed(f"git merge-file failed with exit code {result.returncode}.", argv=list(result.argv),
-                         returncode=result.returncode, output_tail=result.stderr)
+        raise ToolFailed(
+            f"git merge-file failed with exit code {result.returncode}.",
+            argv=list(result.argv),
+            returncode=result.returncode,
+            output_tail=result.stderr,
+        )
     return result.stdout, result.returncode
 
 
@@ -225,8 +253,15 @@ def conflict_regions(path: str, merged: str) -> tuple[MergeConflict, ...]:
         elif state and line == "=======":
             state = "patch"
         elif state and (line.startswith(">>>>>>> ") or line == ">>>>>>>"):
-            regions.append(MergeConflict(file=path, line=start, upstream=tuple(parts["upstream"]),
-                                         base=tuple(parts["base"]), patch=tuple(parts["patch"])))
+            regions.append(
+                MergeConflict(
+                    file=path,
+                    line=start,
+                    upstream=tuple(parts["upstream"]),
+                    base=tuple(parts["base"]),
+                    patch=tuple(parts["patch"]),
+                )
+            )
             state = None
         elif state:
             parts[state].append(line)
@@ -259,8 +294,15 @@ def new_ranges(patch: Patch, source: Variant, release: str) -> tuple[str | None,
     return None, _join([f">={release}"], upper)
 
 
-def edit_metadata(text: str, source_index: int | None, source_range: str | None, new_diff: str,
-                  new_range: str, release: str, variant_count: int) -> str:
+def edit_metadata(
+    text: str,
+    source_index: int | None,
+    source_range: str | None,
+    new_diff: str,
+    new_range: str,
+    release: str,
+    variant_count: int,
+) -> str:
     """``patch.toml`` with the source variant's ``releases`` replaced and a variant entry added after the
     last one; every other line kept as it was (tomlkit keeps comments, quoting and layout). The comments
     that follow the last ``[[variants]]`` entry lead what comes next, so they stay after the new entry.
@@ -270,14 +312,17 @@ def edit_metadata(text: str, source_index: int | None, source_range: str | None,
     except TOMLKitError as exc:
         raise SeriesError(f"{PATCH_FILE} is not valid TOML ({exc}); fix it before refreshing.") from exc
     if tomlkit.dumps(doc) != text:
-        raise SeriesError(f"{PATCH_FILE} cannot be edited without reordering it (tomlkit cannot write back this "
-                          "layout, e.g. [[variants]] entries split by another table); put its [[variants]] "
-                          "entries together, or add the new variant by hand.")
+        raise SeriesError(
+            f"{PATCH_FILE} cannot be edited without reordering it (tomlkit cannot write back this "
+            "layout, e.g. [[variants]] entries split by another table); put its [[variants]] "
+            "entries together, or add the new variant by hand."
+        )
     variants = doc.get("variants")
     if not isinstance(variants, (AoT, Array)) or len(variants) != variant_count:
         found = len(variants) if isinstance(variants, (AoT, Array)) else 0
-        raise SeriesError(f"{PATCH_FILE} holds {found} variant entries where {variant_count} were loaded; "
-                          "edit it by hand.")
+        raise SeriesError(
+            f"{PATCH_FILE} holds {found} variant entries where {variant_count} were loaded; edit it by hand."
+        )
     if source_index is not None and source_range is not None:
         source = variants[source_index]
         # The quoting the file had, written explicitly: tomlkit releases differ in what a plain str assignment
@@ -345,9 +390,10 @@ def _release_for(target: CheckTarget, as_release: str | None) -> str:
     if target.version and target.exact:
         return target.version
     near = f" (it follows {target.version})" if target.version else ""
-    raise UsageError(f"{target.label} is not a tagged SGLang release{near}, so the new variant's first "
-                     "release is unknown.", hint="Name it with --as-release X (the release the variant is "
-                                                 "for, e.g. the next one).")
+    raise UsageError(
+        f"{target.label} is not a tagged SGLang release{near}, so the new variant's first release is unknown.",
+        hint="Name it with --as-release X (the release the variant is for, e.g. the next one).",
+    )
 
 
 def _source_variant(patch: Patch, release: str, skip: Variant | None) -> Variant:
@@ -356,8 +402,10 @@ def _source_variant(patch: Patch, release: str, skip: Variant | None) -> Variant
     if holder is not None and holder is not skip and Version(holder.base) < Version(release):
         return holder
     if not older:
-        raise UsageError(f"{patch.id} has no variant made for a release before {release} to rebuild from "
-                         f"(variants: {', '.join(f'{v.name} base {v.base}' for v in patch.variants)}).")
+        raise UsageError(
+            f"{patch.id} has no variant made for a release before {release} to rebuild from "
+            f"(variants: {', '.join(f'{v.name} base {v.base}' for v in patch.variants)})."
+        )
     return older[0]
 
 
@@ -367,9 +415,19 @@ def _draft_dir(patch_id: str, release: str) -> Path:
 
 # -- the refresh -----------------------------------------------------------------------------------------
 
-def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_release: str | None = None,
-                  dry_run: bool = False, replace: bool = False, force: bool = False,
-                  resolved: Path | None = None, on_step: Step | None = None) -> RefreshResult:
+
+def refresh_patch(
+    series: Series,
+    patch_id: str,
+    target: CheckTarget,
+    *,
+    as_release: str | None = None,
+    dry_run: bool = False,
+    replace: bool = False,
+    force: bool = False,
+    resolved: Path | None = None,
+    on_step: Step | None = None,
+) -> RefreshResult:
     """Rebuild ``patch_id`` for ``target`` (see the module text); writes only when the merge is clean (or
     every conflicting file was resolved by hand in ``resolved``, a folder laid out like the draft one), the
     engine places the new diff, and ``dry_run`` is off."""
@@ -380,32 +438,48 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
         raise UsageError(f"The series {series.path} has no patch '{patch_id}'.", hint=hint)
     release = _release_for(target, as_release)
     new_name = f"{release}.diff"
-    existing = next((v for v in patch.variants if Version(v.base) == Version(release) or v.name == new_name),
-                    None)
+    existing = next((v for v in patch.variants if Version(v.base) == Version(release) or v.name == new_name), None)
     if existing is None and (patch.folder / new_name).exists():
         raise SeriesError(f"{patch.folder / new_name} exists but no variant names it; move it away first.")
     if existing is not None and not replace:
-        raise SeriesError(f"{patch.folder / PATCH_FILE}: {patch.id} already has variant {existing.name} "
-                          f"(base {existing.base}, releases '{existing.releases}') for {release}; nothing was "
-                          "changed.", hint="Pass --replace to rebuild that variant's diff in place, or "
-                                           "--as-release with another release.")
+        raise SeriesError(
+            f"{patch.folder / PATCH_FILE}: {patch.id} already has variant {existing.name} "
+            f"(base {existing.base}, releases '{existing.releases}') for {release}; nothing was "
+            "changed.",
+            hint="Pass --replace to rebuild that variant's diff in place, or --as-release with another release.",
+        )
     source = _source_variant(patch, release, existing)
     index = next(i for i, p in enumerate(series.patches) if p.id == patch.id)
     earlier = Series(path=series.path, patches=series.patches[:index])
 
-    base = dict(patch_id=patch.id, target=target, release=release, from_variant=source.name,
-                from_base=source.base)
+    base = dict(patch_id=patch.id, target=target, release=release, from_variant=source.name, from_base=source.base)
     current = plan_series(target.root, series, version=target.version, exact=target.exact, recorded=())
     now = current.patches[index]
     if now.status == PatchStatus.PRESENT_UPSTREAM:
-        return RefreshResult(outcome=RefreshOutcome.PRESENT_UPSTREAM, new_diff=None, new_releases=None,
-                             message=f"{patch.id} is present upstream in {target.label} ({now.reason}); no "
-                                     "variant is needed there: close the last range instead.", **base)
-    if not force and not replace and now.status == PatchStatus.APPLIES and now.variant is not None and \
-            not any(h.offset or h.fuzz for h in now.hunks) and patch.variant_for(release) is now.variant:
-        return RefreshResult(outcome=RefreshOutcome.UP_TO_DATE, new_diff=None, new_releases=None,
-                             message=f"{patch.id} variant {now.variant.name} applies to {target.label} exactly; "
-                                     "nothing to refresh (--force rebuilds it anyway).", **base)
+        return RefreshResult(
+            outcome=RefreshOutcome.PRESENT_UPSTREAM,
+            new_diff=None,
+            new_releases=None,
+            message=f"{patch.id} is present upstream in {target.label} ({now.reason}); no "
+            "variant is needed there: close the last range instead.",
+            **base,
+        )
+    if (
+        not force
+        and not replace
+        and now.status == PatchStatus.APPLIES
+        and now.variant is not None
+        and not any(h.offset or h.fuzz for h in now.hunks)
+        and patch.variant_for(release) is now.variant
+    ):
+        return RefreshResult(
+            outcome=RefreshOutcome.UP_TO_DATE,
+            new_diff=None,
+            new_releases=None,
+            message=f"{patch.id} variant {now.variant.name} applies to {target.label} exactly; "
+            "nothing to refresh (--force rebuilds it anyway).",
+            **base,
+        )
 
     if existing is not None:
         old_after, new_range = None, str(existing.releases)
@@ -421,8 +495,9 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
         # Changed files first, so that the files the variant creates can follow a folder that moved.
         # The variant's own diff only: the whole files a patch ships ([[files]]) are not rewritten.
         for diff in sorted(source.diff_files, key=lambda d: d.action == "create"):
-            result, section, merged = _refresh_file(diff, source, read_base, read_target, target.root, labels,
-                                                    moves, resolved)
+            result, section, merged = _refresh_file(
+                diff, source, read_base, read_target, target.root, labels, moves, resolved
+            )
             if result.moved is not None and result.moved.new:
                 moves[str(PurePosixPath(result.old_path).parent)] = str(PurePosixPath(result.path).parent)
             done.append((result, section))
@@ -433,10 +508,16 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
     files = [f for f, _ in done]
     sections = [s for _, s in done if s]
     diff_text = "".join(sections)
-    common = dict(new_diff=new_name, new_releases=new_range, old_releases_before=str(source.releases),
-                  old_releases_after=old_after, files=tuple(files), base_source=base_source,
-                  replaced=bool(existing),
-                  **base)
+    common = dict(
+        new_diff=new_name,
+        new_releases=new_range,
+        old_releases_before=str(source.releases),
+        old_releases_after=old_after,
+        files=tuple(files),
+        base_source=base_source,
+        replaced=bool(existing),
+        **base,
+    )
 
     if any(f.merge in NEEDS_PERSON for f in files):
         draft = _draft_dir(patch.id, release)
@@ -447,32 +528,56 @@ def refresh_patch(series: Series, patch_id: str, target: CheckTarget, *, as_rele
             (draft / path).write_bytes(text.encode("utf-8", "surrogateescape"))
         draft.mkdir(parents=True, exist_ok=True)
         (draft / new_name).write_text(diff_text, encoding="utf-8")
-        people = [f"{f.path}: {len(f.conflicts)} conflict(s)" if f.merge == FileMerge.CONFLICT
-                  else f"{f.path}: {f.note}"
-                  for f in files if f.merge in NEEDS_PERSON]
-        return RefreshResult(outcome=RefreshOutcome.CONFLICT, diff_text=diff_text, draft_dir=draft,
-                             message=f"{patch.id}: the merge onto {target.label} needs a person "
-                                     f"({'; '.join(people)}). The merged files with conflict markers and a "
-                                     f"draft diff are in {draft}; the series was not changed. Resolve the files "
-                                     f"there, then run the same command with --resolved {draft}.", **common)
+        people = [
+            f"{f.path}: {len(f.conflicts)} conflict(s)" if f.merge == FileMerge.CONFLICT else f"{f.path}: {f.note}"
+            for f in files
+            if f.merge in NEEDS_PERSON
+        ]
+        return RefreshResult(
+            outcome=RefreshOutcome.CONFLICT,
+            diff_text=diff_text,
+            draft_dir=draft,
+            message=f"{patch.id}: the merge onto {target.label} needs a person "
+            f"({'; '.join(people)}). The merged files with conflict markers and a "
+            f"draft diff are in {draft}; the series was not changed. Resolve the files "
+            f"there, then run the same command with --resolved {draft}.",
+            **common,
+        )
     if not diff_text:
-        return RefreshResult(outcome=RefreshOutcome.PRESENT_UPSTREAM, diff_text="",
-                             message=f"every change of {patch.id} {source.name} is already in {target.label}; "
-                                     "no new variant is needed (add a marker so the check sees it).", **common)
+        return RefreshResult(
+            outcome=RefreshOutcome.PRESENT_UPSTREAM,
+            diff_text="",
+            message=f"every change of {patch.id} {source.name} is already in {target.label}; "
+            "no new variant is needed (add a marker so the check sees it).",
+            **common,
+        )
 
     verified = _verify(series, patch, index, target, release, new_name, new_range, diff_text)
     if verified != PatchStatus.APPLIES:
-        raise ConflictError(f"The rebuilt diff for {patch.id} does not place on {target.label} with the patch "
-                            f"engine ({verified}); nothing was written.",
-                            hint="Run with --dry-run to see the diff and fix it by hand.")
+        raise ConflictError(
+            f"The rebuilt diff for {patch.id} does not place on {target.label} with the patch "
+            f"engine ({verified}); nothing was written.",
+            hint="Run with --dry-run to see the diff and fix it by hand.",
+        )
     if dry_run:
-        return RefreshResult(outcome=RefreshOutcome.DRY_RUN, diff_text=diff_text, verified=verified,
-                             message=f"dry run: would write {patch.folder / new_name} and edit "
-                                     f"{patch.folder / PATCH_FILE}.", **common)
+        return RefreshResult(
+            outcome=RefreshOutcome.DRY_RUN,
+            diff_text=diff_text,
+            verified=verified,
+            message=f"dry run: would write {patch.folder / new_name} and edit {patch.folder / PATCH_FILE}.",
+            **common,
+        )
     written = _write(series, patch, source, existing, new_name, new_range, old_after, release, diff_text)
-    return RefreshResult(outcome=RefreshOutcome.WRITTEN, diff_text=diff_text, verified=verified, written=written,
-                         message=f"wrote {patch.folder / new_name}" + ("" if existing else
-                                 f" and a [[variants]] entry in {patch.folder / PATCH_FILE}") + ".", **common)
+    return RefreshResult(
+        outcome=RefreshOutcome.WRITTEN,
+        diff_text=diff_text,
+        verified=verified,
+        written=written,
+        message=f"wrote {patch.folder / new_name}"
+        + ("" if existing else f" and a [[variants]] entry in {patch.folder / PATCH_FILE}")
+        + ".",
+        **common,
+    )
 
 
 def _follow_moves(path: str, moves: dict[str, str], target_root: Path) -> str:
@@ -487,37 +592,67 @@ def _follow_moves(path: str, moves: dict[str, str], target_root: Path) -> str:
     return path
 
 
-def _refresh_file(diff: FileDiff, source: Variant, read_base, read_target, target_root: Path,
-                  labels: tuple[str, str, str], moves: dict[str, str],
-                  resolved: Path | None) -> tuple[RefreshedFile, str, str | None]:
+def _refresh_file(
+    diff: FileDiff,
+    source: Variant,
+    read_base,
+    read_target,
+    target_root: Path,
+    labels: tuple[str, str, str],
+    moves: dict[str, str],
+    resolved: Path | None,
+) -> tuple[RefreshedFile, str, str | None]:
     if diff.action == "create":
         path = _follow_moves(diff.path, moves, target_root)
-        note = f"created in {PurePosixPath(path).parent}/ (the folder of {diff.path} moved)" \
-            if path != diff.path else ""
+        note = (
+            f"created in {PurePosixPath(path).parent}/ (the folder of {diff.path} moved)" if path != diff.path else ""
+        )
         theirs = read_target(path)
         if theirs is None:
-            return (RefreshedFile(path=path, old_path=diff.path, action="create", merge=FileMerge.CLEAN, note=note),
-                    unified_diff(path, None, diff.target_text), None)
+            return (
+                RefreshedFile(path=path, old_path=diff.path, action="create", merge=FileMerge.CLEAN, note=note),
+                unified_diff(path, None, diff.target_text),
+                None,
+            )
         merged, count = merge_file(theirs, "", diff.target_text, labels)
         return _merged(path, diff.path, "modify", theirs, merged, count, None, resolved)
     base_text = read_base(diff.path)
     if base_text is None:
-        raise SeriesError(f"{source.diff}: {diff.path} is not in its base release {source.base}; the variant "
-                          "cannot be rebuilt from it.")
+        raise SeriesError(
+            f"{source.diff}: {diff.path} is not in its base release {source.base}; the variant "
+            "cannot be rebuilt from it."
+        )
     if diff.action == "delete":
         theirs = read_target(diff.path)
         if theirs is None:
-            return (RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge=FileMerge.UPSTREAM),
-                    "", None)
+            return (
+                RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge=FileMerge.UPSTREAM),
+                "",
+                None,
+            )
         if theirs == base_text:
-            return (RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge=FileMerge.CLEAN),
-                    unified_diff(diff.path, theirs, None), None)
-        return (RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge=FileMerge.GONE,
-                              note="changed upstream, and the variant deletes it"), "", None)
+            return (
+                RefreshedFile(path=diff.path, old_path=diff.path, action="delete", merge=FileMerge.CLEAN),
+                unified_diff(diff.path, theirs, None),
+                None,
+            )
+        return (
+            RefreshedFile(
+                path=diff.path,
+                old_path=diff.path,
+                action="delete",
+                merge=FileMerge.GONE,
+                note="changed upstream, and the variant deletes it",
+            ),
+            "",
+            None,
+        )
     placed = place_hunks(split_lines(base_text), diff)
     if not placed.ok:
-        raise SeriesError(f"{source.diff}: does not apply to {diff.path} of its own base release {source.base}; "
-                          "fix the variant first.")
+        raise SeriesError(
+            f"{source.diff}: does not apply to {diff.path} of its own base release {source.base}; "
+            "fix the variant first."
+        )
     ours = "".join(placed.lines)
     path = diff.path
     theirs = read_target(path)
@@ -525,8 +660,13 @@ def _refresh_file(diff: FileDiff, source: Variant, read_base, read_target, targe
     if theirs is None:
         moved = find_moved(target_root, path, base_text)
         if moved.new is None:
-            return (RefreshedFile(path=path, old_path=path, action="modify", merge=FileMerge.GONE, moved=moved,
-                                  note=moved.describe()), "", None)
+            return (
+                RefreshedFile(
+                    path=path, old_path=path, action="modify", merge=FileMerge.GONE, moved=moved, note=moved.describe()
+                ),
+                "",
+                None,
+            )
         path = moved.new
         theirs = read_target(path)
     merged, count = merge_file(theirs, base_text, ours, labels)
@@ -558,56 +698,120 @@ def _new_duplicates(path: str, theirs: str, merged: str) -> list[str]:
     return sorted({n for n in after if after.count(n) > 1 and before.count(n) < 2})
 
 
-def _merged(path: str, old_path: str, action: str, theirs: str, merged: str, count: int,
-            moved: MovedFile | None, resolved: Path | None = None) -> tuple[RefreshedFile, str, str | None]:
+def _merged(
+    path: str,
+    old_path: str,
+    action: str,
+    theirs: str,
+    merged: str,
+    count: int,
+    moved: MovedFile | None,
+    resolved: Path | None = None,
+) -> tuple[RefreshedFile, str, str | None]:
     if resolved is not None and (resolved / path).is_file():
         text = (resolved / path).read_bytes().decode("utf-8", "surrogateescape")
         markers = conflict_regions(path, text)
         if markers:
-            raise UsageError(f"{resolved / path} still has conflict markers (line {markers[0].line}).",
-                             hint="Keep the lines you want between <<<<<<< and >>>>>>>, delete the markers, "
-                                  "then run the command again.")
+            raise UsageError(
+                f"{resolved / path} still has conflict markers (line {markers[0].line}).",
+                hint="Keep the lines you want between <<<<<<< and >>>>>>>, delete the markers, "
+                "then run the command again.",
+            )
         if text != merged:
-            return (RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.RESOLVED, moved=moved,
-                                  note=f"taken from {resolved / path}"),
-                    unified_diff(path, theirs, text) if text != theirs else "", text)
+            return (
+                RefreshedFile(
+                    path=path,
+                    old_path=old_path,
+                    action=action,
+                    merge=FileMerge.RESOLVED,
+                    moved=moved,
+                    note=f"taken from {resolved / path}",
+                ),
+                unified_diff(path, theirs, text) if text != theirs else "",
+                text,
+            )
     if count:
-        return (RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.CONFLICT,
-                              conflicts=conflict_regions(path, merged), moved=moved),
-                unified_diff(path, theirs, merged), merged)
+        return (
+            RefreshedFile(
+                path=path,
+                old_path=old_path,
+                action=action,
+                merge=FileMerge.CONFLICT,
+                conflicts=conflict_regions(path, merged),
+                moved=moved,
+            ),
+            unified_diff(path, theirs, merged),
+            merged,
+        )
     if merged == theirs:
         unchanged = RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.UPSTREAM, moved=moved)
         return unchanged, "", merged
     twice = _new_duplicates(path, theirs, merged)
     if twice:
-        return (RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.DUPLICATE, moved=moved,
-                              note=f"the merge is clean as text but defines {', '.join(twice)} twice (upstream "
-                                   "added its own); keep one by hand"),
-                unified_diff(path, theirs, merged), merged)
-    return (RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.CLEAN, moved=moved),
-            unified_diff(path, theirs, merged), merged)
+        return (
+            RefreshedFile(
+                path=path,
+                old_path=old_path,
+                action=action,
+                merge=FileMerge.DUPLICATE,
+                moved=moved,
+                note=f"the merge is clean as text but defines {', '.join(twice)} twice (upstream "
+                "added its own); keep one by hand",
+            ),
+            unified_diff(path, theirs, merged),
+            merged,
+        )
+    return (
+        RefreshedFile(path=path, old_path=old_path, action=action, merge=FileMerge.CLEAN, moved=moved),
+        unified_diff(path, theirs, merged),
+        merged,
+    )
 
 
-def _verify(series: Series, patch: Patch, index: int, target: CheckTarget, release: str, name: str,
-            new_range: str, diff_text: str) -> str:
+def _verify(
+    series: Series,
+    patch: Patch,
+    index: int,
+    target: CheckTarget,
+    release: str,
+    name: str,
+    new_range: str,
+    diff_text: str,
+) -> str:
     """Plan the series with the new variant alone standing for the patch; its status on the target."""
     with tempfile.TemporaryDirectory(prefix="sm120kit-refresh-") as tmp:
         path = Path(tmp) / name
         path.write_text(diff_text, encoding="utf-8")
         patch_set = parse_diff(path)
         shipped = tuple(entry for entry in patch.shipped if entry.contains(release))
-        variant = Variant(diff=path, releases=SpecifierSet(new_range), base=release, patch_set=patch_set,
-                          files=file_diffs(patch_set) + tuple(f for e in shipped for f in e.diffs()), shipped=shipped)
+        variant = Variant(
+            diff=path,
+            releases=SpecifierSet(new_range),
+            base=release,
+            patch_set=patch_set,
+            files=file_diffs(patch_set) + tuple(f for e in shipped for f in e.diffs()),
+            shipped=shipped,
+        )
         trial = dataclasses.replace(patch, variants=(variant,))
-        patches = series.patches[:index] + (trial,) + series.patches[index + 1:]
-        plan = plan_series(target.root, Series(path=series.path, patches=patches), version=release, exact=True,
-                           recorded=())
+        patches = series.patches[:index] + (trial,) + series.patches[index + 1 :]
+        plan = plan_series(
+            target.root, Series(path=series.path, patches=patches), version=release, exact=True, recorded=()
+        )
         result = plan.patches[index]
         return str(result.status) if result.status == PatchStatus.APPLIES else f"{result.status}: {result.reason}"
 
 
-def _write(series: Series, patch: Patch, source: Variant, existing: Variant | None, new_name: str, new_range: str,
-           old_after: str | None, release: str, diff_text: str) -> tuple[str, ...]:
+def _write(
+    series: Series,
+    patch: Patch,
+    source: Variant,
+    existing: Variant | None,
+    new_name: str,
+    new_range: str,
+    old_after: str | None,
+    release: str,
+    diff_text: str,
+) -> tuple[str, ...]:
     meta = patch.folder / PATCH_FILE
     diff_path = patch.folder / new_name
     old_meta = meta.read_bytes()
@@ -616,8 +820,15 @@ def _write(series: Series, patch: Patch, source: Variant, existing: Variant | No
     if existing is None:
         text = old_meta.decode("utf-8")
         source_index = next(i for i, v in enumerate(patch.variants) if v is source)
-        new_text = edit_metadata(text, source_index if old_after is not None else None, old_after, new_name,
-                                 new_range, release, len(patch.variants))
+        new_text = edit_metadata(
+            text,
+            source_index if old_after is not None else None,
+            old_after,
+            new_name,
+            new_range,
+            release,
+            len(patch.variants),
+        )
     else:
         new_text = None
     try:

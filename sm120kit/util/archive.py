@@ -26,8 +26,9 @@ import stat
 import tarfile
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from sm120kit.errors import UsageError
 from sm120kit.util import regularfile
@@ -57,9 +58,10 @@ def size_limit(archive_size: int) -> int:
         except ValueError:
             value = 0
         if value <= 0:
-            raise UsageError(f"{LIMIT_ENV}={text!r} is not a positive number of bytes.",
-                             hint=f"Unset it, or set it to the largest size an archive may unpack to "
-                                  f"(e.g. {4 << 30} for 4 GiB).")
+            raise UsageError(
+                f"{LIMIT_ENV}={text!r} is not a positive number of bytes.",
+                hint=f"Unset it, or set it to the largest size an archive may unpack to (e.g. {4 << 30} for 4 GiB).",
+            )
         return value
     return max(MIN_LIMIT, RATIO * archive_size)
 
@@ -75,18 +77,39 @@ def _safe_name(name: str) -> PurePosixPath:
 
 
 def _too_large(total: int, limit: int, what: str) -> BadArchive:
-    return BadArchive(f"it unpacks to {what} {total:,} bytes, over the bound of {limit:,} bytes (a zip bomb, or "
-                      f"an archive larger than expected; {LIMIT_ENV}=BYTES raises the bound)", too_large=True)
+    return BadArchive(
+        f"it unpacks to {what} {total:,} bytes, over the bound of {limit:,} bytes (a zip bomb, or "
+        f"an archive larger than expected; {LIMIT_ENV}=BYTES raises the bound)",
+        too_large=True,
+    )
 
 
 def _decode_error(exc: BaseException) -> bool:
     """Whether ``exc`` says the compressed data is damaged (as opposed to a disk error)."""
-    return isinstance(exc, (zipfile.BadZipFile, zlib.error, EOFError, lzma.LZMAError, gzip.BadGzipFile,
-                            tarfile.TarError, NotImplementedError, RuntimeError, UnicodeDecodeError))
+    return isinstance(
+        exc,
+        (
+            zipfile.BadZipFile,
+            zlib.error,
+            EOFError,
+            lzma.LZMAError,
+            gzip.BadGzipFile,
+            tarfile.TarError,
+            NotImplementedError,
+            RuntimeError,
+            UnicodeDecodeError,
+        ),
+    )
 
 
-def unpack(archive: BinaryIO | Path, dest: Path, *, select: Callable[[str], bool] | None = None,
-           archive_size: int | None = None, digests: dict[str, str] | None = None) -> int:
+def unpack(
+    archive: BinaryIO | Path,
+    dest: Path,
+    *,
+    select: Callable[[str], bool] | None = None,
+    archive_size: int | None = None,
+    digests: dict[str, str] | None = None,
+) -> int:
     """Unpack the zip or tar (plain, gz, bz2, xz) ``archive`` (a path or an open binary file) into the
     existing folder ``dest``; only the members ``select(name)`` accepts when given. Returns the bytes
     written. ``digests``, for a zip: filled with the SHA-256 (hex) of each file member written, by name.
@@ -140,8 +163,9 @@ def _unpack_zip(handle: BinaryIO, dest: Path, select, limit: int, digests: dict[
             target.parent.mkdir(parents=True, exist_ok=True)
             unix = info.external_attr >> 16
             executable = stat.S_ISREG(unix) and bool(unix & 0o111)  # pip's rule for a wheel's scripts
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                         (0o777 if executable else 0o666) & ~umask)
+            fd = os.open(
+                target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, (0o777 if executable else 0o666) & ~umask
+            )
             digest = hashlib.sha256()
             with os.fdopen(fd, "wb") as out, zf.open(info) as src:  # zipfile checks each member's CRC
                 while chunk := src.read(_CHUNK):

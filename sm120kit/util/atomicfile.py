@@ -40,14 +40,18 @@ import signal
 import socket
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from sm120kit.errors import IOFailure
 
-_FAULT_ENVS = {"replace": "SM120KIT_FAULT_AFTER_WRITES", "tmp": "SM120KIT_FAULT_IN_WRITE",
-               "probe": "SM120KIT_FAULT_IN_PROBE", "cleanup": "SM120KIT_FAULT_IN_CLEANUP",
-               "lock": "SM120KIT_FAULT_IN_LOCK"}
+_FAULT_ENVS = {
+    "replace": "SM120KIT_FAULT_AFTER_WRITES",
+    "tmp": "SM120KIT_FAULT_IN_WRITE",
+    "probe": "SM120KIT_FAULT_IN_PROBE",
+    "cleanup": "SM120KIT_FAULT_IN_CLEANUP",
+    "lock": "SM120KIT_FAULT_IN_LOCK",
+}
 _counts = {kind: 0 for kind in _FAULT_ENVS}
 
 
@@ -68,17 +72,28 @@ def _fault_point(kind: str = "replace") -> None:
 
 def _io_error(path: Path, exc: OSError, doing: str) -> IOFailure:
     full = exc.errno == errno.ENOSPC or exc.errno == errno.EDQUOT
-    return IOFailure(f"Cannot {doing} {path}: {exc.strerror or exc}.",
-                     hint="Free some disk space and run the command again." if full else
-                     "Check that the tree is writable by you and the disk is not full.")
+    return IOFailure(
+        f"Cannot {doing} {path}: {exc.strerror or exc}.",
+        hint="Free some disk space and run the command again."
+        if full
+        else "Check that the tree is writable by you and the disk is not full.",
+    )
 
 
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def write_atomic(path: Path, data: bytes, mode: int | None, *, fsync: bool = False,
-                 fault_point: bool = False, tmp: Path | None = None, dir_fd: int | None = None) -> None:
+def write_atomic(
+    path: Path,
+    data: bytes,
+    mode: int | None,
+    *,
+    fsync: bool = False,
+    fault_point: bool = False,
+    tmp: Path | None = None,
+    dir_fd: int | None = None,
+) -> None:
     """Write ``data`` to ``path`` through a temporary file and ``os.replace``; keep ``mode`` (permission
     bits) when given. ``tmp``: the temporary file's path (journaled by the caller; replaced if a killed
     run left it), else a fresh random name. ``dir_fd``: an open descriptor of the folder ``path`` lies in;
@@ -147,6 +162,7 @@ def fsync_dir(path: Path) -> None:
 
 
 # -- folders -----------------------------------------------------------------------------------------------
+
 
 def current_umask() -> int:
     """The process umask, read without changing it where Linux tells it (``/proc/self/status``)."""
@@ -221,7 +237,7 @@ def _old_dir_prefix(name: str) -> str:
 
 
 def _owner_gone(entry: Path, prefix: str, host: str) -> bool:
-    owner, _, rest = entry.name[len(prefix):].partition("@")
+    owner, _, rest = entry.name[len(prefix) :].partition("@")
     pid, _, _ = rest.partition("@")
     return owner == host and pid.isdigit() and not _alive(int(pid)) and not entry.is_symlink()
 
@@ -311,6 +327,7 @@ def glob_escape(text: str) -> str:
 
 
 # -- signals ----------------------------------------------------------------------------------------------
+
 
 class DeferredSignals:
     """Which of SIGINT / SIGTERM arrived while held back (see :func:`deferred_signals`)."""

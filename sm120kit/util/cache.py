@@ -29,8 +29,11 @@ def _home() -> Path:
     except (ImportError, KeyError):
         entry = ""
     if not entry:
-        raise IOFailure(f"sm120kit has no cache folder: HOME is not set and user id {os.getuid()} has no home "
-                        f"folder, and neither {ENV} nor XDG_CACHE_HOME is set.", hint=_HINT)
+        raise IOFailure(
+            f"sm120kit has no cache folder: HOME is not set and user id {os.getuid()} has no home "
+            f"folder, and neither {ENV} nor XDG_CACHE_HOME is set.",
+            hint=_HINT,
+        )
     return Path(entry)
 
 
@@ -78,6 +81,9 @@ def writable_dir(path: Path) -> Path:
 def cache_error(path: Path, exc: OSError) -> IOFailure:
     """The :class:`IOFailure` for an ``OSError`` on ``path`` in the cache (disk full said as such)."""
     full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    return IOFailure(f"Cannot write the cache folder {path}: {exc.strerror or exc}.",
-                     hint="Free some disk space and run the command again (or set "
-                          f"{ENV} to a folder on another disk)." if full else _HINT)
+    return IOFailure(
+        f"Cannot write the cache folder {path}: {exc.strerror or exc}.",
+        hint=f"Free some disk space and run the command again (or set {ENV} to a folder on another disk)."
+        if full
+        else _HINT,
+    )

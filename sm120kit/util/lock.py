@@ -21,8 +21,8 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from sm120kit.errors import IOFailure, UsageError
 from sm120kit.util.atomicfile import fault_point
@@ -43,9 +43,10 @@ def _wait_seconds() -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
-        raise UsageError(f"{WAIT_ENV}={text!r} is not a number of seconds to wait for the tree lock.",
-                         hint=f"Set it to a number >= 0 (e.g. {WAIT_ENV}=30), or unset it for the default of "
-                              f"{DEFAULT_WAIT:.0f} s.")
+        raise UsageError(
+            f"{WAIT_ENV}={text!r} is not a number of seconds to wait for the tree lock.",
+            hint=f"Set it to a number >= 0 (e.g. {WAIT_ENV}=30), or unset it for the default of {DEFAULT_WAIT:.0f} s.",
+        )
     return value
 
 
@@ -72,8 +73,11 @@ def read_holder(path: Path) -> dict | None:
         os.close(fd)
     if not isinstance(data, dict):
         return None
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, (str, int, float))
-            and not isinstance(v, bool)}
+    return {
+        k: v
+        for k, v in data.items()
+        if isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)
+    }
 
 
 def _check_lock_file(path: Path, fd: int) -> None:
@@ -87,9 +91,11 @@ def _check_lock_file(path: Path, fd: int) -> None:
         why = f"has {info.st_nlink} names (a hard link: another file shares its content)"
     if why:
         os.close(fd)
-        raise IOFailure(f"The lock file {path} {why}; sm120kit writes its holder into that file, so it does not "
-                        "use it. Nothing was changed.",
-                        hint=f"Remove {path} (sm120kit creates a new one) and run the command again.")
+        raise IOFailure(
+            f"The lock file {path} {why}; sm120kit writes its holder into that file, so it does not "
+            "use it. Nothing was changed.",
+            hint=f"Remove {path} (sm120kit creates a new one) and run the command again.",
+        )
 
 
 @contextlib.contextmanager
@@ -132,8 +138,9 @@ def reading(path: Path, *, wait: float | None = None) -> Iterator[dict | None]:
 class TreeLock:
     """``with TreeLock(path, command="apply"):`` -- raises :class:`IOFailure` when another run holds it."""
 
-    def __init__(self, path: Path, *, command: str = "", wait: float | None = None,
-                 prepare: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, path: Path, *, command: str = "", wait: float | None = None, prepare: Callable[[], None] | None = None
+    ) -> None:
         self.path = Path(path)
         self.command = command
         self.wait = _wait_seconds() if wait is None else wait
@@ -149,12 +156,15 @@ class TreeLock:
                 return fd
             except FileNotFoundError:
                 if attempt == 19:
-                    raise IOFailure(f"Cannot create the lock file {self.path}: its folder keeps disappearing.",
-                                    hint="Another program is removing it; stop that and try again.") from None
+                    raise IOFailure(
+                        f"Cannot create the lock file {self.path}: its folder keeps disappearing.",
+                        hint="Another program is removing it; stop that and try again.",
+                    ) from None
                 self._prepare()
             except OSError as exc:
-                raise IOFailure(f"Cannot create the lock file {self.path}: {exc.strerror or exc}.",
-                                hint=_hint(exc)) from None
+                raise IOFailure(
+                    f"Cannot create the lock file {self.path}: {exc.strerror or exc}.", hint=_hint(exc)
+                ) from None
         raise AssertionError("unreachable")
 
     def acquire(self) -> None:
@@ -167,8 +177,10 @@ class TreeLock:
             except OSError as exc:
                 if not isinstance(exc, BlockingIOError):
                     os.close(fd)
-                    raise IOFailure(f"Cannot lock {self.path}: {exc.strerror or exc}.",
-                                    hint="The file system must support flock (a local disk does).") from None
+                    raise IOFailure(
+                        f"Cannot lock {self.path}: {exc.strerror or exc}.",
+                        hint="The file system must support flock (a local disk does).",
+                    ) from None
                 os.close(fd)
                 if time.monotonic() >= deadline:
                     raise self._held_error() from None
@@ -186,15 +198,21 @@ class TreeLock:
                 self._prepare()
                 continue
             self._fd = fd
-            info = {"pid": os.getpid(), "host": socket.gethostname(),
-                    "since": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": self.command}
+            info = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "since": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                "command": self.command,
+            }
             try:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, json.dumps(info).encode(), 0)
             except OSError as exc:
                 self.release()
-                raise IOFailure(f"Cannot write the lock file {self.path}: {exc.strerror or exc}. Nothing was "
-                                "changed.", hint=_hint(exc)) from None
+                raise IOFailure(
+                    f"Cannot write the lock file {self.path}: {exc.strerror or exc}. Nothing was changed.",
+                    hint=_hint(exc),
+                ) from None
             return
 
     def _held_error(self) -> IOFailure:
@@ -202,7 +220,8 @@ class TreeLock:
             f"The tree is locked by another sm120kit run ({describe_holder(read_holder(self.path))}); waited "
             f"{self.wait:.0f} s.",
             hint=f"Wait for that run to finish and try again. The lock is {self.path}; it is released "
-                 "automatically when that process ends.")
+            "automatically when that process ends.",
+        )
         error.lock_held = True  # type: ignore[attr-defined]  # not a disk problem: the caller keeps its folder
         return error
 
@@ -216,7 +235,7 @@ class TreeLock:
                 os.close(self._fd)
                 self._fd = None
 
-    def __enter__(self) -> "TreeLock":
+    def __enter__(self) -> TreeLock:
         self.acquire()
         return self
 

@@ -15,8 +15,14 @@ import os
 import stat
 from pathlib import Path
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
 
 
 class NotRegularFile(OSError):
@@ -55,8 +61,14 @@ def read_bytes(path: str | os.PathLike, *, follow: bool = True, limit: int | Non
         return handle.read() if limit is None else handle.read(limit)
 
 
-def read_text(path: str | os.PathLike, *, encoding: str = "utf-8", errors: str = "strict",
-              follow: bool = True, limit: int | None = None) -> str:
+def read_text(
+    path: str | os.PathLike,
+    *,
+    encoding: str = "utf-8",
+    errors: str = "strict",
+    follow: bool = True,
+    limit: int | None = None,
+) -> str:
     return read_bytes(path, follow=follow, limit=limit).decode(encoding, errors)
 
 

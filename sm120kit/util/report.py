@@ -9,13 +9,13 @@ console (``sm120kit.ui``), a library caller passes its own or none.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 Progress = Callable[[int, int, str], None]
 Step = Callable[[str], None]
 
 
-def tell(callback: Optional[Step], text: str) -> None:
+def tell(callback: Step | None, text: str) -> None:
     """``callback(text)`` when there is a callback."""
     if callback is not None:
         callback(text)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence, Union
 
 from sm120kit.errors import Sm120kitError
 from sm120kit.util import regularfile
@@ -25,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-KeyPath = tuple[Union[str, int], ...]  # ("variants", 1, "diff"): an entry of an array of tables is its index
+KeyPath = tuple[str | int, ...]  # ("variants", 1, "diff"): an entry of an array of tables is its index
 
 
 # -- where each key was written --------------------------------------------------------------------------
@@ -207,6 +207,7 @@ def _scan_value(line: str, pos: int, depth: int) -> tuple[str | None, int]:
 
 # -- documents and their errors ---------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Wording:
     """How the errors about one family of documents are phrased.
@@ -223,9 +224,16 @@ class Wording:
     position_first: bool = True  # "file:line:column: not valid TOML: reason" vs "file: ... (at line L, ...)"
     keys_hint: str = "Allowed keys: {keys}."
     sorted_keys: bool = False
-    type_names: Mapping[type, str] = field(default_factory=lambda: {
-        str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "an array",
-        dict: "a table"})
+    type_names: Mapping[type, str] = field(
+        default_factory=lambda: {
+            str: "a string",
+            int: "an integer",
+            float: "a number",
+            bool: "true or false",
+            list: "an array",
+            dict: "a table",
+        }
+    )
     wanted_prefix: str = ""
     alternatives: Mapping[tuple[type, ...], str] = field(default_factory=dict)
 
@@ -271,9 +279,10 @@ def read(file: Path, error: type[Sm120kitError], wording: Wording | None = None)
     try:
         data = tomllib.loads(text)
     except RecursionError:  # tomllib recurses once per nested array or inline table
-        raise error(f"{file}: not valid TOML for sm120kit: its arrays or tables are nested too deeply for "
-                    "Python's parser.", hint="Such nesting is not part of any sm120kit format; check where the "
-                                             "file came from.") from None
+        raise error(
+            f"{file}: not valid TOML for sm120kit: its arrays or tables are nested too deeply for Python's parser.",
+            hint="Such nesting is not part of any sm120kit format; check where the file came from.",
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         at = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)
@@ -290,8 +299,14 @@ def table_name(path: Sequence[str | int]) -> str:
     return "[" + ".".join(str(p) for p in path) + "]" if path else "the top level"
 
 
-def check_keys(doc: Doc, table: dict, path: Sequence[str | int], known: Mapping[str, type | tuple[type, ...]],
-               required: Sequence[str] = (), what: str | None = None) -> None:
+def check_keys(
+    doc: Doc,
+    table: dict,
+    path: Sequence[str | int],
+    known: Mapping[str, type | tuple[type, ...]],
+    required: Sequence[str] = (),
+    what: str | None = None,
+) -> None:
     """Reject a key of ``table`` not in ``known`` (with a suggestion), a value whose type is not the one
     ``known`` gives (``bool`` passes for ``int`` only where listed), and a missing ``required`` key.
 
@@ -301,13 +316,19 @@ def check_keys(doc: Doc, table: dict, path: Sequence[str | int], known: Mapping[
     what = what if what is not None else table_name(path)
     for key, value in table.items():
         if key not in known:
-            raise doc.fail(path + (key,), f"unknown key '{key}' in {what}.{did_you_mean(key, known)}",
-                           hint=doc.wording.allowed(known))
+            raise doc.fail(
+                path + (key,),
+                f"unknown key '{key}' in {what}.{did_you_mean(key, known)}",
+                hint=doc.wording.allowed(known),
+            )
         want = known[key]
         types = want if isinstance(want, tuple) else (want,)
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise doc.fail(path + (key,), f"'{key}' in {what} must be {doc.wording.wanted(types)}, "
-                                          f"not {doc.wording.type_name(type(value))} ({value!r}).")
+            raise doc.fail(
+                path + (key,),
+                f"'{key}' in {what} must be {doc.wording.wanted(types)}, "
+                f"not {doc.wording.type_name(type(value))} ({value!r}).",
+            )
     for key in required:
         if key not in table:
             raise doc.fail(path, f"{what} lacks the required key '{key}'.")

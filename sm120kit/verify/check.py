@@ -16,9 +16,10 @@ import importlib
 import importlib.util
 import math
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 OK, FAIL, SKIPPED = "ok", "fail", "skipped"
 
@@ -83,7 +84,8 @@ class CheckResult:
     def worst(self) -> CaseResult | None:
         """The case with the largest error relative to its tolerance (a raising case counts as worst)."""
         ranked = [c for c in self.cases if c.error and not c.skipped] or sorted(
-            (c for c in self.cases if c.tolerance and not c.skipped), key=lambda c: -(_ratio(c)))
+            (c for c in self.cases if c.tolerance and not c.skipped), key=lambda c: -(_ratio(c))
+        )
         return ranked[0] if ranked else None
 
     def to_json(self) -> dict:
@@ -101,9 +103,18 @@ class CheckResult:
             "skip_cause": self.skip_cause,
             "missing_packages": list(self.packages),
             "cases": [
-                {"label": c.label, "ok": c.ok, "max_error": c.max_error, "tolerance": c.tolerance,
-                 "metric": c.metric, "error": c.error, "note": c.note or None, "skipped": c.skipped,
-                 "skip_cause": c.skip_cause, "missing_package": c.package}
+                {
+                    "label": c.label,
+                    "ok": c.ok,
+                    "max_error": c.max_error,
+                    "tolerance": c.tolerance,
+                    "metric": c.metric,
+                    "error": c.error,
+                    "note": c.note or None,
+                    "skipped": c.skipped,
+                    "skip_cause": c.skip_cause,
+                    "missing_package": c.package,
+                }
                 for c in self.cases
             ],
         }
@@ -192,8 +203,15 @@ def run_case(label: str, func: Callable[[], CaseResult | list[CaseResult]]) -> l
     except ModuleNotFoundError as exc:
         top = (exc.name or "").split(".")[0]
         if top and top != "sglang":
-            return [CaseResult(label, False, skipped=f"needs the Python package '{top}', which is not installed",
-                               skip_cause=MISSING_PACKAGE, package=top)]
+            return [
+                CaseResult(
+                    label,
+                    False,
+                    skipped=f"needs the Python package '{top}', which is not installed",
+                    skip_cause=MISSING_PACKAGE,
+                    package=top,
+                )
+            ]
         return [CaseResult(label, False, error=describe_exception(exc))]
     except Exception as exc:  # the backend failed: that is the finding
         return [CaseResult(label, False, error=describe_exception(exc))]
@@ -203,12 +221,16 @@ def run_case(label: str, func: Callable[[], CaseResult | list[CaseResult]]) -> l
 def hint_for(cases: Iterable[CaseResult], capability: tuple[int, int]) -> str:
     text = " ".join(c.error or "" for c in cases)
     if "out of resource: shared memory" in text or "OutOfResources" in text:
-        return ("The kernel's block sizes need more shared memory per block than this GPU has "
-                f"({capability[0]}.{capability[1]}); SGLang picked sizes for a larger GPU. The sm120kit patch "
-                "series carries SM120 block sizes for SGLang's Triton kernels.")
+        return (
+            "The kernel's block sizes need more shared memory per block than this GPU has "
+            f"({capability[0]}.{capability[1]}); SGLang picked sizes for a larger GPU. The sm120kit patch "
+            "series carries SM120 block sizes for SGLang's Triton kernels."
+        )
     if "no kernel image is available" in text:
-        return ("The library holds no machine code for this GPU; run `sm120kit verify` without --backend to see "
-                "which library lacks it in the environment report.")
+        return (
+            "The library holds no machine code for this GPU; run `sm120kit verify` without --backend to see "
+            "which library lacks it in the environment report."
+        )
     return ""
 
 
@@ -269,8 +291,12 @@ def import_sglang_module(*names: str):
             top = (exc.name or "").split(".")[0]
             if not top or top == "sglang":
                 raise  # an SGLang module missing from an SGLang tree: a broken install, not a skip
-            raise Skip(f"{name} is in this SGLang ({path}), but importing it needs the Python package "
-                       f"'{top}', which is not installed", cause=MISSING_PACKAGE, package=top) from exc
+            raise Skip(
+                f"{name} is in this SGLang ({path}), but importing it needs the Python package "
+                f"'{top}', which is not installed",
+                cause=MISSING_PACKAGE,
+                package=top,
+            ) from exc
         except BaseException:
             _forget_orphans("sglang")
             raise
@@ -295,12 +321,17 @@ def call_with_known_params(func: Callable, what: str, values: dict[str, Any]) ->
 
     params = inspect.signature(func).parameters
     kwargs = {k: v for k, v in values.items() if k in params}
-    missing = [n for n, p in params.items()
-               if n not in kwargs and p.default is inspect.Parameter.empty
-               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    missing = [
+        n
+        for n, p in params.items()
+        if n not in kwargs
+        and p.default is inspect.Parameter.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
     if missing:
-        raise RuntimeError(f"{what} of this SGLang release wants parameters sm120kit's check does not provide: "
-                           f"{', '.join(missing)}")
+        raise RuntimeError(
+            f"{what} of this SGLang release wants parameters sm120kit's check does not provide: {', '.join(missing)}"
+        )
     return func(**kwargs)
 
 

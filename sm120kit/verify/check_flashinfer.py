@@ -54,8 +54,10 @@ def prefill(ctx: CheckContext) -> list[CaseResult]:
     torch, dev = ctx.torch, ctx.device
     results: list[CaseResult] = []
     for label, hq, hkv, dim, prefixes, extends in (
-            ("bf16 GQA 8/2 heads, head dim 128, paged with prefix", 8, 2, 128, (0, 40), (25, 60)),
-            ("bf16 MHA 4/4 heads, head dim 64, paged with prefix", 4, 4, 64, (17, 0), (33, 8))):
+        ("bf16 GQA 8/2 heads, head dim 128, paged with prefix", 8, 2, 128, (0, 40), (25, 60)),
+        ("bf16 MHA 4/4 heads, head dim 64, paged with prefix", 4, 4, 64, (17, 0), (33, 8)),
+    ):
+
         def case(label=label, hq=hq, hkv=hkv, dim=dim, prefixes=prefixes, extends=extends):
             bf16 = torch.bfloat16
             kv_lens = [p + e for p, e in zip(prefixes, extends)]
@@ -66,18 +68,37 @@ def prefill(ctx: CheckContext) -> list[CaseResult]:
             qo_indptr = torch.tensor([0, *extends], device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32)
             scale = 1.0 / math.sqrt(dim)
             wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(_workspace(torch, dev), "NHD")
-            call_with_known_params(wrapper.plan, "BatchPrefillWithPagedKVCacheWrapper.plan", dict(
-                qo_indptr=qo_indptr, paged_kv_indptr=kv_indptr, paged_kv_indices=kv_indices,
-                paged_kv_last_page_len=last, num_qo_heads=hq, num_kv_heads=hkv, head_dim_qk=dim, head_dim=dim,
-                page_size=1, causal=True, sm_scale=scale, q_data_type=bf16, kv_data_type=bf16))
+            call_with_known_params(
+                wrapper.plan,
+                "BatchPrefillWithPagedKVCacheWrapper.plan",
+                dict(
+                    qo_indptr=qo_indptr,
+                    paged_kv_indptr=kv_indptr,
+                    paged_kv_indices=kv_indices,
+                    paged_kv_last_page_len=last,
+                    num_qo_heads=hq,
+                    num_kv_heads=hkv,
+                    head_dim_qk=dim,
+                    head_dim=dim,
+                    page_size=1,
+                    causal=True,
+                    sm_scale=scale,
+                    q_data_type=bf16,
+                    kv_data_type=bf16,
+                ),
+            )
             out = wrapper.run(q, (k_cache, v_cache))
             refs, q_begin = [], 0
             for r, (p, e) in enumerate(zip(prefixes, extends)):
-                pages = kv_indices[kv_indptr[r]:kv_indptr[r + 1]].long()
-                refs.append(ref_attention(torch, q[q_begin:q_begin + e], k_cache[pages, 0], v_cache[pages, 0], scale,
-                                          causal_offset=p))
+                pages = kv_indices[kv_indptr[r] : kv_indptr[r + 1]].long()
+                refs.append(
+                    ref_attention(
+                        torch, q[q_begin : q_begin + e], k_cache[pages, 0], v_cache[pages, 0], scale, causal_offset=p
+                    )
+                )
                 q_begin += e
             return compare(label, out, torch.cat(refs), tol=ATTN_TOL_BF16)
+
         results += run_case(label, case)
     return results
 
@@ -87,8 +108,10 @@ def decode(ctx: CheckContext) -> list[CaseResult]:
     torch, dev = ctx.torch, ctx.device
     results: list[CaseResult] = []
     for label, hq, hkv, dim, tensor_cores in (
-            ("bf16 MHA 8/8 heads, head dim 128", 8, 8, 128, False),
-            ("bf16 GQA 32/8 heads, head dim 128, tensor-core decode", 32, 8, 128, True)):
+        ("bf16 MHA 8/8 heads, head dim 128", 8, 8, 128, False),
+        ("bf16 GQA 32/8 heads, head dim 128, tensor-core decode", 32, 8, 128, True),
+    ):
+
         def case(label=label, hq=hq, hkv=hkv, dim=dim, tensor_cores=tensor_cores):
             bf16 = torch.bfloat16
             seq_lens = [1, 77, 300, 1030]
@@ -97,17 +120,32 @@ def decode(ctx: CheckContext) -> list[CaseResult]:
             v_cache = torch.randn(pool, 1, hkv, dim, device=dev, dtype=bf16)
             q = torch.randn(len(seq_lens), hq, dim, device=dev, dtype=bf16)
             scale = 1.0 / math.sqrt(dim)
-            wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(_workspace(torch, dev), "NHD",
-                                                            use_tensor_cores=tensor_cores)
-            call_with_known_params(wrapper.plan, "BatchDecodeWithPagedKVCacheWrapper.plan", dict(
-                indptr=kv_indptr, indices=kv_indices, last_page_len=last, num_qo_heads=hq, num_kv_heads=hkv,
-                head_dim=dim, page_size=1, sm_scale=scale, q_data_type=bf16, kv_data_type=bf16))
+            wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(
+                _workspace(torch, dev), "NHD", use_tensor_cores=tensor_cores
+            )
+            call_with_known_params(
+                wrapper.plan,
+                "BatchDecodeWithPagedKVCacheWrapper.plan",
+                dict(
+                    indptr=kv_indptr,
+                    indices=kv_indices,
+                    last_page_len=last,
+                    num_qo_heads=hq,
+                    num_kv_heads=hkv,
+                    head_dim=dim,
+                    page_size=1,
+                    sm_scale=scale,
+                    q_data_type=bf16,
+                    kv_data_type=bf16,
+                ),
+            )
             out = wrapper.run(q, (k_cache, v_cache))
             refs = []
             for r in range(len(seq_lens)):
-                pages = kv_indices[kv_indptr[r]:kv_indptr[r + 1]].long()
-                refs.append(ref_attention(torch, q[r:r + 1], k_cache[pages, 0], v_cache[pages, 0], scale))
+                pages = kv_indices[kv_indptr[r] : kv_indptr[r + 1]].long()
+                refs.append(ref_attention(torch, q[r : r + 1], k_cache[pages, 0], v_cache[pages, 0], scale))
             return compare(label, out, torch.cat(refs), tol=ATTN_TOL_BF16)
+
         results += run_case(label, case)
     return results
 
@@ -116,8 +154,9 @@ def mla(ctx: CheckContext) -> list[CaseResult]:
     fi = _flashinfer()
     wrapper_cls = getattr(fi, "BatchMLAPagedAttentionWrapper", None)
     if wrapper_cls is None:
-        raise Skip(f"this FlashInfer ({getattr(fi, '__version__', '?')}) has no BatchMLAPagedAttentionWrapper",
-                   cause=ABSENT)
+        raise Skip(
+            f"this FlashInfer ({getattr(fi, '__version__', '?')}) has no BatchMLAPagedAttentionWrapper", cause=ABSENT
+        )
     torch, dev = ctx.torch, ctx.device
     heads, ckv_dim, kpe_dim = 16, 512, 64
     label = f"bf16 decode, {heads} heads, latent {ckv_dim} + rope {kpe_dim}"
@@ -135,18 +174,33 @@ def mla(ctx: CheckContext) -> list[CaseResult]:
         kv_lens = torch.tensor(seq_lens, device=dev, dtype=torch.int32)
         scale = 1.0 / math.sqrt(ckv_dim + kpe_dim)
         wrapper = wrapper_cls(_workspace(torch, dev))
-        call_with_known_params(wrapper.plan, "BatchMLAPagedAttentionWrapper.plan", dict(
-            qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_len_arr=kv_lens, num_heads=heads,
-            head_dim_ckv=ckv_dim, head_dim_kpe=kpe_dim, page_size=1, causal=False, sm_scale=scale,
-            q_data_type=bf16, kv_data_type=bf16))
+        call_with_known_params(
+            wrapper.plan,
+            "BatchMLAPagedAttentionWrapper.plan",
+            dict(
+                qo_indptr=qo_indptr,
+                kv_indptr=kv_indptr,
+                kv_indices=kv_indices,
+                kv_len_arr=kv_lens,
+                num_heads=heads,
+                head_dim_ckv=ckv_dim,
+                head_dim_kpe=kpe_dim,
+                page_size=1,
+                causal=False,
+                sm_scale=scale,
+                q_data_type=bf16,
+                kv_data_type=bf16,
+            ),
+        )
         out = wrapper.run(q_nope, q_pe, ckv, kpe)
         refs = []
         for r in range(bs):
-            pages = kv_indices[kv_indptr[r]:kv_indptr[r + 1]].long()
+            pages = kv_indices[kv_indptr[r] : kv_indptr[r + 1]].long()
             keys = torch.cat([ckv[pages], kpe[pages]], dim=-1)  # [L, 1, 576]
-            query = torch.cat([q_nope[r:r + 1], q_pe[r:r + 1]], dim=-1)  # [1, H, 576]
+            query = torch.cat([q_nope[r : r + 1], q_pe[r : r + 1]], dim=-1)  # [1, H, 576]
             refs.append(ref_attention(torch, query, keys, ckv[pages], scale))
         return compare(label, out, torch.cat(refs), tol=ATTN_TOL_BF16)
+
     return run_case(label, case)
 
 
@@ -156,8 +210,10 @@ FP4_GEMM_TOL = 0.3
 
 def fp4_gemm(ctx: CheckContext) -> list[CaseResult]:
     if not has_block_scaled_fp4(ctx.capability):
-        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no block-scaled FP4 MMA "
-                   "(10.x and 12.x have it)", cause=GPU_LACKS_FEATURE)
+        raise Skip(
+            f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no block-scaled FP4 MMA (10.x and 12.x have it)",
+            cause=GPU_LACKS_FEATURE,
+        )
     fi = _flashinfer()
     quant = getattr(fi, "fp4_quantize", None)
     mm = getattr(fi, "mm_fp4", None)
@@ -180,6 +236,7 @@ def fp4_gemm(ctx: CheckContext) -> list[CaseResult]:
             out = mm(a_fp4, w_fp4.T, a_sf, w_sf.T, alpha, torch.bfloat16, backend=backend)
             ref = a.float() @ w.float().t()
             return compare(label, out, ref, tol=FP4_GEMM_TOL, metric=REL_FRO)
+
         results += run_case(label, case)
     return results
 

@@ -62,6 +62,7 @@ def rmsnorm(ctx: CheckContext) -> list[CaseResult]:
     torch, dev = ctx.torch, ctx.device
     results: list[CaseResult] = []
     for label, dtype_name, hidden in NORM_CASES:
+
         def case(label=label, dtype_name=dtype_name, hidden=hidden):
             dtype = getattr(torch, dtype_name)
             tokens = int(label.split(",")[1].split()[0])
@@ -69,6 +70,7 @@ def rmsnorm(ctx: CheckContext) -> list[CaseResult]:
             w = (1.0 + 0.1 * torch.randn(hidden, device=dev)).to(dtype)
             out = fn(x, w, 1e-6)
             return compare(label, out, _rms_ref(torch, x, w, 1e-6), tol=NORM_TOL, metric=REL_MAX)
+
         results += run_case(label, case)
     return results
 
@@ -79,6 +81,7 @@ def fused_add_rmsnorm(ctx: CheckContext) -> list[CaseResult]:
     torch, dev = ctx.torch, ctx.device
     results: list[CaseResult] = []
     for label, dtype_name, hidden in NORM_CASES:
+
         def case(label=label, dtype_name=dtype_name, hidden=hidden):
             dtype = getattr(torch, dtype_name)
             tokens = int(label.split(",")[1].split()[0])
@@ -88,8 +91,11 @@ def fused_add_rmsnorm(ctx: CheckContext) -> list[CaseResult]:
             summed = (x.float() + residual.float()).to(dtype)
             ref_out = _rms_ref(torch, summed, w, 1e-6)
             fn(x, residual, w, 1e-6)  # in place: residual += x; x = rmsnorm(residual)
-            return [compare(f"{label}, normalized", x, ref_out, tol=NORM_TOL, metric=REL_MAX),
-                    compare(f"{label}, residual sum", residual, summed.float(), tol=NORM_TOL, metric=REL_MAX)]
+            return [
+                compare(f"{label}, normalized", x, ref_out, tol=NORM_TOL, metric=REL_MAX),
+                compare(f"{label}, residual sum", residual, summed.float(), tol=NORM_TOL, metric=REL_MAX),
+            ]
+
         results += run_case(label, case)
     return results
 
@@ -99,8 +105,11 @@ def silu_and_mul(ctx: CheckContext) -> list[CaseResult]:
     _, fn = _op(sk, "silu_and_mul")
     torch, dev = ctx.torch, ctx.device
     results: list[CaseResult] = []
-    for label, dtype_name, inter in (("bf16, 33 tokens x 2x11008", "bfloat16", 11008),
-                                     ("fp16, 5 tokens x 2x1024", "float16", 1024)):
+    for label, dtype_name, inter in (
+        ("bf16, 33 tokens x 2x11008", "bfloat16", 11008),
+        ("fp16, 5 tokens x 2x1024", "float16", 1024),
+    ):
+
         def case(label=label, dtype_name=dtype_name, inter=inter):
             dtype = getattr(torch, dtype_name)
             tokens = int(label.split(",")[1].split()[0])
@@ -109,6 +118,7 @@ def silu_and_mul(ctx: CheckContext) -> list[CaseResult]:
             xf = x.float()
             ref = torch.nn.functional.silu(xf[:, :inter]) * xf[:, inter:]
             return compare(label, out, ref, tol=NORM_TOL, metric=REL_MAX)
+
         results += run_case(label, case)
     return results
 
@@ -145,12 +155,15 @@ def rotary(ctx: CheckContext) -> list[CaseResult]:
             q = torch.randn(tokens, hq * dim, device=dev, dtype=torch.bfloat16)
             k = torch.randn(tokens, hk * dim, device=dev, dtype=torch.bfloat16)
             cos = cache[positions, : dim // 2].float()
-            sin = cache[positions, dim // 2:].float()
+            sin = cache[positions, dim // 2 :].float()
             q_ref = _rope_ref(torch, q.view(tokens, hq, dim), cos, sin, neox)
             k_ref = _rope_ref(torch, k.view(tokens, hk, dim), cos, sin, neox)
             fn(positions, q, k, dim, cache, neox)  # in place
-            return [compare(f"{label}, query", q.view(tokens, hq, dim), q_ref, tol=NORM_TOL, metric=REL_MAX),
-                    compare(f"{label}, key", k.view(tokens, hk, dim), k_ref, tol=NORM_TOL, metric=REL_MAX)]
+            return [
+                compare(f"{label}, query", q.view(tokens, hq, dim), q_ref, tol=NORM_TOL, metric=REL_MAX),
+                compare(f"{label}, key", k.view(tokens, hk, dim), k_ref, tol=NORM_TOL, metric=REL_MAX),
+            ]
+
         results += run_case(label, case)
     return results
 
@@ -176,42 +189,52 @@ def _quant_case(label: str, x, q, scales, group: int) -> CaseResult:
 
 def fp8_quant(ctx: CheckContext) -> list[CaseResult]:
     if ctx.capability < (8, 9):
-        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no FP8 (needs 8.9 or newer)",
-                   cause=GPU_LACKS_FEATURE)
+        raise Skip(
+            f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no FP8 (needs 8.9 or newer)",
+            cause=GPU_LACKS_FEATURE,
+        )
     sk = _sgl_kernel()
     torch, dev = ctx.torch, ctx.device
     fp8 = torch.float8_e4m3fn
     results: list[CaseResult] = []
     per_token = getattr(sk, "sgl_per_token_quant_fp8", None)
-    group_quant = getattr(sk, "sgl_per_token_group_quant_fp8", None) or getattr(sk, "sgl_per_token_group_quant_8bit",
-                                                                                 None)
+    group_quant = getattr(sk, "sgl_per_token_group_quant_fp8", None) or getattr(
+        sk, "sgl_per_token_group_quant_8bit", None
+    )
     per_tensor = getattr(sk, "sgl_per_tensor_quant_fp8", None)
     if per_token is None and group_quant is None and per_tensor is None:
         raise Skip(f"this sgl_kernel ({getattr(sk, '__version__', '?')}) has no FP8 quantization op")
     x = torch.randn(33, 4096, device=dev, dtype=torch.bfloat16) * 3
 
     if per_token is not None:
+
         def token_case():
             q = torch.empty(x.shape, device=dev, dtype=fp8)
             s = torch.empty(x.shape[0], 1, device=dev, dtype=torch.float32)
             per_token(x, q, s)
             return _quant_case("per-token, bf16 33 x 4096", x, q, s, x.shape[1])
+
         results += run_case("per-token", token_case)
     if group_quant is not None:
+
         def group_case():
             group = 128
             q = torch.empty(x.shape, device=dev, dtype=fp8)
             s = torch.empty(x.shape[0], x.shape[1] // group, device=dev, dtype=torch.float32)
             group_quant(x, q, s, group, 1e-10, -FP8_E4M3_MAX, FP8_E4M3_MAX)
             return _quant_case("per-token-group (128), bf16 33 x 4096", x, q, s, group)
+
         results += run_case("per-token-group", group_case)
     if per_tensor is not None:
+
         def tensor_case():
             q = torch.empty(x.shape, device=dev, dtype=fp8)
             s = torch.zeros(1, device=dev, dtype=torch.float32)
             per_tensor(x, q, s, False)
-            return _quant_case("per-tensor dynamic, bf16 33 x 4096", x.reshape(1, -1), q.reshape(1, -1),
-                               s.reshape(1, 1), x.numel())
+            return _quant_case(
+                "per-tensor dynamic, bf16 33 x 4096", x.reshape(1, -1), q.reshape(1, -1), s.reshape(1, 1), x.numel()
+            )
+
         results += run_case("per-tensor", tensor_case)
     return results
 
@@ -223,8 +246,10 @@ the bf16 output rounding differ."""
 
 def fp8_gemm(ctx: CheckContext) -> list[CaseResult]:
     if ctx.capability < (8, 9):
-        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no FP8 tensor cores (needs 8.9+)",
-                   cause=GPU_LACKS_FEATURE)
+        raise Skip(
+            f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no FP8 tensor cores (needs 8.9+)",
+            cause=GPU_LACKS_FEATURE,
+        )
     sk = _sgl_kernel()
     _, fn = _op(sk, "fp8_scaled_mm")
     torch, dev = ctx.torch, ctx.device
@@ -243,6 +268,7 @@ def fp8_gemm(ctx: CheckContext) -> list[CaseResult]:
             out = fn(a_q, w_q.t(), sa.contiguous(), sb.contiguous(), torch.bfloat16, None)
             ref = (a_q.float() * sa) @ (w_q.float() * sb).t()
             return compare(label, out, ref, tol=FP8_GEMM_TOL, metric=REL_MAX)
+
         results += run_case(label, case)
     return results
 
@@ -255,8 +281,10 @@ one; an all-zero or garbage output (FlashInfer issue #2577) is at 1.0 or above."
 
 def fp4_gemm(ctx: CheckContext) -> list[CaseResult]:
     if not has_block_scaled_fp4(ctx.capability):
-        raise Skip(f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no block-scaled FP4 MMA "
-                   "(10.x and 12.x have it)", cause=GPU_LACKS_FEATURE)
+        raise Skip(
+            f"the GPU ({ctx.capability[0]}.{ctx.capability[1]}) has no block-scaled FP4 MMA (10.x and 12.x have it)",
+            cause=GPU_LACKS_FEATURE,
+        )
     sk = _sgl_kernel()
     _, quant = _op(sk, "scaled_fp4_quant")
     _, mm = _op(sk, "cutlass_scaled_fp4_mm")
@@ -275,6 +303,7 @@ def fp4_gemm(ctx: CheckContext) -> list[CaseResult]:
         out = mm(a_fp4, w_fp4, a_sf, w_sf, alpha, torch.bfloat16)
         ref = a.float() @ w.float().t()
         return compare(label, out, ref, tol=FP4_GEMM_TOL, metric=REL_FRO)
+
     return run_case(label, case)
 
 

@@ -56,6 +56,7 @@ def prefill(ctx: CheckContext) -> list[CaseResult]:
     seq_lens = [37, 100]
     results: list[CaseResult] = []
     for label, hq, hkv, dim in PREFILL_CASES:
+
         def case(hq=hq, hkv=hkv, dim=dim, label=label):
             total = sum(seq_lens)
             q = torch.randn(total, hq, dim, device=dev, dtype=torch.bfloat16)
@@ -64,16 +65,24 @@ def prefill(ctx: CheckContext) -> list[CaseResult]:
             o = torch.empty_like(q)
             starts = torch.tensor([0] + seq_lens[:-1], device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32)
             lens = torch.tensor(seq_lens, device=dev, dtype=torch.int32)
-            call_with_known_params(fn, "context_attention_fwd", dict(
-                q=q, k=k, v=v, o=o, b_start_loc=starts, b_seq_len=lens, max_input_len=max(seq_lens),
-                is_causal=True))
+            call_with_known_params(
+                fn,
+                "context_attention_fwd",
+                dict(
+                    q=q, k=k, v=v, o=o, b_start_loc=starts, b_seq_len=lens, max_input_len=max(seq_lens), is_causal=True
+                ),
+            )
             scale = 1.0 / math.sqrt(dim)
             refs, begin = [], 0
             for n in seq_lens:
-                refs.append(ref_attention(torch, q[begin:begin + n], k[begin:begin + n], v[begin:begin + n],
-                                          scale, causal_offset=0))
+                refs.append(
+                    ref_attention(
+                        torch, q[begin : begin + n], k[begin : begin + n], v[begin : begin + n], scale, causal_offset=0
+                    )
+                )
                 begin += n
             return compare(label, o, torch.cat(refs), tol=ATTN_TOL_BF16)
+
         results += run_case(label, case)
     return results
 
@@ -101,6 +110,7 @@ def extend(ctx: CheckContext) -> list[CaseResult]:
     torch, dev = ctx.torch, ctx.device
     results: list[CaseResult] = []
     for label, hq, hkv, dqk, dv, prefixes, extends in EXTEND_CASES:
+
         def case(label=label, hq=hq, hkv=hkv, dqk=dqk, dv=dv, prefixes=prefixes, extends=extends):
             bf16 = torch.bfloat16
             pool = sum(prefixes) + 64
@@ -114,20 +124,38 @@ def extend(ctx: CheckContext) -> list[CaseResult]:
             o = torch.empty(total, hq, dv, device=dev, dtype=bf16)
             qo_indptr = torch.tensor([0, *extends], device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32)
             scale = 1.0 / math.sqrt(dqk)
-            call_with_known_params(fn, "extend_attention_fwd", dict(
-                q_extend=q, k_extend=k, v_extend=v, o_extend=o, k_buffer=k_buffer, v_buffer=v_buffer,
-                qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices, custom_mask=None,
-                is_causal=True, mask_indptr=None, max_len_extend=max(extends), k_scale=1.0, v_scale=1.0,
-                sm_scale=scale))
+            call_with_known_params(
+                fn,
+                "extend_attention_fwd",
+                dict(
+                    q_extend=q,
+                    k_extend=k,
+                    v_extend=v,
+                    o_extend=o,
+                    k_buffer=k_buffer,
+                    v_buffer=v_buffer,
+                    qo_indptr=qo_indptr,
+                    kv_indptr=kv_indptr,
+                    kv_indices=kv_indices,
+                    custom_mask=None,
+                    is_causal=True,
+                    mask_indptr=None,
+                    max_len_extend=max(extends),
+                    k_scale=1.0,
+                    v_scale=1.0,
+                    sm_scale=scale,
+                ),
+            )
             refs, q_begin, p_begin = [], 0, 0
             for p, e in zip(prefixes, extends):
-                slots = kv_indices[p_begin:p_begin + p]
-                keys = torch.cat([k_buffer[slots], k[q_begin:q_begin + e]])
-                values = torch.cat([v_buffer[slots], v[q_begin:q_begin + e]])
-                refs.append(ref_attention(torch, q[q_begin:q_begin + e], keys, values, scale, causal_offset=p))
+                slots = kv_indices[p_begin : p_begin + p]
+                keys = torch.cat([k_buffer[slots], k[q_begin : q_begin + e]])
+                values = torch.cat([v_buffer[slots], v[q_begin : q_begin + e]])
+                refs.append(ref_attention(torch, q[q_begin : q_begin + e], keys, values, scale, causal_offset=p))
                 q_begin += e
                 p_begin += p
             return compare(label, o, torch.cat(refs), tol=ATTN_TOL_BF16)
+
         results += run_case(label, case)
     return results
 
@@ -149,6 +177,7 @@ def decode(ctx: CheckContext) -> list[CaseResult]:
     torch, dev = ctx.torch, ctx.device
     results: list[CaseResult] = []
     for label, hq, hkv, dk, dv, mla in DECODE_CASES:
+
         def case(label=label, hq=hq, hkv=hkv, dk=dk, dv=dv, mla=mla):
             bf16 = torch.bfloat16
             seq_lens = list(DECODE_SEQ_LENS)
@@ -165,16 +194,32 @@ def decode(ctx: CheckContext) -> list[CaseResult]:
             attn_lse = torch.empty(bs, hq, MAX_KV_SPLITS, device=dev, dtype=torch.float32)
             num_kv_splits = torch.tensor([min(MAX_KV_SPLITS, n) for n in seq_lens], device=dev, dtype=torch.int32)
             scale = 1.0 / math.sqrt(dk)
-            call_with_known_params(fn, "decode_attention_fwd", dict(
-                q=q, k_buffer=k_buffer, v_buffer=v_buffer, o=o, kv_indptr=kv_indptr, kv_indices=kv_indices,
-                attn_logits=attn_logits, attn_lse=attn_lse, num_kv_splits=num_kv_splits,
-                max_kv_splits=MAX_KV_SPLITS, sm_scale=scale, k_scale=1.0, v_scale=1.0))
+            call_with_known_params(
+                fn,
+                "decode_attention_fwd",
+                dict(
+                    q=q,
+                    k_buffer=k_buffer,
+                    v_buffer=v_buffer,
+                    o=o,
+                    kv_indptr=kv_indptr,
+                    kv_indices=kv_indices,
+                    attn_logits=attn_logits,
+                    attn_lse=attn_lse,
+                    num_kv_splits=num_kv_splits,
+                    max_kv_splits=MAX_KV_SPLITS,
+                    sm_scale=scale,
+                    k_scale=1.0,
+                    v_scale=1.0,
+                ),
+            )
             refs, begin = [], 0
             for b, n in enumerate(seq_lens):
-                slots = kv_indices[begin:begin + n]
-                refs.append(ref_attention(torch, q[b:b + 1], k_buffer[slots], v_buffer[slots], scale))
+                slots = kv_indices[begin : begin + n]
+                refs.append(ref_attention(torch, q[b : b + 1], k_buffer[slots], v_buffer[slots], scale))
                 begin += n
             return compare(label, o, torch.cat(refs), tol=ATTN_TOL_BF16)
+
         results += run_case(label, case)
     return results
 
@@ -194,8 +239,10 @@ def _sm120_mla():
     except Skip as exc:
         if exc.cause != ABSENT:
             raise  # the module may well be there: SGLang is missing, or its import needs a missing package
-        raise Skip(f"this SGLang has no sm120_mla module beside its Triton attention kernels (the series' "
-                   f"sm120-mla-attention patch adds it): {exc}") from None
+        raise Skip(
+            f"this SGLang has no sm120_mla module beside its Triton attention kernels (the series' "
+            f"sm120-mla-attention patch adds it): {exc}"
+        ) from None
 
 
 def tree_mask(torch, n: int):
@@ -215,6 +262,7 @@ def tree_verify(ctx: CheckContext) -> list[CaseResult]:
     torch, dev = ctx.torch, ctx.device
     results: list[CaseResult] = []
     for label, hq, hkv, dqk, dv, prefixes, drafts in TREE_VERIFY_CASES:
+
         def case(label=label, hq=hq, hkv=hkv, dqk=dqk, dv=dv, prefixes=prefixes, drafts=drafts):
             bf16 = torch.bfloat16
             mla = dqk > dv and hkv == 1
@@ -229,27 +277,47 @@ def tree_verify(ctx: CheckContext) -> list[CaseResult]:
             o = torch.empty(total, hq, dv, device=dev, dtype=bf16)
             qo_indptr = torch.tensor([0, *drafts], device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32)
             # SGLang's layout: per request a row-major [drafts, prefix + drafts] mask, prefix columns all set.
-            rows = [torch.cat([torch.ones(n, p, dtype=torch.bool), tree_mask(torch, n)], 1)
-                    for p, n in zip(prefixes, drafts)]
+            rows = [
+                torch.cat([torch.ones(n, p, dtype=torch.bool), tree_mask(torch, n)], 1)
+                for p, n in zip(prefixes, drafts)
+            ]
             custom_mask = torch.cat([r.flatten() for r in rows]).to(dev)
             mask_indptr = torch.tensor([0, *(r.numel() for r in rows)], device=dev).cumsum(0)
             scale = 1.0 / math.sqrt(dqk)
-            ran = call_with_known_params(fn, "sm120_tree_verify_fwd", dict(
-                q_extend=q, k_extend=k, v_extend=v, o_extend=o, k_buffer=k_buffer, v_buffer=v_buffer,
-                qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices, custom_mask=custom_mask,
-                is_causal=False, mask_indptr=mask_indptr, max_len_extend=max(drafts), k_scale=1.0, v_scale=1.0,
-                sm_scale=scale))
+            ran = call_with_known_params(
+                fn,
+                "sm120_tree_verify_fwd",
+                dict(
+                    q_extend=q,
+                    k_extend=k,
+                    v_extend=v,
+                    o_extend=o,
+                    k_buffer=k_buffer,
+                    v_buffer=v_buffer,
+                    qo_indptr=qo_indptr,
+                    kv_indptr=kv_indptr,
+                    kv_indices=kv_indices,
+                    custom_mask=custom_mask,
+                    is_causal=False,
+                    mask_indptr=mask_indptr,
+                    max_len_extend=max(drafts),
+                    k_scale=1.0,
+                    v_scale=1.0,
+                    sm_scale=scale,
+                ),
+            )
             if not ran:
                 return CaseResult(label, False, error="sm120_tree_verify_fwd declined a call it should serve")
             refs, q_begin, p_begin = [], 0, 0
             for (p, n), allowed in zip(zip(prefixes, drafts), rows):
-                slots = kv_indices[p_begin:p_begin + p]
-                keys = torch.cat([k_buffer[slots], k[q_begin:q_begin + n]])
-                values = torch.cat([v_buffer[slots], v[q_begin:q_begin + n]])
-                refs.append(ref_attention(torch, q[q_begin:q_begin + n], keys, values, scale, mask=allowed.to(dev)))
+                slots = kv_indices[p_begin : p_begin + p]
+                keys = torch.cat([k_buffer[slots], k[q_begin : q_begin + n]])
+                values = torch.cat([v_buffer[slots], v[q_begin : q_begin + n]])
+                refs.append(ref_attention(torch, q[q_begin : q_begin + n], keys, values, scale, mask=allowed.to(dev)))
                 q_begin += n
                 p_begin += p
             return compare(label, o, torch.cat(refs), tol=ATTN_TOL_BF16)
+
         results += run_case(label, case)
     return results
 
@@ -269,15 +337,28 @@ def mla_decode(ctx: CheckContext) -> list[CaseResult]:
         q = torch.randn(len(seq_lens), 16, 576, device=dev, dtype=bf16)
         o = torch.empty(len(seq_lens), 16, 512, device=dev, dtype=bf16)
         scale = 1.0 / math.sqrt(576)
-        ran = call_with_known_params(fn, "sm120_mla_decode_fwd", dict(
-            q=q, k_buffer=k_buffer, v_buffer=v_buffer, o=o, kv_indptr=kv_indptr, kv_indices=kv_indices,
-            sm_scale=scale, k_scale=1.0, v_scale=1.0, has_mla=True))
+        ran = call_with_known_params(
+            fn,
+            "sm120_mla_decode_fwd",
+            dict(
+                q=q,
+                k_buffer=k_buffer,
+                v_buffer=v_buffer,
+                o=o,
+                kv_indptr=kv_indptr,
+                kv_indices=kv_indices,
+                sm_scale=scale,
+                k_scale=1.0,
+                v_scale=1.0,
+                has_mla=True,
+            ),
+        )
         if not ran:
             return CaseResult(label, False, error="sm120_mla_decode_fwd declined a call it should serve")
         refs, begin = [], 0
         for b, n in enumerate(seq_lens):
-            slots = kv_indices[begin:begin + n]
-            refs.append(ref_attention(torch, q[b:b + 1], k_buffer[slots], v_buffer[slots], scale))
+            slots = kv_indices[begin : begin + n]
+            refs.append(ref_attention(torch, q[b : b + 1], k_buffer[slots], v_buffer[slots], scale))
             begin += n
         return compare(label, o, torch.cat(refs), tol=ATTN_TOL_BF16)
 
@@ -286,18 +367,28 @@ def mla_decode(ctx: CheckContext) -> list[CaseResult]:
 
 # -- fused MoE (the Triton grouped GEMM of SGLang's MoE runner) -----------------------------------------------
 
-MOE_MODULES = ("sglang.kernels.ops.moe.fused_moe_triton_kernels",
-               "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_kernels",
-               "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_kernels")
-MOE_CONFIG_MODULES = ("sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config",
-                      "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config")
+MOE_MODULES = (
+    "sglang.kernels.ops.moe.fused_moe_triton_kernels",
+    "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_kernels",
+    "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_kernels",
+)
+MOE_CONFIG_MODULES = (
+    "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config",
+    "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config",
+)
 MOE_FIXED_CONFIGS = {
     # SGLang's unquantized default for every release 0.5.2-0.5.23.
     None: {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8},
     # A conservative FP8 tile: 3 stages compile to 49152 B of shared memory for sm_120 (Triton 3.9), well
     # within SM120's opt-in shared memory per block (sm120kit.hardware.arch).
-    "fp8_w8a8": {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
-                 "num_warps": 4, "num_stages": 3},
+    "fp8_w8a8": {
+        "BLOCK_SIZE_M": 64,
+        "BLOCK_SIZE_N": 128,
+        "BLOCK_SIZE_K": 128,
+        "GROUP_SIZE_M": 1,
+        "num_warps": 4,
+        "num_stages": 3,
+    },
 }
 MOE_TOL = {None: 2e-2, "fp8_w8a8": 8e-2}
 """‖Δ‖/‖ref‖ against the unquantized float32 MoE: bf16 rounding stays near 1e-2; FP8 (e4m3: 3 mantissa
@@ -318,8 +409,11 @@ def moe_align(torch, topk_ids, block_m: int, num_experts: int):
         sorted_ids.append(torch.cat([idx, torch.full((pad,), sentinel, device=flat.device, dtype=torch.int64)]))
         expert_ids += [e] * ((idx.numel() + pad) // block_m)
     sorted_t = torch.cat(sorted_ids).to(torch.int32)
-    return (sorted_t, torch.tensor(expert_ids, device=flat.device, dtype=torch.int32),
-            torch.tensor([sorted_t.numel()], device=flat.device, dtype=torch.int32))
+    return (
+        sorted_t,
+        torch.tensor(expert_ids, device=flat.device, dtype=torch.int32),
+        torch.tensor([sorted_t.numel()], device=flat.device, dtype=torch.int32),
+    )
 
 
 def _moe_config(m: int, e: int, n: int, k: int, topk: int, dtype: str | None) -> tuple[dict, str]:
@@ -344,6 +438,7 @@ def fused_moe(ctx: CheckContext) -> list[CaseResult]:
         cases.append(("fp8 w8a8 per-tensor, 8 experts top-2", "fp8_w8a8"))
     results: list[CaseResult] = []
     for label, dtype in cases:
+
         def case(label=label, dtype=dtype):
             bf16 = torch.bfloat16
             x = torch.randn(m, hidden, device=dev, dtype=bf16)
@@ -367,19 +462,38 @@ def fused_moe(ctx: CheckContext) -> list[CaseResult]:
                 scales1 = scales2 = None
             config, config_note = _moe_config(m, e, inter, hidden, topk, dtype)
             sorted_ids, expert_ids, padded = moe_align(torch, ids, config["BLOCK_SIZE_M"], e)
-            common = dict(bias=None, A_scale=None, B_zp=None, topk_weights=weights, topk_ids=ids,
-                          sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=padded,
-                          config=config, compute_type=tl.bfloat16, use_fp8_w8a8=dtype == "fp8_w8a8",
-                          use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
-                          per_channel_quant=False, block_shape=None)
+            common = dict(
+                bias=None,
+                A_scale=None,
+                B_zp=None,
+                topk_weights=weights,
+                topk_ids=ids,
+                sorted_token_ids=sorted_ids,
+                expert_ids=expert_ids,
+                num_tokens_post_padded=padded,
+                config=config,
+                compute_type=tl.bfloat16,
+                use_fp8_w8a8=dtype == "fp8_w8a8",
+                use_int8_w8a8=False,
+                use_int8_w8a16=False,
+                use_int4_w4a16=False,
+                per_channel_quant=False,
+                block_shape=None,
+            )
             inter1 = torch.empty(m, topk, 2 * inter, device=dev, dtype=bf16)
-            call_with_known_params(invoke, "invoke_fused_moe_kernel", dict(
-                common, A=x, B=b1, C=inter1, B_scale=scales1, mul_routed_weight=False, top_k=topk))
+            call_with_known_params(
+                invoke,
+                "invoke_fused_moe_kernel",
+                dict(common, A=x, B=b1, C=inter1, B_scale=scales1, mul_routed_weight=False, top_k=topk),
+            )
             act = (torch.nn.functional.silu(inter1[..., :inter].float()) * inter1[..., inter:].float()).to(bf16)
             act = act.view(m * topk, inter)
             inter3 = torch.empty(m, topk, hidden, device=dev, dtype=bf16)
-            call_with_known_params(invoke, "invoke_fused_moe_kernel", dict(
-                common, A=act, B=b2, C=inter3, B_scale=scales2, mul_routed_weight=True, top_k=1))
+            call_with_known_params(
+                invoke,
+                "invoke_fused_moe_kernel",
+                dict(common, A=act, B=b2, C=inter3, B_scale=scales2, mul_routed_weight=True, top_k=1),
+            )
             out = inter3.float().sum(dim=1)
             xf = x.float()
             ref = torch.zeros(m, hidden, device=dev, dtype=torch.float32)
@@ -388,10 +502,10 @@ def fused_moe(ctx: CheckContext) -> list[CaseResult]:
                 we2 = w2_ref[ids[:, slot].long()]  # [m, H, I]
                 h = torch.einsum("mh,mih->mi", xf, we1)
                 a = torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]
-                ref += weights[:, slot:slot + 1] * torch.einsum("mi,mhi->mh", a, we2)
+                ref += weights[:, slot : slot + 1] * torch.einsum("mi,mhi->mh", a, we2)
             block = "x".join(str(config[k]) for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"))
-            return compare(label, out, ref, tol=MOE_TOL[dtype], metric=REL_FRO,
-                           note=f"{config_note} {block}")
+            return compare(label, out, ref, tol=MOE_TOL[dtype], metric=REL_FRO, note=f"{config_note} {block}")
+
         results += run_case(label, case)
     return results
 
@@ -421,7 +535,7 @@ def torch_native(ctx: CheckContext) -> list[CaseResult]:
         perm = torch.randperm(pool, device=dev)
         begin = 0
         for r, n in enumerate(seq_lens):
-            req_to_token[r, :n] = perm[begin:begin + n]
+            req_to_token[r, :n] = perm[begin : begin + n]
             begin += n
         return k_cache, v_cache, req_to_token
 
@@ -429,18 +543,30 @@ def torch_native(ctx: CheckContext) -> list[CaseResult]:
         k_cache, v_cache, req_to_token = setup()
         q = torch.randn(sum(extends), hq, dim, device=dev, dtype=bf16)
         out = torch.empty_like(q)
-        call_with_known_params(backend._run_sdpa_forward_extend, "TorchNativeAttnBackend._run_sdpa_forward_extend",
-                               dict(query=q, output=out, k_cache=k_cache, v_cache=v_cache, req_to_token=req_to_token,
-                                    req_pool_indices=torch.arange(len(seq_lens), device=dev),
-                                    seq_lens=torch.tensor(seq_lens, device=dev),
-                                    extend_prefix_lens=torch.tensor(prefixes, device=dev),
-                                    extend_seq_lens=torch.tensor(extends, device=dev),
-                                    scaling=scale, enable_gqa=True, causal=True))
+        call_with_known_params(
+            backend._run_sdpa_forward_extend,
+            "TorchNativeAttnBackend._run_sdpa_forward_extend",
+            dict(
+                query=q,
+                output=out,
+                k_cache=k_cache,
+                v_cache=v_cache,
+                req_to_token=req_to_token,
+                req_pool_indices=torch.arange(len(seq_lens), device=dev),
+                seq_lens=torch.tensor(seq_lens, device=dev),
+                extend_prefix_lens=torch.tensor(prefixes, device=dev),
+                extend_seq_lens=torch.tensor(extends, device=dev),
+                scaling=scale,
+                enable_gqa=True,
+                causal=True,
+            ),
+        )
         refs, begin = [], 0
         for r, (p, e) in enumerate(zip(prefixes, extends)):
-            slots = req_to_token[r, :p + e]
-            refs.append(ref_attention(torch, q[begin:begin + e], k_cache[slots], v_cache[slots], scale,
-                                      causal_offset=p))
+            slots = req_to_token[r, : p + e]
+            refs.append(
+                ref_attention(torch, q[begin : begin + e], k_cache[slots], v_cache[slots], scale, causal_offset=p)
+            )
             begin += e
         return compare("extend, bf16 GQA 8/2 heads, head dim 128", out, torch.cat(refs), tol=ATTN_TOL_BF16)
 
@@ -448,13 +574,26 @@ def torch_native(ctx: CheckContext) -> list[CaseResult]:
         k_cache, v_cache, req_to_token = setup()
         q = torch.randn(len(seq_lens), hq, dim, device=dev, dtype=bf16)
         out = torch.empty_like(q)
-        call_with_known_params(backend._run_sdpa_forward_decode, "TorchNativeAttnBackend._run_sdpa_forward_decode",
-                               dict(query=q, output=out, k_cache=k_cache, v_cache=v_cache, req_to_token=req_to_token,
-                                    req_pool_indices=torch.arange(len(seq_lens), device=dev),
-                                    seq_lens=torch.tensor(seq_lens, device=dev),
-                                    scaling=scale, enable_gqa=True, causal=False))
-        refs = [ref_attention(torch, q[r:r + 1], k_cache[req_to_token[r, :n]], v_cache[req_to_token[r, :n]], scale)
-                for r, n in enumerate(seq_lens)]
+        call_with_known_params(
+            backend._run_sdpa_forward_decode,
+            "TorchNativeAttnBackend._run_sdpa_forward_decode",
+            dict(
+                query=q,
+                output=out,
+                k_cache=k_cache,
+                v_cache=v_cache,
+                req_to_token=req_to_token,
+                req_pool_indices=torch.arange(len(seq_lens), device=dev),
+                seq_lens=torch.tensor(seq_lens, device=dev),
+                scaling=scale,
+                enable_gqa=True,
+                causal=False,
+            ),
+        )
+        refs = [
+            ref_attention(torch, q[r : r + 1], k_cache[req_to_token[r, :n]], v_cache[req_to_token[r, :n]], scale)
+            for r, n in enumerate(seq_lens)
+        ]
         return compare("decode, bf16 GQA 8/2 heads, head dim 128", out, torch.cat(refs), tol=ATTN_TOL_BF16)
 
     return run_case("extend", extend_case) + run_case("decode", decode_case)

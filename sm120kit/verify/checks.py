@@ -7,7 +7,8 @@ What a check is and how it compares with its reference is :mod:`.check`; the che
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from sm120kit.errors import UsageError
 from sm120kit.verify import check_flashinfer, check_sgl_kernel, check_sglang
@@ -27,8 +28,21 @@ from sm120kit.verify.check import (
     hint_for,
 )
 
-__all__ = ["OK", "FAIL", "SKIPPED", "NO_GPU", "MISSING_PACKAGE", "Check", "CheckContext", "CheckResult", "all_checks",
-           "select_checks", "run_checks", "gpu_context", "skipped_all"]
+__all__ = [
+    "OK",
+    "FAIL",
+    "SKIPPED",
+    "NO_GPU",
+    "MISSING_PACKAGE",
+    "Check",
+    "CheckContext",
+    "CheckResult",
+    "all_checks",
+    "select_checks",
+    "run_checks",
+    "gpu_context",
+    "skipped_all",
+]
 
 
 # -- registry and runner ----------------------------------------------------------------------------------------
@@ -55,14 +69,17 @@ def select_checks(names: Sequence[str] | None, checks: Sequence[Check] | None = 
             backends = sorted({c.backend for c in checks})
             raise UsageError(
                 f"--backend {raw!r} names no check. Backends: {', '.join(backends)}; "
-                f"checks: {', '.join(c.name for c in checks)}.")
+                f"checks: {', '.join(c.name for c in checks)}."
+            )
         chosen += [c for c in matched if c not in chosen]
     return chosen
 
 
 def skipped_all(checks: Sequence[Check], reason: str) -> list[CheckResult]:
-    return [CheckResult(c.name, c.backend, c.title, SKIPPED, f"{reason}: no kernel ran", 0.0, skip_cause=NO_GPU)
-            for c in checks]
+    return [
+        CheckResult(c.name, c.backend, c.title, SKIPPED, f"{reason}: no kernel ran", 0.0, skip_cause=NO_GPU)
+        for c in checks
+    ]
 
 
 def run_check(check: Check, ctx: CheckContext) -> CheckResult:
@@ -73,8 +90,16 @@ def run_check(check: Check, ctx: CheckContext) -> CheckResult:
         cases = check.run(ctx)
         torch.cuda.synchronize()
     except Skip as exc:
-        return CheckResult(check.name, check.backend, check.title, SKIPPED, str(exc), time.perf_counter() - start,
-                           skip_cause=exc.cause, packages=(exc.package,) if exc.package else ())
+        return CheckResult(
+            check.name,
+            check.backend,
+            check.title,
+            SKIPPED,
+            str(exc),
+            time.perf_counter() - start,
+            skip_cause=exc.cause,
+            packages=(exc.package,) if exc.package else (),
+        )
     except Exception as exc:  # import or set-up failure: the backend does not work here
         cases = [CaseResult("set-up", False, error=describe_exception(exc))]
     finally:
@@ -97,14 +122,22 @@ def summarize(check: Check, cases: Sequence[CaseResult], seconds: float, capabil
         return CheckResult(check.name, check.backend, check.title, FAIL, "the check produced no comparison", seconds)
     if not ran:
         causes = list(dict.fromkeys(c.skip_cause for c in skipped if c.skip_cause))
-        return CheckResult(check.name, check.backend, check.title, SKIPPED,
-                           "; ".join(c.describe() for c in skipped), seconds, cases,
-                           skip_cause=causes[0] if len(causes) == 1 else None,
-                           packages=tuple(dict.fromkeys(c.package for c in skipped if c.package)))
+        return CheckResult(
+            check.name,
+            check.backend,
+            check.title,
+            SKIPPED,
+            "; ".join(c.describe() for c in skipped),
+            seconds,
+            cases,
+            skip_cause=causes[0] if len(causes) == 1 else None,
+            packages=tuple(dict.fromkeys(c.package for c in skipped if c.package)),
+        )
     if failed:
         detail = "; ".join(c.describe() for c in failed + skipped)
-        return CheckResult(check.name, check.backend, check.title, FAIL, detail, seconds, cases,
-                           hint_for(failed, capability))
+        return CheckResult(
+            check.name, check.backend, check.title, FAIL, detail, seconds, cases, hint_for(failed, capability)
+        )
     worst = max(ran, key=_ratio)
     detail = f"{len(ran)} case{'s' if len(ran) != 1 else ''} within tolerance; worst {worst.describe()}"
     if skipped:
@@ -126,12 +159,20 @@ def gpu_context(torch_module: Any) -> tuple[CheckContext | None, str]:
         return None, "a ROCm/HIP GPU: these checks are for NVIDIA GPUs"
     index = torch_module.cuda.current_device()
     capability = tuple(torch_module.cuda.get_device_capability(index))
-    return CheckContext(torch_module, torch_module.device("cuda", index), (int(capability[0]), int(capability[1])),
-                        torch_module.cuda.get_device_name(index)), ""
+    return CheckContext(
+        torch_module,
+        torch_module.device("cuda", index),
+        (int(capability[0]), int(capability[1])),
+        torch_module.cuda.get_device_name(index),
+    ), ""
 
 
-def run_checks(checks: Sequence[Check], ctx: CheckContext | None, no_gpu_reason: str = "",
-               progress: Callable[[int, int, str], None] | None = None) -> list[CheckResult]:
+def run_checks(
+    checks: Sequence[Check],
+    ctx: CheckContext | None,
+    no_gpu_reason: str = "",
+    progress: Callable[[int, int, str], None] | None = None,
+) -> list[CheckResult]:
     if ctx is None:
         return skipped_all(checks, no_gpu_reason or "no GPU")
     results = []

@@ -22,18 +22,25 @@ import importlib
 import importlib.util
 import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from sm120kit import runner
-from sm120kit.hardware import arch
 from sm120kit.errors import MissingDependency, NotSglangTree, Sm120kitError, ToolFailed
+from sm120kit.hardware import arch
 from sm120kit.sglang.metadata import dist_metadata_files, installed_version, version_in_file
 from sm120kit.verify.flag import ERROR, INFO, WARNING, Flag  # noqa: F401 (re-exported for the report's users)
 
-ENV_NAMES = ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "TRITON_PTXAS_PATH",
-             "TRITON_PTXAS_BLACKWELL_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES")
+ENV_NAMES = (
+    "TORCH_CUDA_ARCH_LIST",
+    "FLASHINFER_CUDA_ARCH_LIST",
+    "TRITON_PTXAS_PATH",
+    "TRITON_PTXAS_BLACKWELL_PATH",
+    "CUDA_HOME",
+    "CUDA_VISIBLE_DEVICES",
+)
 ENV_PREFIXES = ("SGLANG_", "NCCL_", "SGL_")
 
 
@@ -290,10 +297,14 @@ def probe_torch() -> tuple[TorchInfo, Any]:
         arch_list = tuple(torch.cuda.get_arch_list())
     except Exception as exc:  # a CPU build can raise instead of returning []
         arch_list = ()
-        return TorchInfo(torch.__version__, torch.version.cuda, getattr(torch.version, "hip", None),
-                         arch_list, error=f"torch.cuda.get_arch_list() failed: {exc}"), torch
-    return TorchInfo(str(torch.__version__), torch.version.cuda, getattr(torch.version, "hip", None),
-                     arch_list), torch
+        return TorchInfo(
+            torch.__version__,
+            torch.version.cuda,
+            getattr(torch.version, "hip", None),
+            arch_list,
+            error=f"torch.cuda.get_arch_list() failed: {exc}",
+        ), torch
+    return TorchInfo(str(torch.__version__), torch.version.cuda, getattr(torch.version, "hip", None), arch_list), torch
 
 
 def probe_gpu(torch_module: Any) -> tuple[TorchGpu | None, str]:
@@ -354,8 +365,12 @@ def probe_driver() -> DriverInfo:
         pass
     if version is None and runner.which("nvidia-smi"):
         try:
-            result = runner.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                check=False, timeout=60, what="nvidia-smi")
+            result = runner.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                check=False,
+                timeout=60,
+                what="nvidia-smi",
+            )
             line = result.stdout.strip().splitlines()[0].strip() if result.ok and result.stdout.strip() else ""
             if line:
                 version, source = line, "nvidia-smi"
@@ -387,13 +402,13 @@ def probe_tool(name: str, path: str | None = None, source: str | None = None) ->
     release, version = parse_cuda_tool_version(result.stdout + "\n" + result.stderr)
     if release is None:
         tail = (result.stdout or result.stderr).strip().splitlines()[-1:] or ["no output"]
-        return ToolInfo(name, found, source=source,
-                        error=f"{found} --version printed no CUDA release ({tail[0]})")
+        return ToolInfo(name, found, source=source, error=f"{found} --version printed no CUDA release ({tail[0]})")
     return ToolInfo(name, found, release, version, source or "PATH")
 
 
-def triton_ptxas_choice(triton_dir: Path, sm: int, environ: Mapping[str, str],
-                        has_blackwell_knob: bool) -> tuple[str, str, str]:
+def triton_ptxas_choice(
+    triton_dir: Path, sm: int, environ: Mapping[str, str], has_blackwell_knob: bool
+) -> tuple[str, str, str]:
     """Which ptxas Triton runs for ``sm``: ``(path, source, env var consulted)``.
 
     Triton >= 3.6 has a second bundled assembler, ``ptxas-blackwell`` (``TRITON_PTXAS_BLACKWELL_PATH``),
@@ -475,9 +490,15 @@ def sgl_kernel_variant(package_dir: Path, capability: tuple[int, int] | None) ->
     """
     sm = capability[0] * 10 + capability[1] if capability else None
     variant = "sm90" if sm == 90 else "sm100"
-    why = "capability 9.0 loads sm90/" if sm == 90 else (
-        f"capability {capability[0]}.{capability[1]} is not 9.0, so the loader takes sm100/" if capability
-        else "no GPU: the loader takes sm100/")
+    why = (
+        "capability 9.0 loads sm90/"
+        if sm == 90
+        else (
+            f"capability {capability[0]}.{capability[1]} is not 9.0, so the loader takes sm100/"
+            if capability
+            else "no GPU: the loader takes sm100/"
+        )
+    )
     for folder, name in ((package_dir / variant, variant), (package_dir, "")):
         libs = sorted(p for p in folder.glob("common_ops.*") if ".so" in p.name or p.suffix in (".pyd", ".dll"))
         if libs:
@@ -515,8 +536,9 @@ def probe_sgl_kernel(capability: tuple[int, int] | None) -> SglKernelInfo:
             found = reader(lib)
             libraries.append(LibraryInfo(rel, tuple(found.sass), tuple(found.ptx), rel == variant_lib))
         except Exception as exc:
-            libraries.append(LibraryInfo(rel, loaded_by_loader=rel == variant_lib,
-                                         error=f"{type(exc).__name__}: {exc}"))
+            libraries.append(
+                LibraryInfo(rel, loaded_by_loader=rel == variant_lib, error=f"{type(exc).__name__}: {exc}")
+            )
     note = None if reader else "SASS archs not read: sm120kit.hardware.fatbin (the fat-binary reader) is not available"
     return SglKernelInfo(version, str(package_dir), variant, variant_lib, reason, tuple(libraries), note)
 
@@ -531,8 +553,9 @@ def format_flashinfer_arch(item: Any) -> str:
 def probe_flashinfer() -> FlashInferInfo:
     package_dir = _package_dir("flashinfer")
     version = installed_version("flashinfer-python", "flashinfer")
-    prebuilt = tuple(f"{n} {v}" for n in ("flashinfer-cubin", "flashinfer-jit-cache")
-                     if (v := installed_version(n)) is not None)
+    prebuilt = tuple(
+        f"{n} {v}" for n in ("flashinfer-cubin", "flashinfer-jit-cache") if (v := installed_version(n)) is not None
+    )
     if package_dir is None:
         return FlashInferInfo(version, None, prebuilt=prebuilt)
     env_list = os.environ.get("FLASHINFER_CUDA_ARCH_LIST")
@@ -540,14 +563,20 @@ def probe_flashinfer() -> FlashInferInfo:
         module = importlib.import_module("flashinfer.compilation_context")
         archs = tuple(sorted(format_flashinfer_arch(a) for a in module.CompilationContext().TARGET_CUDA_ARCHS))
         source = "FLASHINFER_CUDA_ARCH_LIST" if env_list else "from the visible GPUs"
-        return FlashInferInfo(version, str(package_dir), archs, f"{source} (flashinfer.compilation_context)",
-                              prebuilt)
+        return FlashInferInfo(version, str(package_dir), archs, f"{source} (flashinfer.compilation_context)", prebuilt)
     except Exception as exc:
         if env_list:
-            return FlashInferInfo(version, str(package_dir), tuple(env_list.split()), "FLASHINFER_CUDA_ARCH_LIST",
-                                  prebuilt)
-        return FlashInferInfo(version, str(package_dir), (), None, prebuilt,
-                              error=f"JIT arch list not readable ({type(exc).__name__}: {exc})")
+            return FlashInferInfo(
+                version, str(package_dir), tuple(env_list.split()), "FLASHINFER_CUDA_ARCH_LIST", prebuilt
+            )
+        return FlashInferInfo(
+            version,
+            str(package_dir),
+            (),
+            None,
+            prebuilt,
+            error=f"JIT arch list not readable ({type(exc).__name__}: {exc})",
+        )
 
 
 def probe_sglang(path: str | Path | None) -> SglangInfo:
@@ -558,8 +587,9 @@ def probe_sglang(path: str | Path | None) -> SglangInfo:
     except NotSglangTree as exc:
         return SglangInfo(None, error=exc.message if path else "SGLang is not installed in this environment")
     state, summary = patch_state(target)
-    return SglangInfo(target.version, str(target.package_dir), target.kind, state, summary,
-                      pins=read_pins(target.package_dir))
+    return SglangInfo(
+        target.version, str(target.package_dir), target.kind, state, summary, pins=read_pins(target.package_dir)
+    )
 
 
 PINNED = ("torch", "sglang-kernel", "sgl-kernel", "flashinfer-python", "triton")
@@ -663,10 +693,21 @@ def min_tool_release(capability: tuple[int, int], machine: str | None = None) ->
     return arch.min_cuda(capability, machine=machine) or (12, 0)
 
 
-def assess(*, judged: tuple[int, int], gpu: TorchGpu | None, driver: DriverInfo, nvcc: ToolInfo,
-           triton_ptxas: ToolInfo, torch: TorchInfo, triton: PackageInfo, sglang: SglangInfo,
-           sgl_kernel: SglKernelInfo, flashinfer: FlashInferInfo, env: Mapping[str, str],
-           machine: str | None = None) -> tuple[Flag, ...]:
+def assess(
+    *,
+    judged: tuple[int, int],
+    gpu: TorchGpu | None,
+    driver: DriverInfo,
+    nvcc: ToolInfo,
+    triton_ptxas: ToolInfo,
+    torch: TorchInfo,
+    triton: PackageInfo,
+    sglang: SglangInfo,
+    sgl_kernel: SglKernelInfo,
+    flashinfer: FlashInferInfo,
+    env: Mapping[str, str],
+    machine: str | None = None,
+) -> tuple[Flag, ...]:
     """Every mismatch between this environment and a GPU of capability ``judged`` (on ``machine``, default:
     this one; the minimum CUDA of 12.1 differs between x86-64 and aarch64)."""
     flags: list[Flag] = []
@@ -677,91 +718,188 @@ def assess(*, judged: tuple[int, int], gpu: TorchGpu | None, driver: DriverInfo,
     sm12x = arch.is_sm12x(judged)
 
     if gpu is not None and gpu.platform == "hip":
-        flags.append(Flag(WARNING, "gpu", f"{gpu.name} is an AMD GPU seen through ROCm/HIP (capability "
-                          f"{gpu.label} as HIP reports it); it is not an NVIDIA SM{gpu.capability[0]}{gpu.capability[1]} "
-                          "device and none of the CUDA findings below apply to it.",
-                          "Use SGLang's ROCm documentation for this GPU."))
+        flags.append(
+            Flag(
+                WARNING,
+                "gpu",
+                f"{gpu.name} is an AMD GPU seen through ROCm/HIP (capability "
+                f"{gpu.label} as HIP reports it); it is not an NVIDIA SM{gpu.capability[0]}{gpu.capability[1]} "
+                "device and none of the CUDA findings below apply to it.",
+                "Use SGLang's ROCm documentation for this GPU.",
+            )
+        )
     if gpu is not None and gpu.platform == "cuda":
-        if gpu.known_shared_memory_per_block and gpu.shared_memory_per_block_optin and \
-                gpu.shared_memory_per_block_optin != gpu.known_shared_memory_per_block:
-            flags.append(Flag(WARNING, "gpu", f"The device reports {gpu.shared_memory_per_block_optin} B of opt-in "
-                              f"shared memory per block; sm120kit's figure for {gpu.family} is "
-                              f"{gpu.known_shared_memory_per_block} B.",
-                              "Kernel block sizes chosen for the family may not fit; report this GPU to sm120kit."))
+        if (
+            gpu.known_shared_memory_per_block
+            and gpu.shared_memory_per_block_optin
+            and gpu.shared_memory_per_block_optin != gpu.known_shared_memory_per_block
+        ):
+            flags.append(
+                Flag(
+                    WARNING,
+                    "gpu",
+                    f"The device reports {gpu.shared_memory_per_block_optin} B of opt-in "
+                    f"shared memory per block; sm120kit's figure for {gpu.family} is "
+                    f"{gpu.known_shared_memory_per_block} B.",
+                    "Kernel block sizes chosen for the family may not fit; report this GPU to sm120kit.",
+                )
+            )
         if gpu.known_shared_memory_per_block is None:
             flags.append(Flag(INFO, "gpu", f"sm120kit has no facts for capability {gpu.label} ({gpu.name})."))
 
     # torch
     if not torch.installed:
-        flags.append(Flag(ERROR, "torch", "torch is not installed.", "Install the CUDA build of torch that "
-                          "your SGLang release pins."))
+        flags.append(
+            Flag(
+                ERROR,
+                "torch",
+                "torch is not installed.",
+                "Install the CUDA build of torch that your SGLang release pins.",
+            )
+        )
     elif torch.cuda is None and torch.hip is None:
-        flags.append(Flag(ERROR, "torch", f"torch {torch.version} is a CPU-only build: no kernel can run on a GPU.",
-                          "Install a CUDA build (for SM120: CUDA 12.8 or newer, e.g. the cu128/cu130 wheels)."))
+        flags.append(
+            Flag(
+                ERROR,
+                "torch",
+                f"torch {torch.version} is a CPU-only build: no kernel can run on a GPU.",
+                "Install a CUDA build (for SM120: CUDA 12.8 or newer, e.g. the cu128/cu130 wheels).",
+            )
+        )
     elif torch.cuda is not None:
         cuda = parse_version_tuple(torch.cuda)
         if cuda and cuda < need:
-            flags.append(Flag(ERROR, "torch", f"torch {torch.version} is built with CUDA {torch.cuda}; {label} "
-                              f"({target}) needs CUDA {fmt_version(need)} or newer.",
-                              f"Install a torch build for CUDA {fmt_version(need)}+ (cu128 or cu130 wheels)."))
+            flags.append(
+                Flag(
+                    ERROR,
+                    "torch",
+                    f"torch {torch.version} is built with CUDA {torch.cuda}; {label} "
+                    f"({target}) needs CUDA {fmt_version(need)} or newer.",
+                    f"Install a torch build for CUDA {fmt_version(need)}+ (cu128 or cu130 wheels).",
+                )
+            )
         try:
             entries = parse_arch_list(torch.arch_list)
         except ValueError:
             entries = []
         if torch.arch_list and not covering(entries, judged):
-            flags.append(Flag(ERROR, "torch", f"torch's arch list ({' '.join(torch.arch_list)}) has no code that runs "
-                              f"on {label}: every torch kernel would fail with 'no kernel image is available'.",
-                              f"Install a torch build whose arch list includes sm_{judged[0]}{judged[1]} "
-                              "(torch.cuda.get_arch_list())."))
+            flags.append(
+                Flag(
+                    ERROR,
+                    "torch",
+                    f"torch's arch list ({' '.join(torch.arch_list)}) has no code that runs "
+                    f"on {label}: every torch kernel would fail with 'no kernel image is available'.",
+                    f"Install a torch build whose arch list includes sm_{judged[0]}{judged[1]} "
+                    "(torch.cuda.get_arch_list()).",
+                )
+            )
         if driver.cuda_version and cuda and driver.cuda_version < cuda:
-            flags.append(Flag(ERROR, "driver", f"The driver supports CUDA up to {fmt_version(driver.cuda_version)}, "
-                              f"older than the CUDA {torch.cuda} torch was built with.",
-                              "Update the NVIDIA driver (or install a torch build for an older CUDA)."))
+            flags.append(
+                Flag(
+                    ERROR,
+                    "driver",
+                    f"The driver supports CUDA up to {fmt_version(driver.cuda_version)}, "
+                    f"older than the CUDA {torch.cuda} torch was built with.",
+                    "Update the NVIDIA driver (or install a torch build for an older CUDA).",
+                )
+            )
 
     # Triton and its assembler
     if not triton.installed:
         severity = ERROR if sglang.installed else WARNING
-        flags.append(Flag(severity, "triton", "triton is not installed: SGLang's attention and MoE kernels are "
-                          "Triton kernels.", "Install the triton release your torch pins."))
+        flags.append(
+            Flag(
+                severity,
+                "triton",
+                "triton is not installed: SGLang's attention and MoE kernels are Triton kernels.",
+                "Install the triton release your torch pins.",
+            )
+        )
     elif triton_ptxas.error or triton_ptxas.release is None:
-        flags.append(Flag(ERROR, "triton", f"The ptxas Triton would use is not usable: "
-                          f"{triton_ptxas.error or 'no version'}.",
-                          "Reinstall triton, or point TRITON_PTXAS_PATH at a CUDA 12.8+ ptxas."))
+        flags.append(
+            Flag(
+                ERROR,
+                "triton",
+                f"The ptxas Triton would use is not usable: {triton_ptxas.error or 'no version'}.",
+                "Reinstall triton, or point TRITON_PTXAS_PATH at a CUDA 12.8+ ptxas.",
+            )
+        )
     elif triton_ptxas.release < need:
-        flags.append(Flag(ERROR, "triton", f"Triton assembles with ptxas {triton_ptxas.version} "
-                          f"({triton_ptxas.source}); {target} needs ptxas {fmt_version(need)} or newer.",
-                          f"Upgrade triton (>= 3.3 bundles a new enough ptxas) or set TRITON_PTXAS_PATH to a "
-                          f"CUDA {fmt_version(need)}+ ptxas."))
+        flags.append(
+            Flag(
+                ERROR,
+                "triton",
+                f"Triton assembles with ptxas {triton_ptxas.version} "
+                f"({triton_ptxas.source}); {target} needs ptxas {fmt_version(need)} or newer.",
+                f"Upgrade triton (>= 3.3 bundles a new enough ptxas) or set TRITON_PTXAS_PATH to a "
+                f"CUDA {fmt_version(need)}+ ptxas.",
+            )
+        )
     for key in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
         value = env.get(key)
         if value and not os.access(value, os.X_OK):
-            flags.append(Flag(WARNING, "triton", f"{key}={value} is not a runnable file; Triton ignores it and "
-                              "uses its bundled ptxas.", f"Fix or unset {key}."))
+            flags.append(
+                Flag(
+                    WARNING,
+                    "triton",
+                    f"{key}={value} is not a runnable file; Triton ignores it and uses its bundled ptxas.",
+                    f"Fix or unset {key}.",
+                )
+            )
 
     # nvcc: JIT builds (FlashInfer, SGLang's JIT kernels, torch extensions)
     if nvcc.found and nvcc.release < need:
-        flags.append(Flag(ERROR if flashinfer.installed else WARNING, "nvcc",
-                          f"nvcc {nvcc.version} cannot target {target} (needs CUDA {fmt_version(need)}+); JIT-compiled "
-                          "kernels (FlashInfer, SGLang's JIT kernels) cannot be built for this GPU.",
-                          f"Install CUDA {fmt_version(need)}+ and put its bin/ first on PATH (or set CUDA_HOME)."))
-    if sm12x and flashinfer.installed and nvcc.found and nvcc.release < arch.FLASHINFER_JIT_MIN_CUDA_SM12X \
-            and nvcc.release >= need:
-        flags.append(Flag(ERROR, "flashinfer", f"FlashInfer compiles JIT kernels for SM12x only with CUDA "
-                          f"{fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+; nvcc here is {nvcc.version}.",
-                          f"Install CUDA {fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+ (or set "
-                          "FLASHINFER_CUDA_ARCH_LIST=12.0a, which FlashInfer takes as is)."))
+        flags.append(
+            Flag(
+                ERROR if flashinfer.installed else WARNING,
+                "nvcc",
+                f"nvcc {nvcc.version} cannot target {target} (needs CUDA {fmt_version(need)}+); JIT-compiled "
+                "kernels (FlashInfer, SGLang's JIT kernels) cannot be built for this GPU.",
+                f"Install CUDA {fmt_version(need)}+ and put its bin/ first on PATH (or set CUDA_HOME).",
+            )
+        )
+    if (
+        sm12x
+        and flashinfer.installed
+        and nvcc.found
+        and nvcc.release < arch.FLASHINFER_JIT_MIN_CUDA_SM12X
+        and nvcc.release >= need
+    ):
+        flags.append(
+            Flag(
+                ERROR,
+                "flashinfer",
+                f"FlashInfer compiles JIT kernels for SM12x only with CUDA "
+                f"{fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+; nvcc here is {nvcc.version}.",
+                f"Install CUDA {fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+ (or set "
+                "FLASHINFER_CUDA_ARCH_LIST=12.0a, which FlashInfer takes as is).",
+            )
+        )
     if not nvcc.found and flashinfer.installed and not flashinfer.prebuilt:
-        flags.append(Flag(WARNING, "nvcc", "nvcc was not found and no prebuilt FlashInfer kernels "
-                          "(flashinfer-cubin / flashinfer-jit-cache) are installed: FlashInfer's JIT cannot build "
-                          "its kernels.", f"Install the CUDA toolkit ({fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+ for "
-                          "SM12x) or flashinfer-jit-cache."))
+        flags.append(
+            Flag(
+                WARNING,
+                "nvcc",
+                "nvcc was not found and no prebuilt FlashInfer kernels "
+                "(flashinfer-cubin / flashinfer-jit-cache) are installed: FlashInfer's JIT cannot build "
+                "its kernels.",
+                f"Install the CUDA toolkit ({fmt_version(arch.FLASHINFER_JIT_MIN_CUDA_SM12X)}+ for "
+                "SM12x) or flashinfer-jit-cache.",
+            )
+        )
 
     # sgl_kernel
     if not sgl_kernel.installed:
         if sglang.installed:
-            flags.append(Flag(WARNING, "sgl_kernel", "SGLang is installed but sgl_kernel (sglang-kernel / sgl-kernel) "
-                              "is not: SGLang's CUDA model runner imports it.",
-                              "Install the sglang-kernel release your SGLang pins."))
+            flags.append(
+                Flag(
+                    WARNING,
+                    "sgl_kernel",
+                    "SGLang is installed but sgl_kernel (sglang-kernel / sgl-kernel) "
+                    "is not: SGLang's CUDA model runner imports it.",
+                    "Install the sglang-kernel release your SGLang pins.",
+                )
+            )
     else:
         flags.extend(_assess_sgl_kernel(sgl_kernel, judged, label))
 
@@ -772,21 +910,37 @@ def assess(*, judged: tuple[int, int], gpu: TorchGpu | None, driver: DriverInfo,
         except ValueError:
             entries = []
         if not covering(entries, judged):
-            flags.append(Flag(ERROR, "flashinfer", f"FlashInfer's JIT arch list ({' '.join(flashinfer.jit_archs)}) "
-                              f"has no target that runs on {label}.",
-                              f"Set FLASHINFER_CUDA_ARCH_LIST to include {judged[0]}.{judged[1]}"
-                              f"{'a' if judged[0] >= 9 else ''} (or unset it to target the visible GPU)."))
+            flags.append(
+                Flag(
+                    ERROR,
+                    "flashinfer",
+                    f"FlashInfer's JIT arch list ({' '.join(flashinfer.jit_archs)}) "
+                    f"has no target that runs on {label}.",
+                    f"Set FLASHINFER_CUDA_ARCH_LIST to include {judged[0]}.{judged[1]}"
+                    f"{'a' if judged[0] >= 9 else ''} (or unset it to target the visible GPU).",
+                )
+            )
 
     # the versions this SGLang release pins
     if sglang.installed and sglang.pins:
-        installed = {"torch": torch.version, "triton": triton.version,
-                     "sglang-kernel": sgl_kernel.version, "sgl-kernel": sgl_kernel.version,
-                     "flashinfer-python": flashinfer.version}
+        installed = {
+            "torch": torch.version,
+            "triton": triton.version,
+            "sglang-kernel": sgl_kernel.version,
+            "sgl-kernel": sgl_kernel.version,
+            "flashinfer-python": flashinfer.version,
+        }
         for name, spec, version in pin_mismatches(sglang.pins, installed):
-            flags.append(Flag(WARNING, "versions", f"SGLang {sglang.version} pins {name}{spec}; {version} is installed. "
-                              "SGLang was not released with this combination: compiled kernels built for another "
-                              "torch can fail to load, and a different kernel library can lack ops SGLang calls.",
-                              f"Install {name}{spec}, or the SGLang release built against {name} {version}."))
+            flags.append(
+                Flag(
+                    WARNING,
+                    "versions",
+                    f"SGLang {sglang.version} pins {name}{spec}; {version} is installed. "
+                    "SGLang was not released with this combination: compiled kernels built for another "
+                    "torch can fail to load, and a different kernel library can lack ops SGLang calls.",
+                    f"Install {name}{spec}, or the SGLang release built against {name} {version}.",
+                )
+            )
 
     # environment
     arch_list = env.get("TORCH_CUDA_ARCH_LIST")
@@ -795,23 +949,48 @@ def assess(*, judged: tuple[int, int], gpu: TorchGpu | None, driver: DriverInfo,
             entries = parse_arch_list(arch_list)
         except ValueError:
             entries = []
-            flags.append(Flag(WARNING, "env", f"TORCH_CUDA_ARCH_LIST={arch_list!r} is not a list of archs.",
-                              "Use e.g. TORCH_CUDA_ARCH_LIST=12.0a."))
+            flags.append(
+                Flag(
+                    WARNING,
+                    "env",
+                    f"TORCH_CUDA_ARCH_LIST={arch_list!r} is not a list of archs.",
+                    "Use e.g. TORCH_CUDA_ARCH_LIST=12.0a.",
+                )
+            )
         if entries and not covering(entries, judged):
-            flags.append(Flag(WARNING, "env", f"TORCH_CUDA_ARCH_LIST={arch_list!r} does not cover {label}: torch "
-                              "extensions built here (JIT or from source) would not run on this GPU.",
-                              f"Add {judged[0]}.{judged[1]}{'a' if judged[0] >= 9 else ''} to it."))
+            flags.append(
+                Flag(
+                    WARNING,
+                    "env",
+                    f"TORCH_CUDA_ARCH_LIST={arch_list!r} does not cover {label}: torch "
+                    "extensions built here (JIT or from source) would not run on this GPU.",
+                    f"Add {judged[0]}.{judged[1]}{'a' if judged[0] >= 9 else ''} to it.",
+                )
+            )
     if sm12x and env.get("SGLANG_ENABLE_JIT_DEEPGEMM", "").lower() in ("1", "true"):
-        flags.append(Flag(WARNING, "env", "SGLANG_ENABLE_JIT_DEEPGEMM is on; DeepGEMM's kernels are for sm_90/sm_100, "
-                          "not SM12x.", "Set SGLANG_ENABLE_JIT_DEEPGEMM=0."))
+        flags.append(
+            Flag(
+                WARNING,
+                "env",
+                "SGLANG_ENABLE_JIT_DEEPGEMM is on; DeepGEMM's kernels are for sm_90/sm_100, not SM12x.",
+                "Set SGLANG_ENABLE_JIT_DEEPGEMM=0.",
+            )
+        )
     return tuple(flags)
 
 
 def _assess_sgl_kernel(info: SglKernelInfo, judged: tuple[int, int], label: str) -> list[Flag]:
     flags: list[Flag] = []
     if info.variant_library is None:
-        flags.append(Flag(ERROR, "sgl_kernel", f"sgl_kernel at {info.location} holds no common_ops library for its "
-                          f"loader to load ({info.variant_reason}).", "Reinstall sglang-kernel."))
+        flags.append(
+            Flag(
+                ERROR,
+                "sgl_kernel",
+                f"sgl_kernel at {info.location} holds no common_ops library for its "
+                f"loader to load ({info.variant_reason}).",
+                "Reinstall sglang-kernel.",
+            )
+        )
         return flags
     for lib in info.libraries:
         if lib.error or not (lib.sass or lib.ptx):
@@ -821,13 +1000,22 @@ def _assess_sgl_kernel(info: SglKernelInfo, judged: tuple[int, int], label: str)
             continue
         have = " ".join(lib.sass) or "no SASS"
         if lib.loaded_by_loader:
-            flags.append(Flag(ERROR, "sgl_kernel", f"sgl_kernel/{lib.path} (the library its loader picks on {label}) "
-                              f"holds {have} and no code that runs on {label}: its kernels fail with 'no kernel image'.",
-                              f"Install an sglang-kernel build for {judged[0]}.{judged[1]} (sm120kit build) or a "
-                              "wheel that lists it."))
+            flags.append(
+                Flag(
+                    ERROR,
+                    "sgl_kernel",
+                    f"sgl_kernel/{lib.path} (the library its loader picks on {label}) "
+                    f"holds {have} and no code that runs on {label}: its kernels fail with 'no kernel image'.",
+                    f"Install an sglang-kernel build for {judged[0]}.{judged[1]} (sm120kit build) or a "
+                    "wheel that lists it.",
+                )
+            )
         elif not lib.path.startswith(("sm90/", "sm100/")):
-            flags.append(Flag(INFO, "sgl_kernel", f"sgl_kernel/{lib.path} holds {have}: the ops it serves cannot run "
-                              f"on {label}."))
+            flags.append(
+                Flag(
+                    INFO, "sgl_kernel", f"sgl_kernel/{lib.path} holds {have}: the ops it serves cannot run on {label}."
+                )
+            )
     return flags
 
 
@@ -843,8 +1031,12 @@ def judged_capability(gpu: TorchGpu | None, override: tuple[int, int] | None) ->
     return (12, 0), "no NVIDIA GPU present: judged for SM120 (12.0), the GPU family sm120kit targets"
 
 
-def collect_report(*, arch_override: tuple[int, int] | None = None, sglang_path: str | Path | None = None,
-                   environ: Mapping[str, str] | None = None) -> EnvironmentReport:
+def collect_report(
+    *,
+    arch_override: tuple[int, int] | None = None,
+    sglang_path: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> EnvironmentReport:
     """Probe this machine and judge it (see the module docstring)."""
     environ = os.environ if environ is None else environ
     torch_info, torch_module = probe_torch()
@@ -859,12 +1051,40 @@ def collect_report(*, arch_override: tuple[int, int] | None = None, sglang_path:
     sgl_kernel = probe_sgl_kernel(judged)
     flashinfer = probe_flashinfer()
     env = relevant_env(environ)
-    flags = assess(judged=judged, gpu=gpu, driver=driver, nvcc=nvcc, triton_ptxas=triton_ptxas, torch=torch_info,
-                   triton=triton_pkg, sglang=sglang, sgl_kernel=sgl_kernel, flashinfer=flashinfer, env=env)
+    flags = assess(
+        judged=judged,
+        gpu=gpu,
+        driver=driver,
+        nvcc=nvcc,
+        triton_ptxas=triton_ptxas,
+        torch=torch_info,
+        triton=triton_pkg,
+        sglang=sglang,
+        sgl_kernel=sgl_kernel,
+        flashinfer=flashinfer,
+        env=env,
+    )
     from sm120kit.verify import topology  # the multi-GPU part, in its own module (it imports Flag from here)
 
-    multi_gpu = topology.collect(torch_module, sglang.path, sglang.version, flashinfer.location, flashinfer.version,
-                                 env)
+    multi_gpu = topology.collect(
+        torch_module, sglang.path, sglang.version, flashinfer.location, flashinfer.version, env
+    )
     flags += tuple(topology.assess(multi_gpu, judged))
-    return EnvironmentReport(judged, reason, gpu, gpu_note, driver, nvcc, ptxas, triton_ptxas, torch_info,
-                             triton_pkg, sglang, sgl_kernel, flashinfer, env, flags, multi_gpu)
+    return EnvironmentReport(
+        judged,
+        reason,
+        gpu,
+        gpu_note,
+        driver,
+        nvcc,
+        ptxas,
+        triton_ptxas,
+        torch_info,
+        triton_pkg,
+        sglang,
+        sgl_kernel,
+        flashinfer,
+        env,
+        flags,
+        multi_gpu,
+    )

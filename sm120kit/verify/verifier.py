@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sm120kit.util.report import Progress, Step
 from sm120kit.errors import Sm120kitError
+from sm120kit.util.report import Progress, Step
 from sm120kit.verify import checks as checks_mod
 from sm120kit.verify.report import ERROR, EnvironmentReport, collect_report, probe_torch
 
@@ -39,8 +39,14 @@ class AuditOutcome:
     details: tuple[str, ...] = ()  # one line per finding (or per model), for people
 
     def to_json(self) -> dict:
-        return {"name": self.name, "status": self.status, "summary": self.summary,
-                "seconds": round(self.seconds, 2), "details": list(self.details), "result": self.data}
+        return {
+            "name": self.name,
+            "status": self.status,
+            "summary": self.summary,
+            "seconds": round(self.seconds, 2),
+            "details": list(self.details),
+            "result": self.data,
+        }
 
 
 @dataclass(frozen=True)
@@ -109,16 +115,24 @@ class VerifyResult:
         parts = []
         for cause, count in self.skip_causes().items():
             if cause == checks_mod.MISSING_PACKAGE:
-                parts.append(f"{count} because a Python package that SGLang's (or the library's) modules import "
-                             f"is not installed: {', '.join(self.missing_packages())}")
+                parts.append(
+                    f"{count} because a Python package that SGLang's (or the library's) modules import "
+                    f"is not installed: {', '.join(self.missing_packages())}"
+                )
             elif cause == checks_mod.NO_GPU:
                 parts.append(f"{count} because no kernel can run here: {self.no_kernel_reason or 'no GPU'}")
             else:
                 parts.append(f"{count} as {cause}")
-        checks_text = (f"every one of the {len(self.checks)} check(s) was skipped ({'; '.join(parts)})"
-                       if self.checks else "no check was selected")
-        audits_text = ("no static audit ran (" + "; ".join(f"{a.name}: {a.summary}" for a in self.audits) + ")"
-                       if self.audits else "the static audits were not run")
+        checks_text = (
+            f"every one of the {len(self.checks)} check(s) was skipped ({'; '.join(parts)})"
+            if self.checks
+            else "no check was selected"
+        )
+        audits_text = (
+            "no static audit ran (" + "; ".join(f"{a.name}: {a.summary}" for a in self.audits) + ")"
+            if self.audits
+            else "the static audits were not run"
+        )
         return f"Nothing was verified: {checks_text}, and {audits_text}."
 
     def counts(self) -> dict[str, int]:
@@ -135,10 +149,14 @@ class VerifyResult:
             "nothing_verified_reason": self.nothing_verified_reason(),
             "kernels_ran": self.kernels_ran,
             "no_kernel_reason": self.no_kernel_reason or None,
-            "summary": {**self.counts(), "errors_in_report": len(self.report.errors),
-                        "audits_flagged": sum(a.status == "flagged" for a in self.audits),
-                        "audits_ran": len(self.ran_audits), "skip_causes": self.skip_causes(),
-                        "missing_packages": self.missing_packages()},
+            "summary": {
+                **self.counts(),
+                "errors_in_report": len(self.report.errors),
+                "audits_flagged": sum(a.status == "flagged" for a in self.audits),
+                "audits_ran": len(self.ran_audits),
+                "skip_causes": self.skip_causes(),
+                "missing_packages": self.missing_packages(),
+            },
             "report": self.report.to_json(),
             "checks": [c.to_json() for c in self.checks],
             "audits": [a.to_json() for a in self.audits],
@@ -162,8 +180,9 @@ def _use_sglang_tree(path: str | None) -> str | None:
     return root
 
 
-def run_static_audits(report: EnvironmentReport, sglang_path: str | None, *, progress: Progress | None = None,
-                      on_step: Step | None = None) -> tuple[AuditOutcome, ...]:
+def run_static_audits(
+    report: EnvironmentReport, sglang_path: str | None, *, progress: Progress | None = None, on_step: Step | None = None
+) -> tuple[AuditOutcome, ...]:
     """The static audits for the judged capability, each one only where its module exists."""
     outcomes: list[AuditOutcome] = []
     cap = f"{report.judged_for[0]}.{report.judged_for[1]}"
@@ -176,28 +195,31 @@ def run_static_audits(report: EnvironmentReport, sglang_path: str | None, *, pro
     return tuple(outcomes)
 
 
-def _backend_audit(root: str, cap: str, flashinfer: bool, progress: Progress | None,
-                   on_step: Step | None) -> AuditOutcome:
+def _backend_audit(
+    root: str, cap: str, flashinfer: bool, progress: Progress | None, on_step: Step | None
+) -> AuditOutcome:
     try:
         mod = importlib.import_module("sm120kit.audit.backends")
         audit = getattr(mod, "audit_backends")
     except (ImportError, AttributeError):
-        return AuditOutcome("backend choice", "not-run",
-                            "not available: this sm120kit has no backend audit (sm120kit.audit.backends)")
+        return AuditOutcome(
+            "backend choice", "not-run", "not available: this sm120kit has no backend audit (sm120kit.audit.backends)"
+        )
     start = time.perf_counter()
     try:
         result = audit(root, capabilities=(cap,), flashinfer=(flashinfer,), progress=progress, on_step=on_step)
     except Sm120kitError as exc:
-        return AuditOutcome("backend choice", "not-run", f"could not run: {exc.message}",
-                            time.perf_counter() - start)
+        return AuditOutcome("backend choice", "not-run", f"could not run: {exc.message}", time.perf_counter() - start)
     data = result.to_json() if hasattr(result, "to_json") else None
     flagged = list(getattr(result, "flagged", ()))
     not_run = list(getattr(result, "not_run", ()))
     total = len(getattr(result, "resolutions", ()))
     if flagged:
         names = ", ".join(f"{r.model}: {', '.join(r.flagged)}" for r in flagged)
-        status, summary = "flagged", f"{len(flagged)} of {total} model(s) on {cap} would pick a backend with no " \
-                                     f"SM120 code ({names})"
+        status, summary = (
+            "flagged",
+            f"{len(flagged)} of {total} model(s) on {cap} would pick a backend with no SM120 code ({names})",
+        )
     elif not_run and len(not_run) == total:
         status, summary = "not-run", f"SGLang's argument resolution did not run ({not_run[0].error or 'no reason'})"
     else:
@@ -208,8 +230,10 @@ def _backend_audit(root: str, cap: str, flashinfer: bool, progress: Progress | N
         b = r.backends
         if r.status == "resolved":
             verdict = "FLAGGED " + ", ".join(r.flagged) if r.flagged else "ok"
-            details.append(f"{r.model}: attention {r.attention}, moe {b.get('moe_runner') or '-'}, "
-                           f"fp8 gemm {b.get('fp8_gemm') or '-'}, fp4 gemm {b.get('fp4_gemm') or '-'}: {verdict}")
+            details.append(
+                f"{r.model}: attention {r.attention}, moe {b.get('moe_runner') or '-'}, "
+                f"fp8 gemm {b.get('fp8_gemm') or '-'}, fp4 gemm {b.get('fp4_gemm') or '-'}: {verdict}"
+            )
         else:
             details.append(f"{r.model}: {r.status}: {(r.error or '').strip().splitlines()[0] if r.error else '-'}")
     return AuditOutcome("backend choice", status, summary, time.perf_counter() - start, data, tuple(details))
@@ -217,8 +241,9 @@ def _backend_audit(root: str, cap: str, flashinfer: bool, progress: Progress | N
 
 def _smem_audit(root: str, cap: str, progress: Progress | None, on_step: Step | None) -> AuditOutcome:
     if importlib.util.find_spec("sm120kit.audit.smem") is None:
-        return AuditOutcome("shared memory", "not-run",
-                            "not available: this sm120kit has no shared-memory audit (sm120kit.audit.smem)")
+        return AuditOutcome(
+            "shared memory", "not-run", "not available: this sm120kit has no shared-memory audit (sm120kit.audit.smem)"
+        )
     mod = importlib.import_module("sm120kit.audit.smem")
     audit = getattr(mod, "audit_smem", None)
     if audit is None:
@@ -234,16 +259,18 @@ def _smem_audit(root: str, cap: str, progress: Progress | None, on_step: Step | 
     summary_line = getattr(mod, "summary_line", None)
     summary = summary_line(result) if summary_line else f"{len(over)} kernel(s) over the limit of {cap}"
     status = "flagged" if over or errors else "ok"
-    details = [f"{case.case.launcher} ({case.case.model}, {case.case.shape}): {k.name} "
-               f"[{k.block_text}, {k.num_warps} warps, {k.num_stages} stages] needs {k.shared} B > {k.limit} B"
-               for case, k in over]
-    details += [f"{case.case.launcher} ({case.case.model}, {case.case.shape}): {case.status}: {case.error}"
-                for case in errors]
+    details = [
+        f"{case.case.launcher} ({case.case.model}, {case.case.shape}): {k.name} "
+        f"[{k.block_text}, {k.num_warps} warps, {k.num_stages} stages] needs {k.shared} B > {k.limit} B"
+        for case, k in over
+    ]
+    details += [
+        f"{case.case.launcher} ({case.case.model}, {case.case.shape}): {case.status}: {case.error}" for case in errors
+    ]
     return AuditOutcome("shared memory", status, summary, time.perf_counter() - start, data, tuple(details))
 
 
-def run_verify(plan: VerifyPlan, *, progress: Progress | None = None,
-               on_step: Step | None = None) -> VerifyResult:
+def run_verify(plan: VerifyPlan, *, progress: Progress | None = None, on_step: Step | None = None) -> VerifyResult:
     start = time.perf_counter()
     selected = checks_mod.select_checks(plan.backends)  # bad --backend fails before any work
     _use_sglang_tree(plan.sglang)
@@ -252,17 +279,22 @@ def run_verify(plan: VerifyPlan, *, progress: Progress | None = None,
     ctx, reason = checks_mod.gpu_context(torch_module)
     notes: list[str] = []
     if ctx is not None and plan.arch is not None and plan.arch != ctx.capability:
-        notes.append(f"The report is judged for {plan.arch[0]}.{plan.arch[1]} (--arch); the checks ran on the GPU "
-                     f"present ({ctx.gpu_name}, {ctx.capability[0]}.{ctx.capability[1]}).")
+        notes.append(
+            f"The report is judged for {plan.arch[0]}.{plan.arch[1]} (--arch); the checks ran on the GPU "
+            f"present ({ctx.gpu_name}, {ctx.capability[0]}.{ctx.capability[1]})."
+        )
     results = checks_mod.run_checks(selected, ctx, reason, progress=progress)
     run_audits = plan.audits if plan.audits is not None else ctx is None
     audits = run_static_audits(report, plan.sglang, progress=progress, on_step=on_step) if run_audits else ()
     if ctx is None:
         ran = [a for a in audits if a.status != "not-run"]
-        notes.append(f"No kernel ran: {reason}. Findings come from the environment report"
-                     + (" and the static audits (a faked device; real Triton compiles)." if ran else " only."))
-    return VerifyResult(report, tuple(results), ctx is not None, reason, audits, time.perf_counter() - start,
-                        tuple(notes))
+        notes.append(
+            f"No kernel ran: {reason}. Findings come from the environment report"
+            + (" and the static audits (a faked device; real Triton compiles)." if ran else " only.")
+        )
+    return VerifyResult(
+        report, tuple(results), ctx is not None, reason, audits, time.perf_counter() - start, tuple(notes)
+    )
 
 
 def exit_code(result: VerifyResult) -> int:

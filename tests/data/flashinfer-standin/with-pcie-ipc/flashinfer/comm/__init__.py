@@ -10,10 +10,8 @@ CALLS = []
 
 
 class PcieIpcAllReduceWorkspace:
-    def __init__(self, group, max_numel, dtype=None, max_blocks=128, profile=None, tune_batches=None,
-                 tune_cache=None):
-        CALLS.append(("init", {"max_numel": max_numel, "dtype": str(dtype),
-                               "tune_batches": list(tune_batches or ())}))
+    def __init__(self, group, max_numel, dtype=None, max_blocks=128, profile=None, tune_batches=None, tune_cache=None):
+        CALLS.append(("init", {"max_numel": max_numel, "dtype": str(dtype), "tune_batches": list(tune_batches or ())}))
         self.group = group
         self.max_numel = max_numel
         dist.barrier(group=group)  # construction is collective in FlashInfer too
