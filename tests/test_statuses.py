@@ -139,6 +139,8 @@ WORDS = {m.value for e in (PatchStatus, HunkStatus, TreeStatus) for m in e}
 ALLOWED = {
     ("sm120kit/errors.py", "conflict"): "ConflictError.kind, an error kind of the CLI contract, not a status",
     ("sm120kit/cli/upstream.py", "applies"): "STATUS_WORDS: the word the Markdown table prints for APPLIES",
+    ("sm120kit/audit/smem.py", "not-applicable"): "an audit case's status (a shape SGLang's loader refuses), not a "
+    "patch status; the audit may not import sm120kit.patching (the engines are independent)",
 }
 
 
