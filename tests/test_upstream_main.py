@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 from apply_support import run_json
 from conftest import SERIES_RELEASES, quick_on_one
+from series_support import copy_series
 
 from sm120kit.sglang import sm12x_paths
 from sm120kit.sglang.metadata import dist_metadata_files, read_dist_metadata
@@ -174,8 +175,7 @@ def main_repo(tmp_path_factory, release_dir):
 def _fixed_gate_series(tmp_path: Path) -> Path:
     """A copy of the series whose gating variants fix the trtllm_mha roles per release, as every variant did
     before they were read from the tree: 0.5.12.diff (0.5.12-0.5.18) says prefill False, decode True."""
-    dest = tmp_path / "fixed-series"
-    shutil.copytree(SERIES, dest)
+    dest = copy_series(tmp_path / "fixed-series-root")
     diff = dest / GATING / "0.5.12.diff"
     text = diff.read_text()
     start = text.index(f"+++ b/{GATE}\n")

@@ -17,6 +17,7 @@ import pytest
 from apply_support import run_cli, run_json
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+from series_support import copy_series
 
 from sm120kit.patching import ranges
 from sm120kit.patching.plan import plan_series
@@ -33,8 +34,9 @@ PRERELEASES = ("0.5.2rc0", "0.5.2rc1", "0.5.2rc2", "0.5.3rc0", "0.5.3rc2", "0.5.
 def _one_patch_series(tmp_path: Path, patch_id: str, edit: tuple[str, str] | None = None) -> Path:
     """A copy of one patch of the real series as a series of its own; ``edit`` replaces one text of its
     patch.toml."""
-    dest = tmp_path / "series"
+    dest = tmp_path / "patches" / "sglang"  # the repository's layout: [[files]] sources under tmp_path/kernels
     shutil.copytree(SERIES / patch_id, dest / patch_id)
+    shutil.copytree(REPO / "kernels", tmp_path / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
     (dest / "series.toml").write_text(f'patches = ["{patch_id}"]\n')
     if edit is not None:
         meta = dest / patch_id / "patch.toml"
@@ -178,8 +180,7 @@ def test_refresh_for_a_prerelease_whose_release_has_a_variant(tmp_path, release_
     release_dir("0.5.3rc2")
     release_dir("0.5.2")
     patch_id = "sm120-decode-kv-splits"
-    series = tmp_path / "series"
-    shutil.copytree(SERIES, series)
+    series = copy_series(tmp_path)
     args = ("refresh", patch_id, "--release", "0.5.3rc2", "--series", str(series))
     code, data = run_json(*args, "--dry-run")
     assert code == 0 and data["outcome"] == "dry-run", data
