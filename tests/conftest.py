@@ -12,6 +12,7 @@ from pathlib import Path
 
 import git
 import pytest
+from repo_paths import DATA_DIR, REPO_ROOT, SCRIPTS_DIR, SUPPORT_DIR, TESTS_DIR  # noqa: F401 (the tests import them from here)
 
 from sm120kit.sglang import releases
 
@@ -31,9 +32,6 @@ def quick_first(values: list) -> list:
     """Parametrize values: the first runs in the quick loop, the others (the same check on more inputs) are
     marked slow."""
     return values[:1] + [pytest.param(v, marks=pytest.mark.slow) for v in values[1:]]
-
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,498 @@
+"""The ``sm120-mla-attention`` patch: split-KV tree verify and MLA decode for SGLang's Triton backend on 12.x.
+
+Real releases from PyPI are patched with the series; the kernels run on the CPU through Triton's
+interpreter (``tests/mla_interpret_check.py`` in a fresh interpreter) against a float32 reference and
+against the release's own ``extend_attention_fwd`` / ``decode_attention_fwd``; the routing is checked
+under faked devices (no GPU is present here: ``sm120kit.hardware.fake_device`` stands in for 12.0, 12.1,
+9.0, 10.0 and an AMD card that reports major 12); every tile the launchers can pick is compiled for
+sm_120 and sm_121 with the real Triton compiler, and the CUDA kernels with NVRTC. The kernels are the
+``sm120_attention`` package (``kernels/`` is on pytest's path); the route between them is tested, without
+compiles, in tests/test_mla_route.py, their source files in tests/test_mla_source.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, SUPPORT_DIR
+
+from sm120kit.hardware import fake_device
+from sm120kit.hardware.arch import SM120_SHARED_MEMORY_PER_BLOCK as LIMIT
+from sm120kit.patching.engine import apply_series, revert_series
+from sm120kit.patching.series import load_series
+from sm120kit.sglang import releases
+from sm120kit.sglang.target import find_target
+
+pytestmark = pytest.mark.slow
+
+SERIES_DIR = REPO_ROOT / "patches" / "sglang"
+PATCH_DIR = SERIES_DIR / "sm120-mla-attention"
+KERNEL_DIR = REPO_ROOT / "kernels" / "sm120_attention"
+BACKEND = "sglang/srt/layers/attention/triton_backend.py"
+# One release per variant (and 0.5.17, 0.5.23 inside the two newest ranges).
+RELEASES = ("0.5.2", "0.5.4", "0.5.10", "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.23")
+
+
+def module_of(version: str) -> str:
+    """Where the patch puts the module: beside the release's Triton attention kernels."""
+    from packaging.version import Version
+
+    if Version(version) >= Version("0.5.16"):
+        return "sglang/kernels/ops/attention/sm120_mla.py"
+    return "sglang/srt/layers/attention/triton_ops/sm120_mla.py"
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def mla():
+    from sm120_attention import sm120_mla
+
+    return sm120_mla
+
+
+@pytest.fixture(scope="module")
+def generator():
+    """scripts/gen_mla_patch.py, the writer of the patch's diffs (a script, loaded from its file)."""
+    return _load(REPO_ROOT / "scripts" / "gen_mla_patch.py", "gen_mla_patch")
+
+
+def _patched(tmp_path_factory, version: str) -> Path:
+    import shutil
+
+    root = tmp_path_factory.mktemp("mla") / version
+    shutil.copytree(releases.fetch_release(version), root)
+    apply_series(find_target(root / "sglang"), load_series(SERIES_DIR))
+    return root
+
+
+@pytest.fixture(scope="module")
+def patched_0523(tmp_path_factory):
+    return _patched(tmp_path_factory, "0.5.23")
+
+
+def test_diffs_are_the_generator_output(generator):
+    assert generator.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_patch_adds_the_module_and_one_hook_then_reverts(tmp_path, generator, version):
+    import shutil
+
+    root = tmp_path / version
+    shutil.copytree(releases.fetch_release(version), root)
+    before = (root / BACKEND).read_bytes()
+    result = apply_series(find_target(root / "sglang"), load_series(SERIES_DIR))
+    plan = {p.patch_id: p for p in result.plan.patches}
+    assert plan["sm120-mla-attention"].status == "applies"
+    shipped = [root / module_of(version).replace("sm120_mla.py", name) for name in generator.KERNEL_FILES]
+    for name, path in zip(generator.KERNEL_FILES, shipped):
+        assert path.read_bytes() == (KERNEL_DIR / name).read_bytes(), name
+    backend = (root / BACKEND).read_text()
+    assert backend.count("sm120_mla.install(self, model_runner.device)") == 1
+    # The hook sits in TritonAttnBackend.__init__, after the launchers are bound and before the
+    # constructor reads its arguments.
+    init = backend.index("class TritonAttnBackend")
+    hook = backend.index("sm120_mla.install(", init)
+    assert backend.index("self.extend_attention_fwd = ", init) < hook < backend.index("# Parse args", init)
+    revert_series(find_target(root / "sglang"))
+    assert (root / BACKEND).read_bytes() == before
+    assert not any(path.exists() for path in shipped)
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])  # the oldest argument order and the newest
+def test_kernels_match_the_reference_and_the_release(tmp_path_factory, tmp_path, version):
+    """Through Triton's interpreter on the CPU. The checks against the float32 reference exercise only the
+    patch's own module, the same file on every release, so they run on the newest; the checks against the
+    release's kernels and the declines run on both."""
+    patched = _patched(tmp_path_factory, version)
+    out = tmp_path / "numerics.json"
+    # the patched release's modules, and the float32 reference from the kernels' package
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(patched), str(REPO_ROOT / "kernels")]), TRITON_INTERPRET="1")
+    reference = version == "0.5.23"
+    cmd = [sys.executable, str(SUPPORT_DIR / "mla_interpret_check.py"), str(out)]
+    proc = subprocess.run(
+        cmd + ([] if reference else ["--release-only"]),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3000,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = json.loads(out.read_text())
+    by_check: dict[str, list[dict]] = {}
+    for r in records:
+        by_check.setdefault(r["check"], []).append(r)
+    reference_checks = ("verify-reference", "decode-reference", "verify-scales", "verify-separate-tail")
+    if reference:
+        # Tolerances: float32 agrees to rounding; fp16 outputs carry fp16 rounding of |o| < 2 (one ulp 2^-10).
+        assert {r["shape"] for r in by_check["verify-separate-tail"]} == {"mla", "gqa", "mha"}
+        for r in (r for name in reference_checks for r in by_check[name]):
+            assert r["ran"], r
+            assert r["max_abs_diff"] < (1e-5 if r["dtype"] == "float32" else 2e-3), r
+        assert {r["shape"] for r in by_check["verify-reference"]} == {"mla", "gqa", "mha"}
+        assert {r["page_size"] for r in by_check["verify-reference"]} == {1, 16}
+    else:
+        assert not set(reference_checks) & set(by_check), sorted(by_check)
+    for r in by_check["verify-release"] + by_check["decode-release"]:
+        assert r["ran"] and r["max_abs_diff"] < 2e-3, r
+    assert {r["shape"] for r in by_check["verify-release"]} == {"mla", "gqa"}
+    assert any(r.get("case") == "enable_lean" for r in by_check["decode-release"])
+    (fallback,) = by_check["fallback-identical"]
+    assert fallback["bit_identical"], fallback
+    declines = by_check["decline"]
+    assert len(declines) == 11
+    for r in declines:
+        assert r["ran"] is False and r["untouched"], r
+
+
+@pytest.mark.parametrize(
+    "key, routed", [("12.0", True), ("12.1", True), ("9.0", False), ("10.0", False), ("hip-12", False)]
+)
+def test_install_routes_on_12x_cuda_only(mla, key, routed, monkeypatch):
+    monkeypatch.delenv("SGLANG_SM120_MLA", raising=False)
+    mla._CAPABILITY.clear()
+
+    class Backend:  # the two attributes install() reads and replaces
+        extend_attention_fwd = staticmethod(lambda *a, **k: "extend")
+        decode_attention_fwd = staticmethod(lambda *a, **k: "decode")
+
+    backend = Backend()
+    original = (backend.extend_attention_fwd, backend.decode_attention_fwd)
+    with fake_device.faked_cuda(fake_device.preset(key)):
+        assert mla.install(backend, "cuda") is routed
+    now = (backend.extend_attention_fwd, backend.decode_attention_fwd)
+    if routed:
+        assert now != original
+        assert inspect.unwrap(now[0]) is original[0] and inspect.unwrap(now[1]) is original[1]
+    else:
+        assert now == original
+
+
+def test_env_var_turns_routing_off(mla, monkeypatch):
+    mla._CAPABILITY.clear()
+    monkeypatch.setenv("SGLANG_SM120_MLA", "0")
+
+    class Backend:
+        extend_attention_fwd = decode_attention_fwd = None
+
+    with fake_device.faked_cuda(fake_device.preset("12.0")):
+        assert mla.install(Backend(), "cuda") is False
+
+
+def test_split_counts_follow_the_sm_count(mla):
+    # Two waves of programs per GPU, divided among the programs one split already has, rounded down so
+    # the programs end in whole waves (never one program over).
+    assert mla.num_splits_for(1, 188) == 256  # RTX PRO 6000, one request: capped at MAX_SPLITS
+    assert mla.num_splits_for(1, 48) == 96  # GB10
+    assert mla.num_splits_for(4, 188) == 94
+    assert mla.num_splits_for(32, 188) == 11  # 352 programs on 376 slots, not 384
+    assert mla.num_splits_for(16, 132) == 16  # H200, 32 drafts x 16 heads: 256 programs on 264, not 272
+    assert mla.num_splits_for(10_000, 188) == 1
+    assert mla.num_splits_for(1, 132, waves=1) == 132
+    assert mla.num_splits_for(32, 188, waves=4) == 23  # four waves
+    for programs in range(1, 300):
+        for sms in (48, 132, 188):
+            splits = mla.num_splits_for(programs, sms)
+            assert splits == 1 or splits * programs <= 2 * sms
+
+
+GROUPS = (1, 2, 4, 8, 16, 32, 64, 128)
+TOKENS = (1, 2, 8, 64)
+# The widest head dims of each KV-tile class: MLA (576/512, 32 tokens), 129-256 (32), up to 128 (64).
+HEAD_DIMS = ((576, 512), (256, 256), (128, 128))
+
+
+def reachable_tiles(mla, head_dims=HEAD_DIMS):
+    """(lk, lv, tiles) -> an example (group, tokens) for every tile set the launchers can pick."""
+    seen = {}
+    for lk, lv in head_dims:
+        for group in GROUPS:
+            for tokens in TOKENS:
+                seen.setdefault((lk, lv, mla.pick_tiles(lk, lv, group, tokens)), (group, tokens))
+    return seen
+
+
+def test_tiles_are_few_and_known(mla):
+    tiles = reachable_tiles(mla, HEAD_DIMS + ((192, 128), (64, 64), (96, 96)))
+    for lk, lv, t in tiles:
+        assert t.block_t * t.block_h in (16, 32)  # mma.sync takes 16 rows; 32 keep 512 fp32 values in registers
+        assert t.block_n == (32 if lk > 128 else 64)
+        assert t.block_h <= (16 if lv > 256 else 32)
+        assert (t.num_warps, t.num_stages) == (4, 3)
+    # Every token count maps onto the few sets the legality test compiles.
+    assert len({t for (_, _, t) in tiles}) <= 24
+
+
+@pytest.mark.parametrize("arch", ["12.0", "12.1"])
+def test_every_reachable_tile_compiles_within_the_limit(mla, arch):
+    import torch
+
+    compiled = []
+    head_dims = HEAD_DIMS if arch == "12.0" else HEAD_DIMS[:1]  # 12.1: the same compiler, MLA only
+    with fake_device.faked_device(fake_device.preset(arch)) as recorder:
+        for (lk, lv, tiles), (group, tokens) in sorted(reachable_tiles(mla, head_dims).items(), key=str):
+            kv_dtypes = (torch.bfloat16, torch.float8_e4m3fn) if lk > lv else (torch.bfloat16,)
+            decode = tokens == 1 and lk > lv
+            for kv_dtype in kv_dtypes:
+                _launch(mla, torch, lk, lv, group, tokens, kv_dtype, decode, tiles)
+                compiled += [(lk, lv, tiles, str(kv_dtype), decode, r.name, r.shared) for r in recorder.take()]
+    names = {c[5] for c in compiled}
+    # The tail's own pass is reached only by requests of more query rows than the route's fuse_tail_max_rows.
+    required = {"_prefix_kernel", "_prefix_pair_kernel", "_merge_kernel", "_merge_tail_kernel"}
+    assert required <= names <= required | {"_tail_kernel"}, names
+    over = [c for c in compiled if c[-1] > LIMIT]
+    assert not over, over
+
+
+def _launch(mla, torch, lk, lv, group, tokens, kv_dtype, decode, tiles):
+    meta, kvh, batch = "meta", 1, 2
+    heads = group * kvh
+    total = tokens * batch
+    q = torch.empty(total, heads, lk, device=meta, dtype=torch.bfloat16)
+    k_buf = torch.empty(4096, kvh, lk, device=meta, dtype=kv_dtype)
+    v_buf = k_buf[:, :, :lv] if lk > lv else torch.empty(4096, kvh, lv, device=meta, dtype=kv_dtype)
+    o = torch.empty(total, heads, lv, device=meta, dtype=torch.bfloat16)
+    indptr = torch.empty(batch + 1, device=meta, dtype=torch.int32)
+    indices = torch.empty(4096, device=meta, dtype=torch.int64)
+    with mla.routes.using(mla.routes.TABLE._replace(tiles=tiles)):
+        if decode:
+            mla._run_split_attention(q, k_buf, v_buf, o, None, indptr, indices, batch, 1, 0.1, 1.0, 1.0)
+            return
+        k_ext = torch.empty(total, kvh, lk, device=meta, dtype=torch.bfloat16)
+        v_ext = k_ext[:, :, :lv] if lk > lv else torch.empty(total, kvh, lv, device=meta, dtype=torch.bfloat16)
+        tail = (
+            k_ext,
+            v_ext,
+            torch.empty(100000, device=meta, dtype=torch.int8),
+            torch.empty(batch + 1, device=meta, dtype=torch.int64),
+        )
+        mla._run_split_attention(q, k_buf, v_buf, o, indptr, indptr, indices, batch, tokens, 0.1, 1.0, 1.0, tail=tail)
+
+
+def test_verify_checks_reach_the_patched_launchers_for_faked_sm120(patched_0523):
+    """`sm120kit verify`'s triton-tree-verify and triton-mla-decode checks on the patched release, for a
+    faked 12.0 device (this machine has no GPU): every case reaches the new launchers with arguments they
+    serve, and Triton compiles each kernel for sm_120 within the limit. The numbers themselves are compared
+    on a GPU (`sm120kit verify`) and, here, through the interpreter (test above)."""
+    proc = subprocess.run(
+        [sys.executable, str(SUPPORT_DIR / "verify_plumbing.py"), str(patched_0523), "12.0"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert "skipped" not in data, data.get("skipped")
+    for name in ("triton-tree-verify", "triton-mla-decode"):
+        cases = data["checks"][name]
+        assert cases and all(c["ok"] for c in cases), (name, cases)
+    new = [k for k in data["kernels"] if k["module"].endswith("sm120_mla")]
+    # MLA 16 heads x 8 drafts (128 rows) merges its tail in place; GQA 32 heads x 8 drafts takes the tail's pass.
+    assert {k["name"] for k in new} == {
+        "_prefix_kernel",
+        "_prefix_pair_kernel",
+        "_tail_kernel",
+        "_merge_kernel",
+        "_merge_tail_kernel",
+    }
+    assert max(k["shared"] for k in new) <= LIMIT
+
+
+@pytest.fixture(scope="module")
+def mma():
+    from sm120_attention import sm120_mla_mma
+
+    return sm120_mla_mma
+
+
+@pytest.mark.parametrize("arch", ["sm_120a", "sm_121a"])
+def test_mma_prefix_kernel_compiles_within_the_limit(mma, arch):
+    """The CUDA verify prefix kernel, compiled by NVRTC (the nvidia-cuda-nvrtc wheel; no GPU here) as it is at
+    first use on the card: every entry point (prefix only, the one-launch verify or decode with tail and merge,
+    and its 16-row programs), within 255 registers and 101376 B of shared memory (the
+    kernel's dynamic shared memory is the launcher's SMEM_BYTES, which the source checks at compile time)."""
+    from sm120kit.hardware.cubin import resource_usage
+
+    cubin = mma.compile_cubin(arch)
+    usage = resource_usage(cubin)
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    entries = [item for names in mma.ENTRY_NAMES.values() for item in names.items()]
+    assert len(entries) == 12  # prefix, one-launch and its 16-row programs, for bf16/fp8 KV and int32/int64 slots
+    assert set(usage) == {name for _, name in entries}
+    for (kv_dtype, _), name in entries:
+        res = usage[name]
+        assert res.registers <= 255, (name, res)
+        assert res.shared + mma.SMEM_BYTES[kv_dtype] <= LIMIT, (name, res)
+        assert mma.SMEM_BYTES[kv_dtype] > 48 * 1024  # so the launcher must raise the dynamic shared-memory cap
+
+
+def test_timeline_build_compiles_with_the_same_entry_points(mma):
+    """The build `bench_mla.py --timeline` loads (SM120_TIMELINE: clock reads into a device array): it compiles
+    for sm_120a with every entry point of the launchers' build, within 255 registers, and holds the array the
+    benchmark reads back by name; the launchers' build has no such array."""
+    from sm120kit.hardware.cubin import resource_usage
+
+    timed = mma.compile_cubin("sm_120a", defines=("SM120_TIMELINE",))
+    usage = resource_usage(timed)
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    assert set(usage) == {name for names in mma.ENTRY_NAMES.values() for name in names.values()}
+    assert all(res.registers <= 255 for res in usage.values())
+    assert b"sm120_timeline" in timed
+    assert b"sm120_timeline" not in mma.compile_cubin("sm_120a")
+
+
+def _bench_mla():
+    """scripts/bench_mla.py, loaded from its file (no GPU here: it imports, it does not run)."""
+    spec = importlib.util.spec_from_file_location("bench_mla", REPO_ROOT / "scripts" / "bench_mla.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("arch", ["sm_120a", "sm_121a", "sm_90a"])
+def test_bench_instruction_peak_loops_compile_for_each_form(arch):
+    """The register-only mma.sync loops bench_mla.py times for the instruction peaks (bf16 and f16 m16n8k16,
+    e4m3 m16n8k32) compile with NVRTC for the SM120 targets and for the H200 the benchmarks run on, one entry
+    point a form, and each entry point holds its mma.sync form."""
+    from sm120_attention import sm120_mla_nvrtc as nvrtc
+    from sm120kit.hardware.cubin import resource_usage
+
+    bench = _bench_mla()
+    cubin = nvrtc.compile_cubin(bench.MMA_PEAK_SOURCE, "mma_peak.cu", arch, ("--std=c++17",))
+    usage = resource_usage(cubin)
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    assert set(usage) == {f"mma_peak_{kind}" for kind in bench.MMA_PEAK_SHAPES}
+    assert bench.MMA_PEAK_SHAPES["e4m3"] == 2 * bench.MMA_PEAK_SHAPES["bf16"]  # k32 against k16
+    for form in ("f32.bf16.bf16.f32", "f32.f16.f16.f32", "m16n8k32.row.col.f32.e4m3.e4m3.f32"):
+        assert form in bench.MMA_PEAK_SOURCE
+
+
+def test_bench_fp8_cases_are_the_issue_set():
+    """--cases fp8: 8-head decode at 32k/131k/185k in bf16 and fp8, fp8 decode at every length at batch 1 and 4,
+    8 drafts x 8 heads verify in both dtypes and 8 x 16 fp8 verify; --cases all holds every one of them."""
+    bench = _bench_mla()
+    decode, verify = set(bench.decode_cases("fp8")), set(bench.verify_cases("fp8"))
+    for prefix in (32768, 131072, 185000):
+        for kvd in ("bf16", "fp8"):
+            assert (prefix, 1, 8, kvd, 1) in decode
+            assert (prefix, 8, 8, kvd, "tree", 1) in verify
+        assert (prefix, 8, 16, "fp8", "tree", 1) in verify
+    for prefix in (8192, 32768, 131072, 185000):
+        assert {(prefix, 1, 16, "fp8", 1), (prefix, 4, 16, "fp8", 1)} <= decode
+    assert decode <= set(bench.decode_cases("all")) and verify <= set(bench.verify_cases("all"))
+    assert len(bench.decode_cases("all")) == len(set(bench.decode_cases("all")))  # no case timed twice
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"SROW": 1184}, "shared memory layout: the tiles differ"),  # a row padded by 32: TILE_BYTES no longer agrees
+        ({"SROW": 1160}, "a KV row does not fit its row, or breaks the bank spread"),
+        ({"SMEM_BYTES_FP8": 92416 + 16}, "shared memory layout differs from the launcher's"),
+        ({"SMEM_LIMIT": 65536}, "over SM120's 101376 bytes a block"),
+        ({"BLOCK_N": 64}, "written for MLA 576/512"),
+    ],
+)
+def test_mma_source_refuses_figures_that_differ_from_its_layout(mma, change, message):
+    """The source checks the figures it is handed (-D flags from FIGURES) against its own layout and the limit:
+    any one changed alone, it does not compile."""
+    assert set(change) <= set(mma.FIGURES)
+    with pytest.raises(mma.CompileError, match=message):
+        mma.compile_cubin("sm_120a", figures={**mma.FIGURES, **change})
+
+
+def test_mma_prefix_kernel_takes_only_bf16_mla(mma):
+    """Which calls the CUDA kernel takes (CPU tensors here: the checks on dtypes, dims and strides are the
+    same; on the CPU `serves` is False, so these launches take the Triton kernel)."""
+    import torch
+
+    def case(dtype=torch.bfloat16, lk=576, kv_heads=1, idx=torch.int64, ptr=torch.int32):
+        q = torch.empty(8, 16, lk, dtype=dtype)
+        kv = torch.empty(64, kv_heads, lk, dtype=dtype)
+        return (q, kv, torch.zeros(2, dtype=ptr), torch.zeros(2, dtype=ptr), torch.zeros(64, dtype=idx), kv_heads)
+
+    assert mma.fits(*case())
+    assert mma.fits(*case(idx=torch.int32))
+    q, kv, *rest = case()
+    assert mma.fits(q, kv.to(torch.float8_e4m3fn), *rest)
+    assert not mma.fits(q, kv.to(torch.float8_e5m2), *rest)
+    assert not mma.fits(q.to(torch.float8_e4m3fn), kv.to(torch.float8_e4m3fn), *rest)
+    assert not mma.serves(*case())  # not a CUDA tensor
+    for bad in (
+        case(dtype=torch.float16),
+        case(lk=512),
+        case(kv_heads=2),
+        case(idx=torch.int16),
+        case(ptr=torch.int64),
+    ):
+        assert not mma.fits(*bad)
+    q, kv, *rest = case()
+    assert not mma.fits(q[:, :, :575], kv, *rest)  # no 576-dim rows
+    odd = torch.empty(64 * 577, dtype=torch.bfloat16).as_strided((63, 1, 576), (577, 577, 1))
+    assert not mma.fits(q, odd, *rest)  # a row stride that breaks the 16-byte copies
+    # query rows 4-byte aligned but not 16 (heads 580 values apart): the 16-row programs copy them in 16 bytes
+    q_odd = torch.empty(8 * 16 * 580, dtype=torch.bfloat16).as_strided((8, 16, 576), (16 * 580, 580, 1))
+    assert not mma.fits(q_odd, kv, *rest)
+    q_pad = torch.empty(8 * 16 * 584, dtype=torch.bfloat16).as_strided((8, 16, 576), (16 * 584, 584, 1))
+    assert mma.fits(q_pad, kv, *rest)  # padded to 16-byte rows
+
+
+def test_one_launch_verify_takes_only_what_its_kernel_reads(mma):
+    """Which draft tails and outputs the one-launch verify (fused_pass) takes. CPU tensors: these checks
+    look only at dtypes, shapes, strides and alignment, which this machine can hold without a GPU."""
+    import torch
+
+    def case(kdt=torch.bfloat16, heads_kv=1, lk=576, lv=512, odt=torch.bfloat16, mask=torch.int8, mptr=torch.int64):
+        k_ext = torch.empty(8, heads_kv, lk, dtype=kdt)
+        v_ext = torch.empty(8, heads_kv, lv, dtype=kdt)
+        o = torch.empty(8, 16, lv, dtype=odt)
+        return (
+            torch.empty(8, 16, 576, dtype=torch.bfloat16),
+            o,
+            k_ext,
+            v_ext,
+            torch.ones(8, 40, dtype=mask),
+            torch.zeros(2, dtype=mptr),
+        )
+
+    assert mma.fused_fits(*case())
+    assert mma.fused_fits(*case(mask=torch.bool))
+    q, o, k_ext, _, m, mp = case()
+    assert mma.fused_fits(q, o, k_ext, k_ext[:, :, :512], m, mp)  # V a view of K's first 512 dims
+    for bad in (
+        case(kdt=torch.float16),
+        case(kdt=torch.float8_e4m3fn),
+        case(heads_kv=2),
+        case(lk=512),
+        case(lv=256),
+        case(odt=torch.float16),
+        case(mask=torch.int32),
+        case(mptr=torch.int32),
+    ):
+        assert not mma.fused_fits(*bad)
+    odd = torch.empty(8 * 577, dtype=torch.bfloat16).as_strided((8, 1, 576), (577, 577, 1))
+    assert not mma.fused_fits(q, o, odd, odd[:, :, :512], m, mp)  # rows that break the 16-byte copies
+    assert not mma.fused_fits(q, o[:, :, :511], k_ext, k_ext[:, :, :512], m, mp)
+    assert not mma.fused_fits(q, o, k_ext, k_ext[:, :, :512], m[:, ::2], mp)  # a mask with gaps
+    assert mma.fused_capacity(q, k_ext, torch.zeros(1, dtype=torch.int32)) == 0  # no GPU: not run
+
+
+def test_mma_path_is_off_by_env(mma, monkeypatch):
+    monkeypatch.setenv("SGLANG_SM120_MLA_MMA", "0")
+    assert not mma._env_enabled()
+    monkeypatch.setenv("SGLANG_SM120_MLA_MMA", "1")
+    assert mma._env_enabled()
