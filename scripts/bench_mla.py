@@ -537,7 +537,7 @@ def sweep(mla, roof):
 # Variants timed by --sweep-tiles against the launchers' own pick, on the cases that decide the defaults:
 # (tiles (block_t, block_h, block_n, num_warps, num_stages) or None for the pick, waves of programs or None
 # for the pick's split count, merge (value dims, slots per step, warps) or None for the default). Every tile set
-# compiles for sm_120 within 101376 B (tests/test_mla_kernels.py).
+# compiles for sm_120 within 101376 B (tests/kernels/test_mla_kernels.py).
 SWEEP_VARIANTS = {
     "decode": [
         (None, None, (128, 16, 4)),

@@ -9,7 +9,7 @@ variant is this code inserted into its base release (downloaded into the sm120ki
     python scripts/gen_decode_splits_patch.py            # rewrite the diffs
     python scripts/gen_decode_splits_patch.py --check    # exit 1 if a diff is not what this script writes
 
-tests/test_decode_kv_splits.py checks that the diffs in the series are this script's output.
+tests/kernels/test_decode_kv_splits.py checks that the diffs in the series are this script's output.
 """
 
 from __future__ import annotations

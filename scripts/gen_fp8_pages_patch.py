@@ -9,7 +9,7 @@ code applied to its base release:
     python scripts/gen_fp8_pages_patch.py            # rewrite the diffs
     python scripts/gen_fp8_pages_patch.py --check    # exit 1 if a diff is not what this script writes
 
-tests/test_fp8_pages.py checks that the diffs in the series are this script's output.
+tests/kernels/test_fp8_pages.py checks that the diffs in the series are this script's output.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ shipped as they are. After a change of the hook or a new base release, run
     python scripts/gen_mla_patch.py --check    # exit 1 if a diff is not what this script would write
 
 Each variant is made against the release named as its base (downloaded into the sm120kit cache);
-tests/test_mla_kernels.py checks that the diffs in the series are this script's output.
+tests/kernels/test_mla_kernels.py checks that the diffs in the series are this script's output.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 PATCH_DIR = REPO / "patches" / "sglang" / "sm120-mla-attention"
 KERNEL_DIR = REPO / "kernels" / "sm120_attention"
 # The files of the kernel, each shipped whole into the Triton attention package of SGLang by a [[files]] entry of
-# patch.toml (one per file and package; tests/test_mla_kernels.py checks the entries against this list): the
+# patch.toml (one per file and package; tests/kernels/test_mla_kernels.py checks the entries against this list): the
 # launcher and Triton kernels, the route between paths, the CUDA launcher and source, the NVRTC and driver calls.
 # Each name starts with sm120_mla, so none can collide with SGLang's own.
 KERNEL_FILES = ("sm120_mla.py", "sm120_mla_route.py", "sm120_mla_mma.py", "sm120_mla_mma.cu", "sm120_mla_nvrtc.py")

@@ -13,7 +13,7 @@ cache):
     python scripts/gen_pcie_allreduce_patch.py            # rewrite the diffs
     python scripts/gen_pcie_allreduce_patch.py --check    # exit 1 if a diff is not what this script writes
 
-tests/test_pcie_allreduce_patch.py checks that the diffs in the series are this script's output.
+tests/kernels/test_pcie_allreduce_patch.py checks that the diffs in the series are this script's output.
 """
 
 from __future__ import annotations

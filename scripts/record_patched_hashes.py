@@ -14,7 +14,7 @@ lands in SGLang, and say so in the commit:
 ``--patch`` is for a patch added to the series after the record: record it from the commit that adds it,
 before its layout changes, and the test holds its files as well.
 
-``tests/test_patched_identity.py`` applies the series again and compares.
+``tests/series/test_patched_identity.py`` applies the series again and compares.
 """
 
 from __future__ import annotations

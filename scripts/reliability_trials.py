@@ -20,7 +20,7 @@ Each trial runs the real CLI (``python -m sm120kit``) on a tree and checks every
   (SM120KIT_FAULT_IN_CLEANUP); INT/TERM must finish the removal (exit 130, tree byte-identical); after KILL
   the folder left must keep its .gitignore, status must name it (exit 6) and the next revert remove it.
 - hostile (``--hostile``): the hostile-input cases of docs/reliability.md, which are tests: runs them with
-  pytest (tests/test_apply_hostile.py, test_release_cache_hostile.py, test_fetch_deps_untrusted.py,
+  pytest (tests/patching/test_apply_hostile.py, test_release_cache_hostile.py, test_fetch_deps_untrusted.py,
   test_diskfull_hostile.py) and prints pytest's summary.
 
 The tree is a copy of the cached SGLang release (``--release``, default 0.5.2), and the series the test
@@ -218,10 +218,10 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     if args.hostile:
         tests = [
-            "tests/test_apply_hostile.py",
-            "tests/test_release_cache_hostile.py",
-            "tests/test_fetch_deps_untrusted.py",
-            "tests/test_diskfull_hostile.py",
+            "tests/patching/test_apply_hostile.py",
+            "tests/sglang/test_release_cache_hostile.py",
+            "tests/kernel/test_fetch_deps_untrusted.py",
+            "tests/patching/test_diskfull_hostile.py",
         ]
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],

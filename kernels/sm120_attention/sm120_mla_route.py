@@ -123,7 +123,7 @@ def pick_tiles(lk: int, lv: int, group: int, tokens: int) -> TileConfig:
     stays in registers. ``block_h`` heads of the group share each KV tile (at most 16 for MLA's wide
     values); the KV tile is 32 tokens for head dims over 128, else 64. Three stages, four warps: the
     fastest set measured on the H200 in SM120 mode (docs/benchmarks.md), and every set this function
-    returns compiles for sm_120 within the limit (tests/test_mla_kernels.py, sm120kit audit).
+    returns compiles for sm_120 within the limit (tests/kernels/test_mla_kernels.py, sm120kit audit).
     """
     rows = 16 if tokens == 1 else 32
     block_h = min(pow2_at_least(group), 16 if lv > 256 else rows)

@@ -17,7 +17,7 @@ them, the finding adds the fix); ``over-smem`` is a setting under which a Triton
 needs more shared memory per block than a 12.x GPU has, so the server fails at that kernel's first launch
 (an error in ``explain`` and ``recipes --check``). An ``over-smem`` rule names the largest value of its
 setting that fits; its figures are real Triton compiles for sm_120 of SGLang's own launchers, with their
-source (tests/test_lora_limits.py compiles them again).
+source (tests/audit/test_lora_limits.py compiles them again).
 """
 
 from __future__ import annotations
@@ -454,11 +454,12 @@ _AR_FLASHINFER = (
 # -- LoRA kernels over 12.x's shared memory at non-default settings --------------------------------------------
 
 # The figures: metadata.shared of SGLang 0.5.23's own launchers, compiled for sm_120 by Triton 3.9.0 under a
-# faked RTX PRO 6000 (tests/lora_smem_probe.py; tests/test_lora_limits.py compiles them again and compares).
+# faked RTX PRO 6000 (tests/support/lora_smem_probe.py; tests/audit/test_lora_limits.py compiles them again and
+# compares).
 LORA_SOURCE = (
     "compiled for sm_120 by Triton 3.9.0 through SGLang 0.5.23's own launchers on a faked RTX PRO 6000 "
     "(Llama-3-8B shapes: K 4096, rank 64 unless said, bf16; Qwen3-30B-A3B for the MoE shrink); "
-    "tests/lora_smem_probe.py compiles them, tests/test_lora_limits.py checks these figures"
+    "tests/support/lora_smem_probe.py compiles them, tests/audit/test_lora_limits.py checks these figures"
 )
 CSGMV_SHRINK_BYTES = {16: 32768, 32: 49152, 64: 81920, 128: 147456}  # chunk (BLOCK_M) -> bytes, default tiles
 CSGMV_TUNED_128 = 73728  # chunk 128 with a tuned tile of BLOCK_K 128 (BLOCK_N 16)

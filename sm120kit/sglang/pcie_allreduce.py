@@ -38,7 +38,7 @@ WORLD_SIZES = (2, 4, 8)
 UPSTREAM_MODULE = "srt/distributed/device_communicators/pcie_ipc_ar.py"  # relative to sglang/
 BACKPORT_MODULE = "srt/distributed/device_communicators/sm120_pcie_ipc_ar.py"
 BACKPORT_PATCH = "sm120-pcie-allreduce"
-BACKPORT_RELEASES = ">=0.5.16,<0.5.21"  # the patch's variants together (tests/test_pcie_allreduce_patch.py)
+BACKPORT_RELEASES = ">=0.5.16,<0.5.21"  # the patch's variants together (tests/kernels/test_pcie_allreduce_patch.py)
 FLASHINFER_FIRST = "0.7.0"
 FLASHINFER_MODULE = "comm/pcie_ipc_ar.py"  # relative to the flashinfer package
 FLASHINFER_CLASS = "PcieIpcAllReduceWorkspace"

@@ -3,8 +3,8 @@
 Upstream adds 12.x paths to a backend between releases, and SGLang main carries them before any release
 does, so these facts are read from the tree rather than inferred from its release label. Each fact names the
 file and the patterns that all have to be there; the gate module of the ``sm120-backend-gating`` patch
-(``sglang/srt/sm12x_backend_gate.py``) reads the same patterns at run time, and ``tests/test_gating_main.py``
-checks that both readers agree on every release and on a main tree.
+(``sglang/srt/sm12x_backend_gate.py``) reads the same patterns at run time, and
+``tests/upstream/test_upstream_main.py`` checks that both readers agree on every release and on a main tree.
 
 - ``trtllm_mha`` decode: ``srt/layers/attention/trtllm_mha_backend.py`` sets ``is_xqa_impl`` from a check
   that names SM120 (the XQA decode path; from 0.5.10).

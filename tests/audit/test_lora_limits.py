@@ -8,7 +8,7 @@ largest value that fits, and its figures are real Triton compiles for sm_120.
   shrink is over from rank 22 (qkv stacks 3 ranks into one power-of-two tile), the expand and the
   virtual-experts MoE shrink at rank 128; 21 is the largest ``--max-lora-rank`` that fits them all.
 
-The figures are compiled again here from SGLang's own launchers (tests/lora_smem_probe.py: a faked 12.0
+The figures are compiled again here from SGLang's own launchers (tests/support/lora_smem_probe.py: a faked 12.0
 device stands in for the RTX PRO 6000 this machine lacks, Triton compiles for sm_120, nothing runs). The rule
 conditions are evaluated on the real release source; ``explain`` runs SGLang's real argument resolution.
 """

@@ -515,7 +515,7 @@ def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tre
     """sm120-mla-attention's CUDA kernels (the prefix kernel, the one-launch verify or decode and its 16-row
     programs, compiled by NVRTC as at first use on the card) are in the audit of the tree-verify and MLA decode
     launchers, beside their Triton kernels, for both KV dtypes. On 12.0 only: the same kernels compiled for
-    sm_121a (CUDA) and 12.1 (Triton, every reachable tile) are within the limit in tests/test_mla_kernels.py
+    sm_121a (CUDA) and 12.1 (Triton, every reachable tile) are within the limit in tests/kernels/test_mla_kernels.py
     (test_mma_prefix_kernel_compiles_within_the_limit, test_every_reachable_tile_compiles_within_the_limit),
     and the audit with 12.1 as a target in test_unpatched_058_mla_extend_is_over_the_limit and
     test_patched_tree_reports_nothing_over."""

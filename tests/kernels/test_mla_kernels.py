@@ -1,13 +1,13 @@
 """The ``sm120-mla-attention`` patch: split-KV tree verify and MLA decode for SGLang's Triton backend on 12.x.
 
 Real releases from PyPI are patched with the series; the kernels run on the CPU through Triton's
-interpreter (``tests/mla_interpret_check.py`` in a fresh interpreter) against a float32 reference and
+interpreter (``tests/support/mla_interpret_check.py`` in a fresh interpreter) against a float32 reference and
 against the release's own ``extend_attention_fwd`` / ``decode_attention_fwd``; the routing is checked
 under faked devices (no GPU is present here: ``sm120kit.hardware.fake_device`` stands in for 12.0, 12.1,
 9.0, 10.0 and an AMD card that reports major 12); every tile the launchers can pick is compiled for
 sm_120 and sm_121 with the real Triton compiler, and the CUDA kernels with NVRTC. The kernels are the
 ``sm120_attention`` package (``kernels/`` is on pytest's path); the route between them is tested, without
-compiles, in tests/test_mla_route.py, their source files in tests/test_mla_source.py.
+compiles, in tests/kernels/test_mla_route.py, their source files in tests/kernels/test_mla_source.py.
 """
 
 from __future__ import annotations

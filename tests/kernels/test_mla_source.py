@@ -1,6 +1,6 @@
 """The files of the ``sm120-mla-attention`` kernels (kernels/sm120_attention/): their names, their format, the
 figures the CUDA source takes from the launcher, and how they import each other. No compile here (the NVRTC
-compiles are in tests/test_mla_kernels.py)."""
+compiles are in tests/kernels/test_mla_kernels.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ What is proved:
 * on every release of its range (0.5.16 to 0.5.20) the patch applies with zero fuzz, alone and as part of
   the whole series, every file it leaves compiles, and revert gives back a byte-identical tree; before
   0.5.16 it is not applicable, from 0.5.21 on SGLang has the feature (present-upstream);
-* in a patched tree (``tests/pcie_allreduce_probe.py``: two real gloo processes) SGLang's own
+* in a patched tree (``tests/support/pcie_allreduce_probe.py``: two real gloo processes) SGLang's own
   ``GroupCoordinator`` and ``base_runner`` import and run: with SGLANG_ENABLE_PCIE_IPC_ALLREDUCE unset nothing
   changes and FlashInfer is not even imported; with it set, on a faked 12.x GPU, the tensor-parallel group
   sends bf16 decode-sized reductions to the PCIe-IPC workspace (after SGLang's custom all-reduce), keeps

@@ -217,7 +217,7 @@ def test_a_fifo_at_version_py_is_passed_over(tree):
 @pytest.mark.parametrize("command", ["apply", "dry-run", "status"])
 def test_a_target_file_the_user_cannot_read_is_exit_7_naming_it(tree, command):
     """The file belongs to another user (mode 0600); the CLI runs as root of a user namespace, which has no
-    rights over that user's files (tests/hostile_support.py), so the file is really unreadable to it."""
+    rights over that user's files (tests/support/hostile_support.py), so the file is really unreadable to it."""
     package, series, _ = tree
     utils = package / "srt" / "utils.py"
     give_away(utils, 0o600)

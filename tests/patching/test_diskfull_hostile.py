@@ -1,7 +1,7 @@
 """The disk-full cases of the hostile trials (docs/reliability.md), on a real 2 MiB tmpfs mounted in a private
-user and mount namespace (as tests/test_apply_diskfull.py does); the cases run in tests/diskfull_hostile_probe.py
-with the real CLI, real trees and a real wheel and release from the cache. Skipped, with the reason, where
-the machine does not allow the namespace."""
+user and mount namespace (as tests/patching/test_apply_diskfull.py does); the cases run in
+tests/support/diskfull_hostile_probe.py with the real CLI, real trees and a real wheel and release from the cache.
+Skipped, with the reason, where the machine does not allow the namespace."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ What is proved, per release of the series matrix:
 
 * the patch applies with zero fuzz through sm120kit's own planner and applier, and every file it leaves
   compiles (its status after the patches before it in the bundled series is checked, for every release
-  0.5.2-0.5.23, by tests/test_patched_identity.py against the recorded statuses);
+  0.5.2-0.5.23, by tests/series/test_patched_identity.py against the recorded statuses);
 * SGLang's own argument resolution on the patched tree (sm120kit.audit.backends: a faked device
   and config.json-only model folders) picks a backend with SM12x kernels for an MHA, an MLA and a hybrid
   GDN model on 12.0 (and on 12.1, one release per hook site), and rejects an explicit

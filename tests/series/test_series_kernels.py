@@ -2,7 +2,7 @@
 
 For every release of the series matrix the release is downloaded from PyPI, copied, and the whole series
 is applied with ``sm120kit.patching.engine.apply_series`` (what ``sm120kit apply`` runs). A fresh interpreter per
-release (``tests/series_probe.py``) then loads the patched and the unpatched tree under faked devices and
+release (``tests/support/series_probe.py``) then loads the patched and the unpatched tree under faked devices and
 reports the capability helpers' answers and every Triton launch SGLang's launchers make. The GPU is the
 only stand-in: no SM120 (or any) GPU is present, so devices are faked and launches are compiled for the
 faked target with the real Triton compiler (12.0) or only recorded (12.1, 10.0, 9.0); SGLang's

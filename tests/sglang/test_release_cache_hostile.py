@@ -200,7 +200,7 @@ def test_the_unpacked_release_keeps_the_wheels_executable_bits(tmp_path, release
 @pytest.mark.parametrize("command", [["fetch-release", VERSION], ["apply", "--release", VERSION]])
 def test_a_cache_folder_that_cannot_be_used_is_exit_7_naming_it(tmp_path, kind, command):
     """``another-users``: a 0755 folder of another user id, run in a user namespace where root has no rights
-    over it (tests/hostile_support.py): the non-root user's view of a root-owned cache."""
+    over it (tests/support/hostile_support.py): the non-root user's view of a root-owned cache."""
     if kind == "regular-file":
         cache = tmp_path / "cache-file"
         cache.write_text("not a folder\n")
@@ -233,7 +233,7 @@ def test_a_cache_folder_that_cannot_be_used_is_exit_7_naming_it(tmp_path, kind, 
 
 
 def test_no_home_and_no_cache_setting_is_exit_7(tmp_path):
-    """Run as a user id with no passwd entry and no HOME (a user namespace, tests/hostile_support.py)."""
+    """Run as a user id with no passwd entry and no HOME (a user namespace, tests/support/hostile_support.py)."""
     env = {"PATH": os.environ["PATH"], "NO_COLOR": "1"}  # no HOME, SM120KIT_CACHE_DIR or XDG_CACHE_HOME
     proc = run_cli_confined("fetch-release", VERSION, env=env, user="no-passwd")
     assert proc.returncode == 7, proc.stderr

@@ -1,10 +1,10 @@
 """Numeric checks of the SM120 split-KV kernels on the CPU, through Triton's interpreter.
 
-Run by tests/test_mla_kernels.py in a fresh interpreter (``TRITON_INTERPRET=1`` must be set before the
+Run by tests/kernels/test_mla_kernels.py in a fresh interpreter (``TRITON_INTERPRET=1`` must be set before the
 kernels are defined), with a patched SGLang release first on ``PYTHONPATH`` and then ``kernels/`` (for the
 float32 reference, ``sm120_attention.reference``)::
 
-    python tests/mla_interpret_check.py OUT.json [--release-only]
+    python tests/support/mla_interpret_check.py OUT.json [--release-only]
 
 ``--release-only`` skips the checks against the float32 reference: they exercise only the patch's own
 module, which is the same file on every release, so one release runs them.

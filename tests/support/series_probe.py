@@ -1,9 +1,9 @@
 """What an SGLang tree does on each GPU family: capability helpers and the Triton launches it makes.
 
-Run by ``tests/test_series_kernels.py`` in a fresh interpreter per release (SGLang's kernel modules read
+Run by ``tests/series/test_series_kernels.py`` in a fresh interpreter per release (SGLang's kernel modules read
 the device capability when they are imported)::
 
-    python tests/series_probe.py --tree patched=DIR --tree unpatched=DIR [--compile-unpatched CASE ...]
+    python tests/support/series_probe.py --tree patched=DIR --tree unpatched=DIR [--compile-unpatched CASE ...]
 
 and prints one JSON document. For every tree and every device preset of
 :mod:`sm120kit.hardware.fake_device` it loads the tree's own modules (:mod:`sglang_light`, one fresh load

@@ -6,7 +6,7 @@ the two MLA checks said "this SGLang has no sm120_mla module" although the modul
 
 The trees are real SGLang releases from PyPI, patched with the real series where the MLA module is needed; the
 missing dependency is a real import failure (an import finder refuses ``starlette`` as Python does for a
-package that is not installed; tests/verify_hidden_dependency.py). This machine has no GPU: where a check must
+package that is not installed; tests/support/verify_hidden_dependency.py). This machine has no GPU: where a check must
 get past "no GPU" to its imports, that script stands a CPU device labelled 12.0 in for the GPU (it says so);
 the "no GPU" run below uses no stand-in at all.
 """
