@@ -56,6 +56,7 @@ class Table(NamedTuple):
     merge: tuple[int, int, int] = (64, 128, 4)  # merge program: value dims, slots a step, warps: "Route: merge program"
     splits: int | None = None  # a fixed split count (benchmarks); None: from the SM count
     tiles: TileConfig | None = None  # fixed Triton tiles (benchmarks, compile tests); None: pick_tiles
+    fp8_mma: bool = False  # fp8 KV on the fp8-mma path where SGLANG_SM120_MLA_FP8_MMA is unset: "Route: fp8-mma path"
 
 
 TABLE = Table()
@@ -87,6 +88,7 @@ class Call(NamedTuple):
     sm_count: int  # SMs of the GPU
     v_from_k: bool  # the values are the first lv dims of the keys' rows (MLA's latent KV)
     cuda: Cuda | None  # the CUDA kernels, where they take the call; None: Triton only
+    fp8_mma: bool | None = None  # SGLANG_SM120_MLA_FP8_MMA: on, off, or None (unset: Table.fp8_mma decides)
 
 
 class Route(NamedTuple):
@@ -98,6 +100,7 @@ class Route(NamedTuple):
     tail: str  # where the draft tail is scored: "none", "one launch", "merge", "own pass"
     merge: tuple[int, int, int]  # the Triton merge's value dims, slots a step and warps
     v_from_k: bool  # the Triton prefix kernel reads the values from the keys' rows
+    fp8_mma: bool = False  # CUDA paths, fp8 KV: scores with e4m3 mma.sync on queries quantized to e4m3
 
 
 def head_dim_split(lk: int) -> tuple[int, int] | None:
@@ -170,9 +173,11 @@ def choose(call: Call, table: Table | None = None) -> Route:
     rows = call.tokens * call.heads  # query rows a request
     cuda = call.cuda if call.v_from_k else None
     one_tail = "one launch" if call.tail else "none"
+    # The fp8-mma path: fp8 KV on the CUDA kernels, where the setting (or, unset, the table) asks for it.
+    fp8_mma = call.kv_dtype == "float8_e4m3fn" and (table.fp8_mma if call.fp8_mma is None else call.fp8_mma)
 
     def route(path, splits, min_chunk, pair=False, tail=one_tail):
-        return Route(path, splits, min_chunk, tiles, pair, tail, merge, call.v_from_k)
+        return Route(path, splits, min_chunk, tiles, pair, tail, merge, call.v_from_k, fp8_mma and path != TRITON)
 
     # 64-row programs from mma_min_rows rows a request; below, the 16-row ones (one launch only) where a
     # split has few enough programs, and for bf16 KV enough of them.
