@@ -110,6 +110,13 @@ extern "C" __global__ void mma_peak_e4m3(float* out, int iters) { loop<2>(out, i
 MMA_PEAK_SHAPES = {"bf16": 16 * 8 * 16, "f16": 16 * 8 * 16, "e4m3": 16 * 8 * 32}  # multiply-adds an mma
 
 
+# GPUs whose mma.sync e4m3 is a tensor-core instruction of its own (QMMA.16832 in the SASS): Ada (8.9) and
+# SM120/121. For sm_90 ptxas lowers it to unpacks to f16 (F2FP.F16.E4M3.UNPACK_B) and HMMA.16816, and in the
+# register-only loop, whose operands never change, it computes each product once and adds it with FADD: a
+# figure timed there is neither an instruction's rate nor the kernels' (docs/benchmarks.md, the fp8-mma path).
+E4M3_NATIVE = {(8, 9), (12, 0), (12, 1)}
+
+
 def mma_peaks(iters=4096):
     """TFLOP/s of each mma.sync form the kernels use (bf16 and f16 m16n8k16, e4m3 m16n8k32), register-only
     loops compiled by NVRTC for this GPU, best of block shapes (4 programs an SM, 4/8/16 warps) and 5 runs."""
@@ -146,6 +153,8 @@ def mma_peaks(iters=4096):
                 mmas = blocks * warps * iters * 4
                 best = max(best, 2 * macs * mmas / (a.elapsed_time(b) * 1e-3) / 1e12)
         peaks[kind] = round(best, 1)
+    if (major, minor) not in E4M3_NATIVE:
+        peaks["e4m3_emulated"] = True  # no share of it is reported (instruction_shares)
     return peaks
 
 
@@ -365,7 +374,7 @@ def instruction_shares(c, heads, t_new):
     achieved = flops(c, heads) / (t_new * 1e-3) / 1e12
     out = {"tflops_new": round(achieved, 1)}
     for kind in ("bf16", "e4m3"):
-        if PEAKS.get(kind):
+        if PEAKS.get(kind) and not (kind == "e4m3" and PEAKS.get("e4m3_emulated")):
             out[f"pct_{kind}_mma_peak"] = round(100 * achieved / PEAKS[kind], 1)
     return out
 
@@ -1326,8 +1335,9 @@ def route_of(fn):
 def fp8_mma_numerics(mla, ext, dec):
     """fp8 KV: the error of the fp8-mma path against the float32 reference beside the exact path's and SGLang's
     own fp8 kernels' (``decode_attention_fwd`` at 64 splits, ``extend_attention_fwd``) on the same inputs, over
-    FP8_MMA_NUMERICS (decode through the 16-row programs, verify through the 16- and 64-row ones); and the
-    fp8-mma path captured in a CUDA graph and replayed with other lengths against its eager runs."""
+    FP8_MMA_NUMERICS (decode through the 16-row programs, verify through the 16- and 64-row ones); the fp8-mma
+    path against the float32 reference with the queries quantized as it does (``q_e4m3``: what is left is the
+    kernel's own rounding); and the fp8-mma path captured in a CUDA graph and replayed against its eager runs."""
     out = []
     for kind, prefix, drafts, heads, idx64, q_mul in FP8_MMA_NUMERICS:
         scale = 0.5
@@ -1344,10 +1354,9 @@ def fp8_mma_numerics(mla, ext, dec):
         c["v_ext"] = c["k_ext"][:, :, :LV]
         if idx64:
             c["kv_indices"] = c["kv_indices"].to(torch.int64)
-        if kind == "decode":
-            ref_o = ref.reference_decode(c, k_scale=scale, v_scale=scale)
-        else:
-            ref_o = ref.reference_verify(c, k_scale=scale, v_scale=scale)
+        reference = ref.reference_decode if kind == "decode" else ref.reference_verify
+        ref_o = reference(c, k_scale=scale, v_scale=scale)
+        ref_q8 = reference(c, k_scale=scale, v_scale=scale, q_e4m3=True)  # the queries quantized as the kernel does
         res = {"check": "fp8-mma", "kind": kind, "prefix": prefix, "drafts": drafts, "heads": heads}
         res.update({"kv_indices": "int64" if idx64 else "int32", "query_scale": q_mul})
         for name, table in FP8_PATHS.items():
@@ -1361,6 +1370,8 @@ def fp8_mma_numerics(mla, ext, dec):
                 (eager,), replay = _eager_and_replay(new, [o_new], replays=2)
                 res[f"max_abs_diff_{name}"] = round((eager.float() - ref_o).abs().max().item(), 6)
                 res[f"graph_replay_vs_eager_{name}"] = round(replay, 6)
+                if name == "fp8_mma":
+                    res["fp8_mma_vs_e4m3_query_reference"] = round((eager.float() - ref_q8).abs().max().item(), 6)
         try:
             old()
             torch.cuda.synchronize()

@@ -16,7 +16,8 @@
 // Shared memory: two stages of a 32 x 576 bf16 KV tile (rows padded by 16 bytes, so the eight rows an
 // ldmatrix reads fall in distinct banks) copied with cp.async, three slots of KV indices and the score
 // exchange, 91904 bytes; for fp8 KV two stages of the fp8 tile as copied and one f16 tile converted from
-// it, 92416 bytes. Both are within SM120's 101376. The partial results are those of the Triton prefix
+// it, 92416 bytes (the 16-row programs, which convert in registers, keep a third fp8 stage where the f16 tile
+// would be). Both are within SM120's 101376. The partial results are those of the Triton prefix
 // kernel (fp32 output normalised by its own sum, base-2 log-sum-exp per split), so the merge is shared.
 //
 // The fused entry points run the whole verify or decode call in one cooperative launch: for verify one
@@ -35,6 +36,12 @@
 // tile 0 is asked for. Tile 0 is asked for with slots each thread reads itself, without a block barrier.
 // The grid barrier is one word that every program adds to with release semantics and polls with acquire,
 // its top bit flipping once all have arrived.
+//
+// The fp8-mma entry points (names ending fp8q; Q8 below) score fp8 KV with e4m3 m16n8k32 mma.sync: each warp
+// quantizes its half of each query row to e4m3 at amax / 448 once, the keys' B fragments come straight from the
+// fp8 tile (ldmatrix gives a lane 4 consecutive fp8 dims of one token, a B register of m16n8k32), and each
+// half's partial scores are multiplied by its scale before the two halves are added. P x V stays f16.
+// sm_120a has the instruction (QMMA); for sm_90a ptxas emulates it (unpack to f16, HMMA).
 //
 // The figures come from the launcher's table (sm120_mla_mma.FIGURES) as -D flags, none is written here:
 // ROWS, ROWS16 (query rows a program), BLOCK_N (KV tokens a step), HEAD_DIM, V_DIM, THREADS, SROW and

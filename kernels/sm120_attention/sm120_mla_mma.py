@@ -16,6 +16,10 @@ flags and refuses to compile where its layout and these differ; the source file 
 Compiling, loading and launching go through ``sm120_mla_nvrtc.py``, which needs only the CUDA driver and
 NVRTC. If either is missing, or the compile fails, :func:`kernel` returns None (:func:`error` says why) and
 the caller keeps its Triton kernels. ``SGLANG_SM120_MLA_MMA=0`` turns this path off.
+
+fp8 KV has two paths: the exact one (f16 mma.sync on the fp8 values, the default) and the fp8-mma one (entry
+points ending ``fp8q``: e4m3 mma.sync scores on queries quantized to e4m3 per half row), which
+``SGLANG_SM120_MLA_FP8_MMA=1`` asks for (:func:`fp8_mma_setting`; ``sm120_mla_route.choose`` decides).
 """
 
 import ctypes

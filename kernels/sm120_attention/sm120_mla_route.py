@@ -10,8 +10,10 @@ The paths (``Route.path``):
 * ``CUDA64_ONE_LAUNCH`` and ``CUDA16_ONE_LAUNCH``: the prefix splits, the draft tail and the merge in one
   cooperative launch of the CUDA kernel, 64 or 16 query rows a program.
 
-A call states its shape, dtypes, the GPU's SM count and what the CUDA kernels offer it (:class:`Cuda`, from
-the launcher: whether they take the call at all and how many programs the GPU holds at once). The thresholds
+A call states its shape, dtypes, the GPU's SM count, what the CUDA kernels offer it (:class:`Cuda`, from
+the launcher: whether they take the call at all and how many programs the GPU holds at once) and the
+``SGLANG_SM120_MLA_FP8_MMA`` setting; ``Route.fp8_mma`` says whether fp8 KV runs the CUDA kernels' fp8-mma
+entry points (e4m3 scores) rather than the exact ones. The thresholds
 are :data:`TABLE`; each names the heading of docs/benchmarks.md (in sm120kit) that holds its measurements.
 Benchmarks and tests choose with another table (``TABLE._replace(...)``, :func:`force`), for one call or, with
 :func:`using`, for every call in a block. Nothing here reads a device or a tensor.
