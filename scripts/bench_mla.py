@@ -110,6 +110,13 @@ extern "C" __global__ void mma_peak_e4m3(float* out, int iters) { loop<2>(out, i
 MMA_PEAK_SHAPES = {"bf16": 16 * 8 * 16, "f16": 16 * 8 * 16, "e4m3": 16 * 8 * 32}  # multiply-adds an mma
 
 
+# GPUs whose mma.sync e4m3 is a tensor-core instruction of its own (QMMA.16832 in the SASS): Ada (8.9) and
+# SM120/121. For sm_90 ptxas lowers it to unpacks to f16 (F2FP.F16.E4M3.UNPACK_B) and HMMA.16816, and in the
+# register-only loop, whose operands never change, it computes each product once and adds it with FADD: a
+# figure timed there is neither an instruction's rate nor the kernels' (docs/benchmarks.md, the fp8-mma path).
+E4M3_NATIVE = {(8, 9), (12, 0), (12, 1)}
+
+
 def mma_peaks(iters=4096):
     """TFLOP/s of each mma.sync form the kernels use (bf16 and f16 m16n8k16, e4m3 m16n8k32), register-only
     loops compiled by NVRTC for this GPU, best of block shapes (4 programs an SM, 4/8/16 warps) and 5 runs."""
@@ -146,6 +153,8 @@ def mma_peaks(iters=4096):
                 mmas = blocks * warps * iters * 4
                 best = max(best, 2 * macs * mmas / (a.elapsed_time(b) * 1e-3) / 1e12)
         peaks[kind] = round(best, 1)
+    if (major, minor) not in E4M3_NATIVE:
+        peaks["e4m3_emulated"] = True  # no share of it is reported (instruction_shares)
     return peaks
 
 
@@ -365,9 +374,28 @@ def instruction_shares(c, heads, t_new):
     achieved = flops(c, heads) / (t_new * 1e-3) / 1e12
     out = {"tflops_new": round(achieved, 1)}
     for kind in ("bf16", "e4m3"):
-        if PEAKS.get(kind):
+        if PEAKS.get(kind) and not (kind == "e4m3" and PEAKS.get("e4m3_emulated")):
             out[f"pct_{kind}_mma_peak"] = round(100 * achieved / PEAKS[kind], 1)
     return out
+
+
+FP8_PATHS = {  # the two paths of fp8 KV on the CUDA kernels, chosen through the route's table
+    "exact": lambda: routes.TABLE._replace(fp8_mma=False),
+    "fp8_mma": lambda: routes.TABLE._replace(fp8_mma=True),
+}
+
+
+def time_fp8_paths(r, c, heads, make_new, o_new):
+    """For an fp8 KV case: each path of FP8_PATHS timed on the same inputs (``make_new()`` -> (call, output)),
+    its largest difference from the row's own output, and the fp8-mma path's shares of the instruction peaks."""
+    for name, table in FP8_PATHS.items():
+        with routes.using(table()):
+            fn, o = make_new()
+            fn()
+            r[f"{name}_ms"] = round(bench(fn), 4)
+            r[f"{name}_vs_row_max_abs_diff"] = (o.float() - o_new.float()).abs().max().item()
+    r["exact_over_fp8_mma"] = round(r["exact_ms"] / r["fp8_mma_ms"], 3)
+    r["fp8_mma_shares"] = instruction_shares(c, heads, r["fp8_mma_ms"])
 
 
 def verify_cases(which):
@@ -1273,6 +1301,122 @@ def numerics(mla):
     return out
 
 
+FP8_MMA_NUMERICS = [  # (kind, prefix lengths, drafts, heads, int64 slots, query scale): fp8 KV, kv scale 0.5
+    ("decode", [3000, 517, 40, 1], None, 16, False, 1.0),
+    ("decode", [3000, 517, 40, 1], None, 4, True, 1.0),
+    ("decode", [3000, 517, 40, 1], None, 8, False, 1.0),
+    ("decode", [32768, 3000], None, 16, False, 1.0),
+    ("decode", [3000, 517, 40, 1], None, 16, False, 8.0),  # sharp attention: queries 8x larger
+    ("verify", [3000, 517, 40], [8, 3, 16], 16, False, 1.0),
+    ("verify", [3000, 517, 40, 9000], [8, 3, 16, 8], 4, True, 1.0),
+    ("verify", [3000, 517], [2, 1], 16, False, 1.0),
+    ("verify", [32768], [8], 8, False, 1.0),
+    ("verify", [3000, 517, 40], [8, 3, 16], 16, False, 8.0),
+]
+
+
+def route_of(fn):
+    """The route the launcher took for the last call ``fn`` made (its answer from ``routes.choose``, seen by
+    wrapping that function for the call)."""
+    seen, choose = [], routes.choose
+
+    def spy(call, table=None):
+        seen.append(choose(call, table))
+        return seen[-1]
+
+    routes.choose = spy
+    try:
+        fn()
+    finally:
+        routes.choose = choose
+    return seen[-1]
+
+
+def fp8_mma_numerics(mla, ext, dec):
+    """fp8 KV: the error of the fp8-mma path against the float32 reference beside the exact path's and SGLang's
+    own fp8 kernels' (``decode_attention_fwd`` at 64 splits, ``extend_attention_fwd``) on the same inputs, over
+    FP8_MMA_NUMERICS (decode through the 16-row programs, verify through the 16- and 64-row ones); the fp8-mma
+    path against the float32 reference with the queries quantized as it does (``q_e4m3``: what is left is the
+    kernel's own rounding); and the fp8-mma path captured in a CUDA graph and replayed against its eager runs."""
+    out = []
+    for kind, prefix, drafts, heads, idx64, q_mul in FP8_MMA_NUMERICS:
+        scale = 0.5
+        seed = sum(prefix) + heads
+        if kind == "decode":
+            c = ref.make_decode_case(prefix, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, device="cuda", seed=seed)
+        else:
+            c = ref.make_verify_case(
+                prefix, drafts, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree", seed=seed, device="cuda"
+            )
+        c["q"] = (c["q"].float() * q_mul).to(torch.bfloat16)
+        c["k_pool"] = (c["k_pool"].float() / scale).to(torch.float8_e4m3fn)
+        c["v_pool"] = c["k_pool"][:, :, :LV]
+        c["v_ext"] = c["k_ext"][:, :, :LV]
+        if idx64:
+            c["kv_indices"] = c["kv_indices"].to(torch.int64)
+        reference = ref.reference_decode if kind == "decode" else ref.reference_verify
+        ref_o = reference(c, k_scale=scale, v_scale=scale)
+        ref_q8 = reference(c, k_scale=scale, v_scale=scale, q_e4m3=True)  # the queries quantized as the kernel does
+        res = {"check": "fp8-mma", "kind": kind, "prefix": prefix, "drafts": drafts, "heads": heads}
+        res.update({"kv_indices": "int64" if idx64 else "int32", "query_scale": q_mul})
+        for name, table in FP8_PATHS.items():
+            with routes.using(table()):
+                if kind == "decode":
+                    new, old, o_new, o_old = run_decode(mla, dec, c, heads, 64, scale, 1)
+                else:
+                    new, old, o_new, o_old = run_verify(mla, ext, c, heads, 1, scale)
+                route = route_of(new)
+                res[f"path_{name}"] = route.path + (" fp8-mma" if route.fp8_mma else "")
+                (eager,), replay = _eager_and_replay(new, [o_new], replays=2)
+                res[f"max_abs_diff_{name}"] = round((eager.float() - ref_o).abs().max().item(), 6)
+                res[f"graph_replay_vs_eager_{name}"] = round(replay, 6)
+                if name == "fp8_mma":
+                    res["fp8_mma_vs_e4m3_query_reference"] = round((eager.float() - ref_q8).abs().max().item(), 6)
+        try:
+            old()
+            torch.cuda.synchronize()
+            res["max_abs_diff_sglang"] = round((o_old.float() - ref_o).abs().max().item(), 6)
+        except Exception as e:  # noqa: BLE001
+            res["max_abs_diff_sglang"] = f"SGLang kernel failed: {str(e)[:80]}"
+        out.append(res)
+        print(json.dumps(res), flush=True)
+        del c
+    # A graph captured at one set of lengths, replayed at others (the same buffers, lengths changed in place).
+    out.append(fp8_mma_replay_lengths(mla))
+    print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def fp8_mma_replay_lengths(mla):
+    """The fp8-mma decode captured in a CUDA graph at prefix lengths (3000, 517) and replayed after the lengths
+    change in place to (1200, 2317) (same slots, same total): the replay against an eager run at the new
+    lengths, which must be exact."""
+    scale = 0.5
+    c = ref.make_decode_case([3000, 517], heads=16, lk=LK, lv=LV, dtype=torch.bfloat16, device="cuda", seed=11)
+    c["k_pool"] = (c["k_pool"].float() / scale).to(torch.float8_e4m3fn)
+    c["v_pool"] = c["k_pool"][:, :, :LV]
+    with routes.using(FP8_PATHS["fp8_mma"]()):
+        new, _, o_new, _ = run_decode(mla, None, c, 16, 64, scale, 1)
+        new()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            new()
+        c["kv_indptr"][1] = 1200
+        o_new.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        replayed = o_new.clone()
+        new()
+        torch.cuda.synchronize()
+        ref_o = ref.reference_decode(c, k_scale=scale, v_scale=scale)
+    return {
+        "check": "fp8-mma graph replay, lengths changed",
+        "replay_vs_eager": (replayed.float() - o_new.float()).abs().max().item(),
+        "max_abs_diff_vs_reference": round((o_new.float() - ref_o).abs().max().item(), 6),
+    }
+
+
 def load_revision(path: Path):
     """Another revision of the kernels' sm120_mla.py, loaded from its file (its sibling files beside it)."""
     spec = importlib.util.spec_from_file_location("sm120_mla_baseline", path)
@@ -1318,6 +1462,11 @@ def main():
     )
     ap.add_argument("--baseline-first", action="store_true", help="with --baseline: time the baseline first")
     ap.add_argument("--no-numerics", action="store_true", help="skip the float32-reference checks")
+    ap.add_argument(
+        "--fp8-mma-numerics",
+        action="store_true",
+        help="run the fp8-mma error checks (exact path, fp8-mma path, SGLang's fp8 kernels) even with --no-numerics",
+    )
     ap.add_argument("--heads", type=int, action="append", help="only the cases with this many heads (repeatable)")
     ap.add_argument("--native", action="store_true", help="on a non-SM120 GPU, do not emulate SM120's limits")
     ap.add_argument("--json", help="write the results to this file")
@@ -1370,6 +1519,8 @@ def main():
         result["numerics"] = rows16_numerics(mla)
     else:
         result["numerics"] = [] if args.no_numerics else numerics(mla) + fused_numerics(mla) + rows16_numerics(mla)
+    if args.fp8_mma_numerics or (not args.no_numerics and not args.numerics16_only):
+        result["fp8_mma_numerics"] = fp8_mma_numerics(mla, ext, dec)
     if args.timeline:
         result["timeline"] = timeline(mla, roof)
     if args.sweep_rows16:
@@ -1411,6 +1562,8 @@ def main():
         label = f"verify prefix {prefix}, {drafts} {tree}, {heads} heads, {kvd}, page {page}"
         r = row("verify", label, c, heads, t_old, t_new, roof, diff)
         r["timing"] = {"new": how_new, "old": LAST["method"]}
+        if kvd == "fp8":
+            time_fp8_paths(r, c, heads, lambda: run_verify(mla, ext, c, heads, page, scale)[::2], o_new)
         if other is not None:
             new_b, _, o_b, _ = run_verify(other, ext, c, heads, page, scale)
             new_b()
@@ -1439,6 +1592,8 @@ def main():
             label = f"decode prefix {prefix}, batch {batch}, {heads} heads, {kvd}, page {page}; SGLang at {splits_old} splits"
             r = row("decode", label, c, heads, t_old, t_new, roof, diff)
             r["timing"] = {"new": how_new, "old": LAST["method"]}
+            if kvd == "fp8" and n_split == 0:
+                time_fp8_paths(r, c, heads, lambda: run_decode(mla, dec, c, heads, splits_old, scale, page)[::2], o_new)
             if other is not None and n_split == 0:
                 new_b, _, o_b, _ = run_decode(other, dec, c, heads, splits_old, scale, page)
                 new_b()

@@ -6,8 +6,9 @@
 
 (also ``--tool memcheck`` and ``--tool synccheck``; ``kernels`` may be left off where sm120kit is installed,
 which brings the kernels' package ``sm120_attention``). Runs the 16-row one launch for decode (bf16 at batch 2,
-fp8 at batch 1) and verify (1 draft x 16 heads), and the 64-row one launch (8 drafts x 16 heads), each over
-3000 prefix tokens, and prints each output's max abs difference to the float32 reference. Needs a CUDA GPU.
+fp8 at batch 1, fp8 on the fp8-mma path at batch 2) and verify (1 draft x 16 heads), and the 64-row one launch
+(8 drafts x 16 heads: bf16, and fp8 on the fp8-mma path), each over 3000 prefix tokens, and prints each output's
+max abs difference to the float32 reference. Needs a CUDA GPU.
 """
 
 import torch
@@ -18,6 +19,7 @@ from sm120_attention import sm120_mla_route as routes
 
 LK, LV = 576, 512
 ROWS16 = routes.force(routes.CUDA16_ONE_LAUNCH)  # the 16-row one launch wherever it can take the call
+FP8_MMA = routes.TABLE._replace(fp8_mma=True)  # fp8 KV on the fp8-mma path (e4m3 scores)
 
 
 def run(q, k_pool, v_pool, o, qo_indptr, kv_indptr, kv_indices, batch, max_tokens, table=None, tail=None, lse=None):
@@ -28,7 +30,11 @@ def run(q, k_pool, v_pool, o, qo_indptr, kv_indptr, kv_indices, batch, max_token
     return route
 
 
-for kvd, heads, batch in (("bf16", 16, 2), ("fp8", 16, 1)):
+for kvd, heads, batch, table in (
+    ("bf16", 16, 2, ROWS16),
+    ("fp8", 16, 1, ROWS16),
+    ("fp8", 16, 2, ROWS16._replace(fp8_mma=True)),
+):
     d = ref.make_decode_case([3000] * batch, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, device="cuda")
     if kvd == "fp8":
         d["k_pool"] = d["k_pool"].to(torch.float8_e4m3fn)
@@ -36,13 +42,23 @@ for kvd, heads, batch in (("bf16", 16, 2), ("fp8", 16, 1)):
     o = torch.zeros(batch, heads, LV, dtype=torch.bfloat16, device="cuda")
     lse = torch.zeros(batch, heads, 4, device="cuda")
     route = run(
-        d["q"], d["k_pool"], d["v_pool"], o, None, d["kv_indptr"], d["kv_indices"], batch, 1, ROWS16, lse=lse[:, :, 0]
+        d["q"], d["k_pool"], d["v_pool"], o, None, d["kv_indptr"], d["kv_indices"], batch, 1, table, lse=lse[:, :, 0]
     )
-    print("decode16", kvd, route.path, (o.float() - ref.reference_decode(d)).abs().max().item(), flush=True)
-for drafts, heads in ((8, 16), (1, 16)):
+    print(
+        "decode16",
+        kvd,
+        route.path,
+        "fp8-mma" if route.fp8_mma else "exact",
+        (o.float() - ref.reference_decode(d)).abs().max().item(),
+        flush=True,
+    )
+for drafts, heads, kvd in ((8, 16, "bf16"), (1, 16, "bf16"), (8, 16, "fp8")):
     c = ref.make_verify_case(
         [3000], [drafts], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, tree="tree", device="cuda"
     )
+    if kvd == "fp8":
+        c["k_pool"] = c["k_pool"].to(torch.float8_e4m3fn)
+        c["v_pool"] = c["k_pool"][:, :, :LV]
     tail = (c["k_ext"], c["v_ext"], c["custom_mask"].view(torch.int8), c["mask_indptr"])
     o = torch.zeros(drafts, heads, LV, dtype=torch.bfloat16, device="cuda")
     route = run(
@@ -55,7 +71,16 @@ for drafts, heads in ((8, 16), (1, 16)):
         c["kv_indices"],
         1,
         c["max_len"],
-        ROWS16 if drafts == 1 else None,
+        ROWS16 if drafts == 1 else (FP8_MMA if kvd == "fp8" else None),
         tail=tail,
     )
-    print("verify", drafts, heads, route.path, (o.float() - ref.reference_verify(c)).abs().max().item(), flush=True)
+    print(
+        "verify",
+        drafts,
+        heads,
+        kvd,
+        route.path,
+        "fp8-mma" if route.fp8_mma else "exact",
+        (o.float() - ref.reference_verify(c)).abs().max().item(),
+        flush=True,
+    )

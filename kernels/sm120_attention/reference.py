@@ -99,9 +99,47 @@ def make_verify_case(
     return case
 
 
-def reference_verify(case, sm_scale=None, k_scale=1.0, v_scale=1.0) -> torch.Tensor:
-    """float32 attention of every draft token over its prefix (unmasked) and the draft tail (masked)."""
+E4M3_MAX = 448.0  # the largest finite fp8 e4m3 value
+
+
+def quantize_queries_e4m3(q: torch.Tensor, parts: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """The queries as the fp8-mma path of the CUDA kernel takes them: each row (token x head) in ``parts`` equal
+    runs of dims (the kernel's two warps of a pair hold one half each), each run quantized to e4m3 at its own
+    scale amax / 448 (round to nearest even, saturated). Returns (the e4m3 values as float32, unscaled,
+    [tokens, heads, parts, dims / parts]; the scales, [tokens, heads, parts]); a run of zeros has scale 0."""
+    t, h, d = q.shape
+    x = q.float().reshape(t, h, parts, d // parts)
+    amax = x.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, E4M3_MAX / amax, torch.zeros_like(amax))
+    q8 = (x * inv).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float()
+    return q8, (amax / E4M3_MAX)[..., 0]
+
+
+def scores_e4m3(q: torch.Tensor, keys: torch.Tensor, parts: int = 2) -> torch.Tensor:
+    """q [tokens, heads, dims] against keys [n, heads, dims] as the fp8-mma path scores them: the e4m3 queries
+    of each run of dims against the keys, each run's dot multiplied by its scale afterwards (the scale folded
+    into the scores, not into the queries), summed: [heads, tokens, n] before the softmax scale."""
+    q8, scale = quantize_queries_e4m3(q, parts)
+    t, h, d = q.shape
+    k = keys.float().reshape(keys.shape[0], keys.shape[1], parts, d // parts)
+    return torch.einsum("thpd,khpd,thp->htk", q8, k, scale)
+
+
+def _queries(case, q_e4m3: bool) -> torch.Tensor:
+    """The case's queries in float32; with q_e4m3, as the fp8-mma path sees them (quantized, scale applied)."""
     q = case["q"].float()
+    if not q_e4m3:
+        return q
+    q8, scale = quantize_queries_e4m3(q)
+    return (q8 * scale[..., None]).reshape(q.shape)
+
+
+def reference_verify(case, sm_scale=None, k_scale=1.0, v_scale=1.0, q_e4m3=False) -> torch.Tensor:
+    """float32 attention of every draft token over its prefix (unmasked) and the draft tail (masked); with
+    ``q_e4m3`` the queries as the fp8-mma path quantizes them (:func:`quantize_queries_e4m3`) against the prefix,
+    the draft tail scored with the queries as given (as the kernel's tail programs do), the rest float32."""
+    q = case["q"].float()
+    q_prefix = _queries(case, q_e4m3)
     heads = q.shape[1]
     lk = case["lk"]
     scale = sm_scale or 1.0 / math.sqrt(lk)
@@ -121,7 +159,14 @@ def reference_verify(case, sm_scale=None, k_scale=1.0, v_scale=1.0) -> torch.Ten
         vals = vals.repeat_interleave(group, dim=1)
         ms, me = int(case["mask_indptr"][b]), int(case["mask_indptr"][b + 1])
         mask = mask_all[ms:me].view(n, p + n).bool()
-        s = torch.einsum("thd,khd->htk", q[qs:qe], keys) * scale
+        s = torch.cat(
+            [
+                torch.einsum("thd,khd->htk", q_prefix[qs:qe], keys[:p]),
+                torch.einsum("thd,khd->htk", q[qs:qe], keys[p:]),
+            ],
+            -1,
+        )
+        s = s * scale
         s = s.masked_fill(~mask[None], float("-inf"))
         out[qs:qe] = torch.einsum("htk,khd->thd", torch.softmax(s, -1), vals)
     return out
@@ -146,8 +191,9 @@ def make_decode_case(prefix_lens, heads=16, lk=576, lv=512, dtype=torch.float16,
     return case
 
 
-def reference_decode(case, sm_scale=None, k_scale=1.0, v_scale=1.0) -> torch.Tensor:
-    q = case["q"].float()
+def reference_decode(case, sm_scale=None, k_scale=1.0, v_scale=1.0, q_e4m3=False) -> torch.Tensor:
+    """float32 MLA decode of each request's query token over its KV; ``q_e4m3`` as in :func:`reference_verify`."""
+    q = _queries(case, q_e4m3)
     scale = sm_scale or 1.0 / math.sqrt(case["lk"])
     kp = case["k_pool"].float() * k_scale
     vp = case["v_pool"].float() * v_scale

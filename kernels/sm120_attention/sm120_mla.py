@@ -822,6 +822,7 @@ def call_of(
         _sm_count(q),
         v_from_k,
         cuda,
+        cuda_prefix.fp8_mma_setting(),
     )
 
 
@@ -877,6 +878,7 @@ def _run_split_attention(
             route.min_chunk,
             rows,
             lse_out,
+            route.fp8_mma,
         ):
             raise RuntimeError(f"the CUDA kernel declined the route it was given: {route}")
         return
@@ -898,6 +900,7 @@ def _run_split_attention(
             max_tokens,
             route.splits,
             route.min_chunk,
+            route.fp8_mma,
         )
     else:
         _triton_prefix(

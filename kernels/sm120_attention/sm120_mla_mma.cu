@@ -16,7 +16,8 @@
 // Shared memory: two stages of a 32 x 576 bf16 KV tile (rows padded by 16 bytes, so the eight rows an
 // ldmatrix reads fall in distinct banks) copied with cp.async, three slots of KV indices and the score
 // exchange, 91904 bytes; for fp8 KV two stages of the fp8 tile as copied and one f16 tile converted from
-// it, 92416 bytes. Both are within SM120's 101376. The partial results are those of the Triton prefix
+// it, 92416 bytes (the 16-row programs, which convert in registers, keep a third fp8 stage where the f16 tile
+// would be). Both are within SM120's 101376. The partial results are those of the Triton prefix
 // kernel (fp32 output normalised by its own sum, base-2 log-sum-exp per split), so the merge is shared.
 //
 // The fused entry points run the whole verify or decode call in one cooperative launch: for verify one
@@ -35,6 +36,12 @@
 // tile 0 is asked for. Tile 0 is asked for with slots each thread reads itself, without a block barrier.
 // The grid barrier is one word that every program adds to with release semantics and polls with acquire,
 // its top bit flipping once all have arrived.
+//
+// The fp8-mma entry points (names ending fp8q; Q8 below) score fp8 KV with e4m3 m16n8k32 mma.sync: each warp
+// quantizes its half of each query row to e4m3 at amax / 448 once, the keys' B fragments come straight from the
+// fp8 tile (ldmatrix gives a lane 4 consecutive fp8 dims of one token, a B register of m16n8k32), and each
+// half's partial scores are multiplied by its scale before the two halves are added. P x V stays f16.
+// sm_120a has the instruction (QMMA); for sm_90a ptxas emulates it (unpack to f16, HMMA).
 //
 // The figures come from the launcher's table (sm120_mla_mma.FIGURES) as -D flags, none is written here:
 // ROWS, ROWS16 (query rows a program), BLOCK_N (KV tokens a step), HEAD_DIM, V_DIM, THREADS, SROW and
@@ -159,6 +166,62 @@ __device__ __forceinline__ void mma8(float* c, u32 a0, u32 a1, u32 b0) {
     }
 }
 
+// c += a @ b on one m16n8k32 tile of fp8 e4m3 operands, fp32 accumulator (the fp8-mma path's scores; sm_89 on).
+// A register holds 4 consecutive k: a0/a2 row g, a1/a3 row g + 8 (k 4 c4 .. and 16 + 4 c4 ..); b0/b1 token g.
+__device__ __forceinline__ void mma_e4m3(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four bf16 query values (two pairs, the first value in the low half of w.x) times inv as four e4m3 bytes,
+// the first in byte 0 (round to nearest, saturated to +-448).
+__device__ __forceinline__ u32 q_e4m3x4(uint2 w, float inv) {
+    u16 lo, hi;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
+        : "=h"(lo)
+        : "f"(__uint_as_float(w.x & 0xffff0000u) * inv), "f"(__uint_as_float(w.x << 16) * inv));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
+        : "=h"(hi)
+        : "f"(__uint_as_float(w.y & 0xffff0000u) * inv), "f"(__uint_as_float(w.y << 16) * inv));
+    return (u32)lo | ((u32)hi << 16);
+}
+
+// The largest magnitude of four bf16 values.
+__device__ __forceinline__ float amax4(uint2 w) {
+    return fmaxf(fmaxf(fabsf(__uint_as_float(w.x << 16)), fabsf(__uint_as_float(w.x & 0xffff0000u))),
+                 fmaxf(fabsf(__uint_as_float(w.y << 16)), fabsf(__uint_as_float(w.y & 0xffff0000u))));
+}
+
+// The fp8-mma path's queries: a warp's half row (rows g and g + 8, 288 dims; its quad holds the whole half,
+// 72 dims a lane in x[row][step][lo 16 / hi 16]) quantized to e4m3 at amax / 448, into the nine m16n8k32 A
+// fragments; qs: the scale each row's partial scores are multiplied by (the folded query scale).
+__device__ __forceinline__ void quantize_queries(const uint2 (*x)[9][2], u32 (*qa)[4], float& qs0, float& qs1) {
+    float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < 9; ++j) {
+        a0 = fmaxf(a0, fmaxf(amax4(x[0][j][0]), amax4(x[0][j][1])));
+        a1 = fmaxf(a1, fmaxf(amax4(x[1][j][0]), amax4(x[1][j][1])));
+    }
+    a0 = fmaxf(a0, __shfl_xor_sync(0xffffffffu, a0, 1));
+    a0 = fmaxf(a0, __shfl_xor_sync(0xffffffffu, a0, 2));
+    a1 = fmaxf(a1, __shfl_xor_sync(0xffffffffu, a1, 1));
+    a1 = fmaxf(a1, __shfl_xor_sync(0xffffffffu, a1, 2));
+    // A row of zeros (or past the request's end) quantizes to zeros at scale 0.
+    const float inv0 = a0 > 0.f ? 448.f / a0 : 0.f, inv1 = a1 > 0.f ? 448.f / a1 : 0.f;
+    qs0 = a0 * (1.f / 448.f);
+    qs1 = a1 * (1.f / 448.f);
+#pragma unroll
+    for (int j = 0; j < 9; ++j) {
+        qa[j][0] = q_e4m3x4(x[0][j][0], inv0);
+        qa[j][1] = q_e4m3x4(x[1][j][0], inv1);
+        qa[j][2] = q_e4m3x4(x[0][j][1], inv0);
+        qa[j][3] = q_e4m3x4(x[1][j][1], inv1);
+    }
+}
+
 // Two floats as a pair of 16-bit values, the first in the low half.
 template <bool F16>
 __device__ __forceinline__ u32 pack2(float lo, float hi) {
@@ -253,6 +316,13 @@ __device__ __forceinline__ void quad_transpose(u32& v0, u32& v1, u32& v2, u32& v
 __device__ __forceinline__ void pair_sync(int id) {
     asm volatile("bar.sync %0, 64;\n" ::"r"(id));
 }
+
+// 16-row programs with fp8 KV: stages of the fp8 tile in flight (3: the third where the queries were copied,
+// once they are in registers; 2: as the bf16 programs).
+constexpr int STAGES16_FP8 = 3;
+// fp8-mma 64-row programs: the block barrier between the f16 values' conversion and their use comes after the
+// scores (true: the scores read the fp8 stage, so they need not wait for it) or before them (false).
+constexpr bool Q8_SYNC_AFTER_SCORES = true;
 
 #define OB_STRIDE 520  // floats a row of a 16-row sum in shared memory: a warp's 8 rows 2-way in banks
 static_assert((2 * 16 * OB_STRIDE + 2 * 64) * 4 <= SMEM_BYTES_BF16 &&
@@ -371,7 +441,7 @@ __device__ __forceinline__ void store16(float (*o)[4], float m0, float m1, float
 // in slot num_splits. R16: the program holds 16 query rows, and the warp pair w % 4 scores tokens
 // 8 (w % 4) .. 8 (w % 4) + 7 of each tile (each KV tile read from shared memory once, for rows that are
 // too few to fill four 16-row groups); the four pairs' results meet in shared memory at the end.
-template <typename IdxT, bool KV8, bool TAIL, bool P16 = false, bool R16 = false>
+template <typename IdxT, bool KV8, bool TAIL, bool P16 = false, bool R16 = false, bool Q8 = false>
 __device__ __forceinline__ void prefix_body(
     const u16* __restrict__ Q, const void* __restrict__ KV_, const int* __restrict__ q_indptr,
     const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices, float* __restrict__ O_part,
@@ -385,6 +455,12 @@ __device__ __forceinline__ void prefix_body(
     constexpr int XCH_OFF = IDX_OFF + IDX_BYTES;
     static_assert(XCH_OFF + XCH_BYTES == (KV8 ? SMEM_BYTES_FP8 : SMEM_BYTES_BF16),
                   "shared memory layout differs from the launcher's");
+    static_assert(!Q8 || (KV8 && !TAIL), "the fp8-mma path scores fp8 KV");
+    // 16-row fp8 programs: a third stage at offset 0, where the queries were copied (free once they are in
+    // registers, before the first tile's barrier); tile t in stage t % 3, its slots copied three steps ahead.
+    constexpr bool S3 = KV8 && R16 && STAGES16_FP8 == 3;
+    static_assert(!S3 || STAGE_BYTES <= TILE_BYTES, "the third fp8 stage overlaps the first two");
+    auto stage_off = [](int s) -> u32 { return S3 && s == 2 ? 0u : (u32)(STAGE_OFF + s * STAGE_BYTES); };
     const u8* KV = (const u8*)KV_;
     constexpr int ELEM = KV8 ? 1 : 2;
 
@@ -440,8 +516,12 @@ __device__ __forceinline__ void prefix_body(
     // 16 rows: copied into shared memory in 16-byte pieces, 16 threads a row, where tile 0 does not go
     // (stage 1; for fp8 the f16 tile), then taken with ldmatrix (rows of SROW bytes, so the eight rows
     // an ldmatrix reads fall in distinct banks) while tile 0 is copied.
-    u32 qa[18][4];
-    uint4 qv[2][9];  // 64 rows: the loads as they arrive (rows g and g + 8), in flight until tile 0 is asked for
+    // Q8 (the fp8-mma path): the nine m16n8k32 e4m3 fragments instead, each warp's half row quantized at its
+    // own scale (qs0, qs1: rows g and g + 8), which multiplies the warp's partial scores before the exchange.
+    u32 qa[Q8 ? 9 : 18][4];
+    uint4 qv[2][9];      // 64 rows: the loads as they arrive (rows g and g + 8), in flight until tile 0 is asked for
+    uint2 qv8[2][9][2];  // Q8, 64 rows: dims 32 b + 4 c4 .. + 3 and 32 b + 16 + 4 c4 .. + 3 of rows g and g + 8
+    float qs0 = 1.f, qs1 = 1.f;
     constexpr int Q_OFF = KV8 ? 0 : TILE_BYTES;
     if constexpr (R16) {
         static_assert(
@@ -459,12 +539,25 @@ __device__ __forceinline__ void prefix_body(
         // 16 bytes a load: lane c4 takes dims 32 b + 8 c4 .. + 7 of block b (pairs 4 c4 .. 4 c4 + 3), and
         // the four lanes of a row trade them (quad_transpose) so that each holds pairs c4, c4 + 4, c4 + 8,
         // c4 + 12: the a0 and a2 pairs of k steps 2 b and 2 b + 1.
-        const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 8;
-        const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 8;
+        if constexpr (Q8) {  // 8 bytes a load, in the e4m3 A fragments' order (no trade)
+            const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 4;
+            const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 4;
 #pragma unroll
-        for (int b = 0; b < 9; ++b) {
-            qv[0][b] = ok0 ? *(const uint4*)(q0p + b * 32) : make_uint4(0u, 0u, 0u, 0u);
-            qv[1][b] = ok1 ? *(const uint4*)(q1p + b * 32) : make_uint4(0u, 0u, 0u, 0u);
+            for (int b = 0; b < 9; ++b) {
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    qv8[0][b][u] = ok0 ? *(const uint2*)(q0p + b * 32 + u * 16) : make_uint2(0u, 0u);
+                    qv8[1][b][u] = ok1 ? *(const uint2*)(q1p + b * 32 + u * 16) : make_uint2(0u, 0u);
+                }
+            }
+        } else {
+            const u16* q0p = Q + t0 * stride_qt + h0 * stride_qh + hf * DHALF + c4 * 8;
+            const u16* q1p = Q + t1 * stride_qt + h1 * stride_qh + hf * DHALF + c4 * 8;
+#pragma unroll
+            for (int b = 0; b < 9; ++b) {
+                qv[0][b] = ok0 ? *(const uint4*)(q0p + b * 32) : make_uint4(0u, 0u, 0u, 0u);
+                qv[1][b] = ok1 ? *(const uint4*)(q1p + b * 32) : make_uint4(0u, 0u, 0u, 0u);
+            }
         }
     }
 
@@ -472,7 +565,7 @@ __device__ __forceinline__ void prefix_body(
     // reads the slot of the tile-0 row it copies straight into a register, so tile 0 is asked for without
     // waiting for the block.
     const int ld_row = tid >> 3;  // each KV row is copied by 8 threads (below)
-    if (tid < 2 * BLOCK_N) {
+    if (tid < (S3 ? 3 : 2) * BLOCK_N) {
         int col = start + tid;
         idx[tid] = col < end ? (TAIL ? (IdxT)(q_start + col) : kv_indices[kv_start + col]) : (IdxT)0;
     }
@@ -484,7 +577,7 @@ __device__ __forceinline__ void prefix_body(
     TL(2);
     // Each KV row is copied by 8 threads, in 16-byte chunks 128 bytes apart: 9 chunks a thread (bf16),
     // 4 or 5 (fp8: 36 chunks a row).
-    const u32 ld_dst = kv_base + STAGE_OFF + ld_row * (KV8 ? SROW8 : SROW) + (tid & 7) * 16;
+    const u32 ld_dst = kv_base + ld_row * (KV8 ? SROW8 : SROW) + (tid & 7) * 16;
     auto load_tile = [&](int tile, int stage) {
         const bool valid = start + tile * BLOCK_N + ld_row < end;
         const IdxT slot = tile == 0 ? slot0 : idx[(tile % 3) * BLOCK_N + ld_row];
@@ -493,7 +586,7 @@ __device__ __forceinline__ void prefix_body(
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i)
             if (!KV8 || i < 4 || (tid & 7) < 4)
-                cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
+                cp_async16(ld_dst + stage_off(stage) + i * 128, src + i * 128, valid ? 16 : 0);
     };
     auto load_idx = [&](int tile) {
         if (tid < BLOCK_N) {
@@ -509,7 +602,9 @@ __device__ __forceinline__ void prefix_body(
     };
     load_tile(0, 0);
     cp_commit();
-    if constexpr (!R16) {  // the 64-row queries into their k16 fragments, once tile 0 is asked for
+    if constexpr (!R16 && Q8) {
+        quantize_queries(qv8, qa, qs0, qs1);
+    } else if constexpr (!R16) {  // the 64-row queries into their k16 fragments, once tile 0 is asked for
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -526,7 +621,20 @@ __device__ __forceinline__ void prefix_body(
         // The queries' copies (the group before tile 0's) are in, everyone's.
         asm volatile("cp.async.wait_group 1;\n" ::);
         __syncthreads();
-        if constexpr (KV8) {
+        if constexpr (Q8) {
+            // Rows g and g + 8, dims 32 j + 4 c4 .. + 3 and 32 j + 16 + 4 c4 .. + 3 of this warp's half.
+            const unsigned char* q_row = smem + Q_OFF + g * SROW + (hf * DHALF + c4 * 4) * 2;
+            uint2 x[2][9][2];
+#pragma unroll
+            for (int j = 0; j < 9; ++j) {
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    x[0][j][u] = *(const uint2*)(q_row + j * 64 + u * 32);
+                    x[1][j][u] = *(const uint2*)(q_row + 8 * SROW + j * 64 + u * 32);
+                }
+            }
+            quantize_queries(x, qa, qs0, qs1);
+        } else if constexpr (KV8) {
             // fp8 KV: the dims of each k16 step taken in the order the fp8 keys arrive in (below), lane c4
             // holding dims 4 c4 .. 4 c4 + 3 of the step's 16 for a0/a1 (the first two) and a2/a3.
             const unsigned char* q_row = smem + Q_OFF + g * SROW + (hf * DHALF + c4 * 4) * 2;
@@ -573,10 +681,21 @@ __device__ __forceinline__ void prefix_body(
     const u32 k8_lane = (rg * 8 + mr) * SROW8 + hf * DHALF + mi * 16;
     const u32 k8_last = (rg * 8 + mr) * SROW8 + hf * DHALF + 256 + (mi & 1) * 16;  // steps 16 and 17
     const u32 v8_lane = (rg * 8 + mr) * SROW8 + hf * DV_WARP + mi * 16;
+    // Q8, 64 rows: the fp8 stage's keys straight into the e4m3 B fragments, matrix mi tokens 8 (mi >> 1) onward
+    // and 16 fp8 dims (mi & 1) * 16 onward of a k32 step (lane c4 gets 4 consecutive dims of its token).
+    const u32 k8q_lane = ((mi >> 1) * 8 + mr) * SROW8 + hf * DHALF + (mi & 1) * 16;
+
+    if constexpr (S3) {  // tile 1 now that the slots are in (the queries' barrier); tile 2 at tile 0's barrier
+        if (n_tiles > 1) load_tile(1, 1);
+        cp_commit();
+    }
 
     for (int tile = 0; tile < n_tiles; ++tile) {
-        const int stage = tile & 1;
-        cp_wait_all();
+        const int stage = S3 ? tile % 3 : tile & 1;
+        if constexpr (S3)  // all but the last group: tile t and the slots of tile t + 2 (tile t + 1 may be in flight)
+            asm volatile("cp.async.wait_group 1;\n" ::);
+        else
+            cp_wait_all();
         __syncthreads();
         if (tile == 0) TL(3);
         if constexpr (KV8 && !R16) {
@@ -585,7 +704,7 @@ __device__ __forceinline__ void prefix_body(
             const u8* src = smem + STAGE_OFF + stage * STAGE_BYTES + ld_row * SROW8 + (tid & 7) * 8;
             unsigned char* dst = smem + ld_row * SROW + (tid & 7) * 16;
 #pragma unroll
-            for (int i = 0; i < 9; ++i) {
+            for (int i = 0; i < (Q8 ? 8 : 9); ++i) {  // Q8: the 512 value dims only (the keys are read as fp8)
                 const uint2 v = *(const uint2*)(src + i * 64);
                 uint4 h;
                 h.x = e4m3x2_to_f16x2((u16)(v.x & 0xffffu));
@@ -595,21 +714,53 @@ __device__ __forceinline__ void prefix_body(
                 *(uint4*)(dst + i * 128) = h;
             }
         }
-        if (tile + 1 < n_tiles) {
-            if (tile + 2 < n_tiles) load_idx(tile + 2);
-            load_tile(tile + 1, stage ^ 1);
+        if constexpr (S3) {  // two groups: the slots of tile t + 3, then tile t + 2 (into the stage of tile t - 1)
+            if (tile + 3 < n_tiles) load_idx(tile + 3);
+            cp_commit();
+            if (tile + 2 < n_tiles) load_tile(tile + 2, (tile + 2) % 3);
+            cp_commit();
+        } else {
+            if (tile + 1 < n_tiles) {
+                if (tile + 2 < n_tiles) load_idx(tile + 2);
+                load_tile(tile + 1, stage ^ 1);
+            }
+            cp_commit();
         }
-        cp_commit();
-        if constexpr (KV8 && !R16) __syncthreads();
+        if constexpr (KV8 && !R16 && !(Q8 && Q8_SYNC_AFTER_SCORES)) __syncthreads();
         // 16-row programs with fp8 KV: the stage as copied; its values go to f16 in registers after each
         // ldmatrix (each warp pair reads its own tokens, so nothing is converted twice).
-        const u32 st = kv_base + (KV8 ? (R16 ? STAGE_OFF + stage * STAGE_BYTES : 0) : stage * TILE_BYTES);
+        const u32 st = kv_base + (KV8 ? (R16 ? stage_off(stage) : 0) : stage * TILE_BYTES);
+        const u32 st8 = kv_base + stage_off(stage);  // the fp8 stage as copied
 
         // Partial scores over this warp's half of the dims: 16 rows x 32 tokens (R16: x 8 tokens).
         float s[NT][4];
 #pragma unroll
         for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-        if constexpr (KV8 && R16) {
+        if constexpr (Q8 && R16) {
+            // e4m3 m16n8k32: two k32 steps a load (the last one); even and odd steps in two accumulators.
+            float s2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int k4 = 0; k4 < 5; ++k4) {
+                u32 r[4];
+                ldsm_x4(st + (k4 < 4 ? k8_lane + k4 * 64 : k8_last), r[0], r[1], r[2], r[3]);
+                mma_e4m3(s[0], qa[2 * k4], r[0], r[1]);
+                if (k4 < 4) mma_e4m3(s2, qa[2 * k4 + 1], r[2], r[3]);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) s[0][j] += s2[j];
+        } else if constexpr (Q8) {
+            // e4m3 m16n8k32 from the fp8 stage: 9 k32 steps x 2 token halves, two n8 tiles a load.
+#pragma unroll
+            for (int j = 0; j < 9; ++j) {
+#pragma unroll
+                for (int np = 0; np < 2; ++np) {
+                    u32 b0, b1, b2, b3;
+                    ldsm_x4(st8 + k8q_lane + np * 16 * SROW8 + j * 32, b0, b1, b2, b3);
+                    mma_e4m3(s[2 * np], qa[j], b0, b1);
+                    mma_e4m3(s[2 * np + 1], qa[j], b2, b3);
+                }
+            }
+        } else if constexpr (KV8 && R16) {
             // Four k16 steps a load (the last two); even and odd steps in two accumulators.
             float s2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -644,6 +795,15 @@ __device__ __forceinline__ void prefix_body(
                     mma16<KV8>(s[2 * np], qa[ks], b0, b1);
                     mma16<KV8>(s[2 * np + 1], qa[ks], b2, b3);
                 }
+            }
+        }
+        if constexpr (Q8) {  // the folded query scale of each row's half
+#pragma unroll
+            for (int i = 0; i < NT; ++i) {
+                s[i][0] *= qs0;
+                s[i][1] *= qs0;
+                s[i][2] *= qs1;
+                s[i][3] *= qs1;
             }
         }
 #pragma unroll
@@ -733,13 +893,13 @@ __device__ __forceinline__ void prefix_body(
             const bool valid = start + tile * BLOCK_N + ld_row < end;
             const u16* vsrc = V_ext + (long long)idx[(tile % 3) * BLOCK_N + ld_row] * stride_vt + (tid & 7) * 8;
 #pragma unroll
-            for (int i = 0; i < 8; ++i)
-                cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, vsrc + i * 64, valid ? 16 : 0);
+            for (int i = 0; i < 8; ++i) cp_async16(ld_dst + stage_off(stage) + i * 128, vsrc + i * 64, valid ? 16 : 0);
             cp_commit();
             cp_wait_all();
             __syncthreads();
         }
 
+        if constexpr (Q8 && !R16 && Q8_SYNC_AFTER_SCORES) __syncthreads();  // the tile's f16 values are in
         // This warp's 256 value dims: o += p @ v. fp8: each register of a load holds two dims (an even and
         // an odd n8 tile of the 16-dim block, fp8_to_bf16_layout below).
         if constexpr (KV8 && R16) {
@@ -841,24 +1001,32 @@ __device__ __forceinline__ void prefix_body(
         float *__restrict__ L_part, float qk_scale, float v_scale, float rescale_slack, long long stride_qt,     \
         long long stride_qh, long long stride_kt, long long stride_ot, long long stride_oh, long long stride_os, \
         long long stride_lt, long long stride_lh, int heads, int num_splits, int min_split
-#define PREFIX_CALL(IdxT, KV8)                                                                                       \
-    prefix_body<IdxT, KV8, false>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale,         \
-                                  rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os,   \
-                                  stride_lt, stride_lh, heads, num_splits, min_split, nullptr, nullptr, nullptr, 0); \
-    TL(5);                                                                                                           \
+#define PREFIX_CALL(IdxT, KV8, Q8)                                                                                    \
+    prefix_body<IdxT, KV8, false, false, false, Q8>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, \
+                                                    v_scale, rescale_slack, stride_qt, stride_qh, stride_kt,          \
+                                                    stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads,     \
+                                                    num_splits, min_split, nullptr, nullptr, nullptr, 0);             \
+    TL(5);                                                                                                            \
     TL(9)
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_prefix_mma_bf16_i32(PREFIX_ARGS(int)) {
-    PREFIX_CALL(int, false);
+    PREFIX_CALL(int, false, false);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_prefix_mma_bf16_i64(PREFIX_ARGS(long long)) {
-    PREFIX_CALL(long long, false);
+    PREFIX_CALL(long long, false, false);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_prefix_mma_fp8_i32(PREFIX_ARGS(int)) {
-    PREFIX_CALL(int, true);
+    PREFIX_CALL(int, true, false);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_prefix_mma_fp8_i64(PREFIX_ARGS(long long)) {
-    PREFIX_CALL(long long, true);
+    PREFIX_CALL(long long, true, false);
+}
+// The fp8-mma path: fp8 KV scored with e4m3 m16n8k32 against the queries quantized to e4m3 (Q8 above).
+extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_prefix_mma_fp8q_i32(PREFIX_ARGS(int)) {
+    PREFIX_CALL(int, true, true);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_prefix_mma_fp8q_i64(PREFIX_ARGS(long long)) {
+    PREFIX_CALL(long long, true, true);
 }
 
 // Every program of the grid waits here for every other; the grid must be co-resident (a cooperative
@@ -1006,46 +1174,58 @@ __device__ __forceinline__ void merge_slots(const u16* __restrict__ O_part, cons
         unsigned int *bar, int has_tail, float *__restrict__ lse_out, long long stride_lse_t, long long stride_lse_h
 // has_tail 0 (decode): no draft tail, num_splits programs a row block. lse_out: where the merge writes each
 // row's log-sum-exp (natural log), or null.
-#define FUSED_CALL(IdxT, KV8, R16)                                                                                   \
-    if (has_tail && blockIdx.y == num_splits)                                                                        \
-        prefix_body<IdxT, false, true, true, R16>(Q, K_ext, q_indptr, kv_indptr, kv_indices, O_part, L_part,         \
-                                                  tail_scale, 1.f, rescale_slack, stride_qt, stride_qh, stride_et,   \
-                                                  stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads,      \
-                                                  num_splits, min_split, mask, mask_indptr, V_ext, stride_vt);       \
-    else                                                                                                             \
-        prefix_body<IdxT, KV8, false, true, R16>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale,   \
-                                                 v_scale, rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, \
-                                                 stride_oh, stride_os, stride_lt, stride_lh, heads, num_splits,      \
-                                                 min_split, nullptr, nullptr, nullptr, 0);                           \
-    TL(5);                                                                                                           \
-    grid_barrier(bar);                                                                                               \
-    TL(6);                                                                                                           \
-    merge_slots((const u16*)O_part, L_part, O, num_splits + has_tail, heads, total_rows, stride_ot, stride_oh,       \
-                stride_os, stride_lt, stride_lh, stride_out_t, stride_out_h, lse_out, stride_lse_t, stride_lse_h);   \
-    TL(8);                                                                                                           \
+#define FUSED_CALL(IdxT, KV8, R16, Q8)                                                                                 \
+    if (has_tail && blockIdx.y == num_splits)                                                                          \
+        prefix_body<IdxT, false, true, true, R16>(Q, K_ext, q_indptr, kv_indptr, kv_indices, O_part, L_part,           \
+                                                  tail_scale, 1.f, rescale_slack, stride_qt, stride_qh, stride_et,     \
+                                                  stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads,        \
+                                                  num_splits, min_split, mask, mask_indptr, V_ext, stride_vt);         \
+    else                                                                                                               \
+        prefix_body<IdxT, KV8, false, true, R16, Q8>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, \
+                                                     v_scale, rescale_slack, stride_qt, stride_qh, stride_kt,          \
+                                                     stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads,     \
+                                                     num_splits, min_split, nullptr, nullptr, nullptr, 0);             \
+    TL(5);                                                                                                             \
+    grid_barrier(bar);                                                                                                 \
+    TL(6);                                                                                                             \
+    merge_slots((const u16*)O_part, L_part, O, num_splits + has_tail, heads, total_rows, stride_ot, stride_oh,         \
+                stride_os, stride_lt, stride_lh, stride_out_t, stride_out_h, lse_out, stride_lse_t, stride_lse_h);     \
+    TL(8);                                                                                                             \
     TL(9)
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused_mma_bf16_i32(FUSED_ARGS(int)) {
-    FUSED_CALL(int, false, false);
+    FUSED_CALL(int, false, false, false);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused_mma_bf16_i64(FUSED_ARGS(long long)) {
-    FUSED_CALL(long long, false, false);
+    FUSED_CALL(long long, false, false, false);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused_mma_fp8_i32(FUSED_ARGS(int)) {
-    FUSED_CALL(int, true, false);
+    FUSED_CALL(int, true, false, false);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused_mma_fp8_i64(FUSED_ARGS(long long)) {
-    FUSED_CALL(long long, true, false);
+    FUSED_CALL(long long, true, false, false);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused16_mma_bf16_i32(FUSED_ARGS(int)) {
-    FUSED_CALL(int, false, true);
+    FUSED_CALL(int, false, true, false);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused16_mma_bf16_i64(FUSED_ARGS(long long)) {
-    FUSED_CALL(long long, false, true);
+    FUSED_CALL(long long, false, true, false);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused16_mma_fp8_i32(FUSED_ARGS(int)) {
-    FUSED_CALL(int, true, true);
+    FUSED_CALL(int, true, true, false);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused16_mma_fp8_i64(FUSED_ARGS(long long)) {
-    FUSED_CALL(long long, true, true);
+    FUSED_CALL(long long, true, true, false);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused_mma_fp8q_i32(FUSED_ARGS(int)) {
+    FUSED_CALL(int, true, false, true);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused_mma_fp8q_i64(FUSED_ARGS(long long)) {
+    FUSED_CALL(long long, true, false, true);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused16_mma_fp8q_i32(FUSED_ARGS(int)) {
+    FUSED_CALL(int, true, true, true);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 1) sm120_mla_fused16_mma_fp8q_i64(FUSED_ARGS(long long)) {
+    FUSED_CALL(long long, true, true, true);
 }

@@ -16,6 +16,10 @@ flags and refuses to compile where its layout and these differ; the source file 
 Compiling, loading and launching go through ``sm120_mla_nvrtc.py``, which needs only the CUDA driver and
 NVRTC. If either is missing, or the compile fails, :func:`kernel` returns None (:func:`error` says why) and
 the caller keeps its Triton kernels. ``SGLANG_SM120_MLA_MMA=0`` turns this path off.
+
+fp8 KV has two paths: the exact one (f16 mma.sync on the fp8 values, the default) and the fp8-mma one (entry
+points ending ``fp8q``: e4m3 mma.sync scores on queries quantized to e4m3 per half row), which
+``SGLANG_SM120_MLA_FP8_MMA=1`` asks for (:func:`fp8_mma_setting`; ``sm120_mla_route.choose`` decides).
 """
 
 import ctypes
@@ -88,9 +92,15 @@ FIGURES: dict[str, int] = {
 RESCALE_SLACK = 8.0
 FUSED_MAX_SLOTS = 256  # slots (prefix splits and the draft tail) a row block of the fused kernels may have
 
+# Keys (KV dtype, slot dtype, fp8-mma): the exact path computes fp8 KV with f16 mma.sync; the fp8-mma path
+# (fp8 KV only) scores with e4m3 m16n8k32 against the queries quantized to e4m3 per row (fp8_mma_setting).
 _NAMED = [
-    ((kv, idx), f"{kv_name}_{idx_name}")
-    for kv, kv_name in ((torch.bfloat16, "bf16"), (torch.float8_e4m3fn, "fp8"))
+    ((kv, idx, q8), f"{kv_name}_{idx_name}")
+    for kv, kv_name, q8 in (
+        (torch.bfloat16, "bf16", False),
+        (torch.float8_e4m3fn, "fp8", False),
+        (torch.float8_e4m3fn, "fp8q", True),
+    )
     for idx, idx_name in ((torch.int32, "i32"), (torch.int64, "i64"))
 ]
 KERNEL_NAMES = {key: f"sm120_mla_prefix_mma_{name}" for key, name in _NAMED}
@@ -101,6 +111,7 @@ FUSED_NAMES = {key: f"sm120_mla_fused_mma_{name}" for key, name in _NAMED}
 FUSED16_NAMES = {key: f"sm120_mla_fused16_mma_{name}" for key, name in _NAMED}
 # Every entry point of the source, by the launch it serves.
 ENTRY_NAMES = {"prefix": KERNEL_NAMES, "fused": FUSED_NAMES, "fused16": FUSED16_NAMES}
+FP8_MMA_ENV = "SGLANG_SM120_MLA_FP8_MMA"
 
 SOURCE_NAME = "sm120_mla_mma.cu"
 SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), SOURCE_NAME)
@@ -113,6 +124,17 @@ _ERRORS: dict[int, str] = {}
 
 def _env_enabled() -> bool:
     return os.environ.get("SGLANG_SM120_MLA_MMA", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def fp8_mma_setting() -> bool | None:
+    """``SGLANG_SM120_MLA_FP8_MMA``: True (1, on, ...) takes the fp8-mma path for fp8 KV, False (0, off, ...)
+    the exact one; None where unset (or another word): the route's default (``sm120_mla_route.TABLE.fp8_mma``)."""
+    value = os.environ.get(FP8_MMA_ENV, "").strip().lower()
+    if value in ("1", "true", "on", "yes"):
+        return True
+    if value in ("0", "false", "off", "no"):
+        return False
+    return None
 
 
 def read_source() -> str:
@@ -140,23 +162,25 @@ class _Kernel:
 
     def __init__(self, cubin: bytes):
         self.module = nvrtc.Module(cubin)
-        # (entry, kv dtype, index dtype) -> function; entry as in ENTRY_NAMES
+        # (entry, kv dtype, index dtype, fp8-mma) -> function; entry as in ENTRY_NAMES
         self.functions = {}
         # Programs of a fused kernel that can be resident on one SM (a cooperative launch's limit).
         self.capacity = {}
         for entry, names in ENTRY_NAMES.items():
-            for (kv_dtype, idx_dtype), name in names.items():
+            for (kv_dtype, idx_dtype, q8), name in names.items():
                 function = self.module.function(name, SMEM_BYTES[kv_dtype])
-                self.functions[(entry, kv_dtype, idx_dtype)] = function
+                self.functions[(entry, kv_dtype, idx_dtype, q8)] = function
                 if entry != "prefix":
-                    self.capacity[(entry, kv_dtype, idx_dtype)] = self.module.resident(
+                    self.capacity[(entry, kv_dtype, idx_dtype, q8)] = self.module.resident(
                         function, THREADS, SMEM_BYTES[kv_dtype]
                     )
 
-    def launch(self, kv_dtype, index_dtype, grid: tuple[int, int, int], stream: int, args, entry="prefix") -> None:
+    def launch(
+        self, kv_dtype, index_dtype, grid: tuple[int, int, int], stream: int, args, entry="prefix", fp8_mma=False
+    ) -> None:
         """Launch ``entry`` for these dtypes; the fused entry points cooperatively (their grid barrier)."""
         self.module.launch(
-            self.functions[(entry, kv_dtype, index_dtype)],
+            self.functions[(entry, kv_dtype, index_dtype, fp8_mma and kv_dtype == torch.float8_e4m3fn)],
             grid,
             THREADS,
             SMEM_BYTES[kv_dtype],
@@ -211,7 +235,7 @@ def fits(q, kv, q_indptr, kv_indptr, kv_indices, kv_heads: int) -> bool:
         and q.data_ptr() % 16 == 0
         and kv.data_ptr() % 16 == 0
         and all(t.dtype == torch.int32 and t.is_contiguous() for t in (q_indptr, kv_indptr))
-        and (kv.dtype, kv_indices.dtype) in KERNEL_NAMES
+        and (kv.dtype, kv_indices.dtype, False) in KERNEL_NAMES
         and kv_indices.is_contiguous()
     )
 
@@ -240,8 +264,10 @@ def prefix_pass(
     max_tokens: int,
     num_splits: int,
     min_split: int,
+    fp8_mma: bool = False,
 ) -> bool:
-    """Write the prefix partial results of every split into ``o_part``/``l_part``; False if not run."""
+    """Write the prefix partial results of every split into ``o_part``/``l_part``; False if not run. ``fp8_mma``:
+    fp8 KV through the fp8-mma path (e4m3 scores)."""
     k = kernel(q.device)
     if k is None:
         return False
@@ -270,7 +296,8 @@ def prefix_pass(
         ctypes.c_int(min_split),
     ]
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    k.launch(kv.dtype, kv_indices.dtype, (row_blocks(max_tokens, heads), num_splits, batch), stream, args, "prefix")
+    grid = (row_blocks(max_tokens, heads), num_splits, batch)
+    k.launch(kv.dtype, kv_indices.dtype, grid, stream, args, "prefix", fp8_mma)
     return True
 
 
@@ -289,14 +316,17 @@ def _barrier(device: torch.device, stream: int) -> torch.Tensor:
 
 def fused_capacity(q, kv, kv_indices, rows: int = ROWS) -> int:
     """Programs of the fused kernel (``rows`` query rows a program) the GPU of ``q`` holds at once (0: it
-    cannot run there)."""
+    cannot run there); for fp8 KV the fewer of the exact and the fp8-mma build, so a route fits either."""
     if not q.is_cuda:
         return 0
     k = kernel(q.device)
     if k is None:
         return 0
     entry = "fused16" if rows == ROWS16 else "fused"
-    per_sm = k.capacity.get((entry, kv.dtype, kv_indices.dtype), 0)
+    per_sm = min(
+        k.capacity.get((entry, kv.dtype, kv_indices.dtype, q8), 0)
+        for q8 in ((False, True) if kv.dtype == torch.float8_e4m3fn else (False,))
+    )
     return per_sm * torch.cuda.get_device_properties(q.device).multi_processor_count
 
 
@@ -360,12 +390,14 @@ def fused_pass(
     min_split: int,
     rows: int = ROWS,
     lse=None,
+    fp8_mma: bool = False,
 ) -> bool:
     """A whole verify or decode call in one cooperative launch of (row blocks, num_splits (+ 1 for a draft
     tail), batch) programs of ``rows`` query rows (ROWS or ROWS16): the prefix splits, the draft tail
     (``tail`` = (k_ext, v_ext, mask, mask_indptr), or None for decode) and the merge into ``o`` (and each
     row's log-sum-exp into ``lse`` where given). ``o_part`` (bf16) and ``l_part`` (fp32) hold a slot per
-    program of a row block. False if not run (no kernel, or more programs than the GPU holds at once)."""
+    program of a row block. ``fp8_mma``: fp8 KV through the fp8-mma path (e4m3 scores). False if not run (no
+    kernel, or more programs than the GPU holds at once)."""
     k = kernel(q.device)
     if k is None:
         return False
@@ -433,5 +465,5 @@ def fused_pass(
             ctypes.c_longlong(lse.stride(1) if lse is not None else 0),
         ]
     )
-    k.launch(kv.dtype, kv_indices.dtype, grid, stream, args, "fused16" if rows == ROWS16 else "fused")
+    k.launch(kv.dtype, kv_indices.dtype, grid, stream, args, "fused16" if rows == ROWS16 else "fused", fp8_mma)
     return True

@@ -10,8 +10,10 @@ The paths (``Route.path``):
 * ``CUDA64_ONE_LAUNCH`` and ``CUDA16_ONE_LAUNCH``: the prefix splits, the draft tail and the merge in one
   cooperative launch of the CUDA kernel, 64 or 16 query rows a program.
 
-A call states its shape, dtypes, the GPU's SM count and what the CUDA kernels offer it (:class:`Cuda`, from
-the launcher: whether they take the call at all and how many programs the GPU holds at once). The thresholds
+A call states its shape, dtypes, the GPU's SM count, what the CUDA kernels offer it (:class:`Cuda`, from
+the launcher: whether they take the call at all and how many programs the GPU holds at once) and the
+``SGLANG_SM120_MLA_FP8_MMA`` setting; ``Route.fp8_mma`` says whether fp8 KV runs the CUDA kernels' fp8-mma
+entry points (e4m3 scores) rather than the exact ones. The thresholds
 are :data:`TABLE`; each names the heading of docs/benchmarks.md (in sm120kit) that holds its measurements.
 Benchmarks and tests choose with another table (``TABLE._replace(...)``, :func:`force`), for one call or, with
 :func:`using`, for every call in a block. Nothing here reads a device or a tensor.
@@ -56,6 +58,7 @@ class Table(NamedTuple):
     merge: tuple[int, int, int] = (64, 128, 4)  # merge program: value dims, slots a step, warps: "Route: merge program"
     splits: int | None = None  # a fixed split count (benchmarks); None: from the SM count
     tiles: TileConfig | None = None  # fixed Triton tiles (benchmarks, compile tests); None: pick_tiles
+    fp8_mma: bool = False  # fp8 KV on the fp8-mma path where SGLANG_SM120_MLA_FP8_MMA is unset: "Route: fp8-mma path"
 
 
 TABLE = Table()
@@ -87,6 +90,7 @@ class Call(NamedTuple):
     sm_count: int  # SMs of the GPU
     v_from_k: bool  # the values are the first lv dims of the keys' rows (MLA's latent KV)
     cuda: Cuda | None  # the CUDA kernels, where they take the call; None: Triton only
+    fp8_mma: bool | None = None  # SGLANG_SM120_MLA_FP8_MMA: on, off, or None (unset: Table.fp8_mma decides)
 
 
 class Route(NamedTuple):
@@ -98,6 +102,7 @@ class Route(NamedTuple):
     tail: str  # where the draft tail is scored: "none", "one launch", "merge", "own pass"
     merge: tuple[int, int, int]  # the Triton merge's value dims, slots a step and warps
     v_from_k: bool  # the Triton prefix kernel reads the values from the keys' rows
+    fp8_mma: bool = False  # CUDA paths, fp8 KV: scores with e4m3 mma.sync on queries quantized to e4m3
 
 
 def head_dim_split(lk: int) -> tuple[int, int] | None:
@@ -170,9 +175,11 @@ def choose(call: Call, table: Table | None = None) -> Route:
     rows = call.tokens * call.heads  # query rows a request
     cuda = call.cuda if call.v_from_k else None
     one_tail = "one launch" if call.tail else "none"
+    # The fp8-mma path: fp8 KV on the CUDA kernels, where the setting (or, unset, the table) asks for it.
+    fp8_mma = call.kv_dtype == "float8_e4m3fn" and (table.fp8_mma if call.fp8_mma is None else call.fp8_mma)
 
     def route(path, splits, min_chunk, pair=False, tail=one_tail):
-        return Route(path, splits, min_chunk, tiles, pair, tail, merge, call.v_from_k)
+        return Route(path, splits, min_chunk, tiles, pair, tail, merge, call.v_from_k, fp8_mma and path != TRITON)
 
     # 64-row programs from mma_min_rows rows a request; below, the 16-row ones (one launch only) where a
     # split has few enough programs, and for bf16 KV enough of them.

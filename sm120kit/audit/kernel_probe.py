@@ -287,8 +287,11 @@ class Probe:
             "prefix": mma.KERNEL_NAMES,
             "fused": getattr(mma, "FUSED_NAMES", {}),
         }
-        for names in entries.values():
-            name = names[(kv_dtype, idx_dtype)]
+        # Keys (KV dtype, slot dtype), and from the fp8-mma entry points on (KV dtype, slot dtype, fp8-mma): for
+        # fp8 KV both the exact and the fp8-mma build of each entry point.
+        for name in (
+            name for names in entries.values() for key, name in names.items() if key[:2] == (kv_dtype, idx_dtype)
+        ):
             res = usage.get(name)
             self.cuda_kernels.append(
                 {

@@ -514,8 +514,9 @@ launchers = ["tree-verify", "mla-decode"]
 def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tree, tmp_path, capsys, audit_cache):
     """sm120-mla-attention's CUDA kernels (the prefix kernel, the one-launch verify or decode and its 16-row
     programs, compiled by NVRTC as at first use on the card) are in the audit of the tree-verify and MLA decode
-    launchers, beside their Triton kernels, for both KV dtypes. On 12.0 only: the same kernels compiled for
-    sm_121a (CUDA) and 12.1 (Triton, every reachable tile) are within the limit in tests/kernels/test_mla_kernels.py
+    launchers, beside their Triton kernels, for both KV dtypes (fp8: the exact and the fp8-mma builds). On 12.0
+    only: the same kernels compiled for sm_121a (CUDA) and 12.1 (Triton, every reachable tile) are within the
+    limit in tests/kernels/test_mla_kernels.py
     (test_mma_prefix_kernel_compiles_within_the_limit, test_every_reachable_tile_compiles_within_the_limit),
     and the audit with 12.1 as a target in test_unpatched_058_mla_extend_is_over_the_limit and
     test_patched_tree_reports_nothing_over."""
@@ -534,7 +535,7 @@ def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tre
     assert {(arch, name) for arch, name, _ in cuda} == {
         (arch, f"sm120_mla_{kind}_mma_{kv}_i64")
         for arch in ("12.0",)
-        for kv in ("bf16", "fp8")
+        for kv in ("bf16", "fp8", "fp8q")  # fp8q: fp8 KV on the fp8-mma path (SGLANG_SM120_MLA_FP8_MMA=1)
         for kind in ("prefix", "fused", "fused16")
     }
     assert all(48 * 1024 < shared <= LIMIT for _, _, shared in cuda)

@@ -331,13 +331,45 @@ def test_mma_prefix_kernel_compiles_within_the_limit(mma, arch):
     usage = resource_usage(cubin)
     assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
     entries = [item for names in mma.ENTRY_NAMES.values() for item in names.items()]
-    assert len(entries) == 12  # prefix, one-launch and its 16-row programs, for bf16/fp8 KV and int32/int64 slots
+    # prefix, one-launch and its 16-row programs, for bf16 KV, fp8 KV (exact) and fp8 KV on the fp8-mma path,
+    # each for int32 and int64 slots
+    assert len(entries) == 18
     assert set(usage) == {name for _, name in entries}
-    for (kv_dtype, _), name in entries:
+    for (kv_dtype, _, _), name in entries:
         res = usage[name]
         assert res.registers <= 255, (name, res)
         assert res.shared + mma.SMEM_BYTES[kv_dtype] <= LIMIT, (name, res)
         assert mma.SMEM_BYTES[kv_dtype] > 48 * 1024  # so the launcher must raise the dynamic shared-memory cap
+
+
+def test_fp8_mma_entry_points_score_with_the_sm120_e4m3_instruction(mma):
+    """For sm_120a the fp8-mma entry points compile their scores to the native e4m3 tensor-core instruction
+    (QMMA.16832.F32.E4M3.E4M3 in the SASS, 36 a 64-row or 16-row tile loop: 9 k32 steps x 4 n8 tiles, or x 1
+    over 5 loads) and the exact entry points to none; for sm_90a (the H200 the benchmarks run on) the same PTX
+    becomes unpacks to f16 and HMMA, so the H200 times an emulation of this path (docs/benchmarks.md)."""
+    from sm120kit import runner
+    from sm120kit.hardware.cubin import find_cuobjdump
+
+    tool = find_cuobjdump()
+    assert tool is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+
+    def sass(cubin: bytes, tmp: Path) -> dict[str, str]:
+        path = tmp / "kernels.cubin"
+        path.write_bytes(cubin)
+        text = runner.run([tool, "-sass", str(path)], what="cuobjdump", timeout=300).stdout
+        return {part.split("\n", 1)[0].strip(): part for part in text.split("Function : ")[1:]}
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sm120 = sass(mma.compile_cubin("sm_120a"), Path(tmp))
+        sm90 = sass(mma.compile_cubin("sm_90a"), Path(tmp))
+    for (kv_dtype, _, fp8_mma), name in (item for names in mma.ENTRY_NAMES.values() for item in names.items()):
+        qmma = sm120[name].count("QMMA.16832.F32.E4M3.E4M3")
+        assert (qmma > 0) == fp8_mma, (name, qmma)
+        assert "QMMA" not in sm90[name], name
+        if fp8_mma:
+            assert "F2FP.F16.E4M3.UNPACK_B" in sm90[name], name
 
 
 def test_timeline_build_compiles_with_the_same_entry_points(mma):

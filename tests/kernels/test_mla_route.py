@@ -264,6 +264,48 @@ def test_each_threshold_names_a_heading_of_the_benchmarks_doc():
         assert named and named[0] in headings, (name, comment)
 
 
+def test_fp8_mma_path_follows_the_setting_then_the_table():
+    """The fp8-mma path: fp8 KV on a CUDA path, where SGLANG_SM120_MLA_FP8_MMA (Call.fp8_mma) asks for it, or,
+    unset, where the table does (Table.fp8_mma, off by default: docs/benchmarks.md "Route: fp8-mma path")."""
+    assert routes.TABLE.fp8_mma is False
+    on = routes.TABLE._replace(fp8_mma=True)
+    for key, path in (
+        (("decode", 1, 16, "fp8", 1), routes.CUDA16_ONE_LAUNCH),
+        (("decode", 1, 8, "fp8", 1), routes.CUDA16_ONE_LAUNCH),
+        (("verify", 8, 8, "fp8", 1), routes.CUDA64_ONE_LAUNCH),
+        (("verify", 1, 16, "fp8", 1), routes.CUDA16_ONE_LAUNCH),
+    ):
+        call = mla_call(*key)
+        assert (routes.choose(call).path, routes.choose(call).fp8_mma) == (path, False), key  # the default: exact
+        assert routes.choose(call._replace(fp8_mma=True)).fp8_mma is True, key
+        assert routes.choose(call, on).fp8_mma is True, key  # unset: the table decides
+        assert routes.choose(call._replace(fp8_mma=False), on).fp8_mma is False, key  # the setting wins
+        assert routes.choose(call._replace(fp8_mma=True)).path == path, key  # the same programs, e4m3 scores
+    # The 64-row prefix programs (no one launch) take it too; bf16 KV and the Triton kernels never do.
+    prefix_only = mla_call("verify", 8, 16, "fp8", 1, capacity=2, fp8_mma=True)
+    assert (routes.choose(prefix_only).path, routes.choose(prefix_only).fp8_mma) == (routes.CUDA64, True)
+    assert routes.choose(mla_call("verify", 8, 16, "bf16", 1, fp8_mma=True)).fp8_mma is False
+    assert routes.choose(mla_call("decode", 1, 16, "fp8", 1, cuda=False, fp8_mma=True)).fp8_mma is False
+    assert (
+        routes.choose(mla_call("decode", 1, 16, "fp8", 1, fp8_mma=True), routes.force(routes.TRITON)).fp8_mma is False
+    )
+
+
+@pytest.mark.parametrize(
+    "value, setting",
+    [(None, None), ("1", True), ("on", True), ("TRUE", True), ("0", False), ("off", False), ("", None), ("x", None)],
+)
+def test_fp8_mma_setting_reads_the_environment(monkeypatch, value, setting):
+    from sm120_attention import sm120_mla_mma as mma
+
+    if value is None:
+        monkeypatch.delenv(mma.FP8_MMA_ENV, raising=False)
+    else:
+        monkeypatch.setenv(mma.FP8_MMA_ENV, value)
+    assert mma.FP8_MMA_ENV == "SGLANG_SM120_MLA_FP8_MMA"
+    assert mma.fp8_mma_setting() is setting
+
+
 class _TritonRan(Exception):
     """Raised by the stand-in for the Triton prefix kernels: the launcher chose the Triton path."""
 
@@ -304,6 +346,7 @@ def launcher(monkeypatch):
         min_split,
         rows,
         lse,
+        fp8_mma=False,
     ):
         calls.append(
             dict(
@@ -316,6 +359,7 @@ def launcher(monkeypatch):
                 min_split=min_split,
                 rows=rows,
                 lse=lse,
+                fp8_mma=fp8_mma,
             )
         )
         return True
@@ -425,6 +469,18 @@ def test_launcher_hands_the_one_launch_what_the_route_says(launcher, monkeypatch
             verify(1, 16)
     eight = verify(8, 16)
     assert (eight["rows"], eight["tail"], eight["splits"]) == (64, True, 65)
+    # The fp8-mma setting, read by the launcher at each call (call_of), reaches the kernels through the route;
+    # bf16 KV is never on it.
+    monkeypatch.delenv("SGLANG_SM120_MLA_FP8_MMA", raising=False)
+    assert decode(16, 1, fp8)["fp8_mma"] is False and verify(8, 8, fp8)["fp8_mma"] is False
+    monkeypatch.setenv("SGLANG_SM120_MLA_FP8_MMA", "1")
+    assert decode(16, 1, fp8)["fp8_mma"] is True and verify(8, 8, fp8)["fp8_mma"] is True
+    assert decode(16, 4, torch.bfloat16)["fp8_mma"] is False
+    with routes.using(table._replace(fp8_mma=True)):
+        monkeypatch.setenv("SGLANG_SM120_MLA_FP8_MMA", "0")
+        assert decode(16, 1, fp8)["fp8_mma"] is False  # the setting wins over the table
+        monkeypatch.delenv("SGLANG_SM120_MLA_FP8_MMA")
+        assert decode(16, 1, fp8)["fp8_mma"] is True
     # A route handed to the launcher is what it runs: the Triton path for a call the CUDA kernels would take.
     triton = routes.choose(mla_call("decode", 1, 16, "fp8", 1), routes.force(routes.TRITON))
     with pytest.raises(_TritonRan):
