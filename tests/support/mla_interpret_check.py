@@ -7,7 +7,11 @@ float32 reference, ``sm120_attention.reference``)::
     python tests/support/mla_interpret_check.py OUT.json [--release-only]
 
 ``--release-only`` skips the checks against the float32 reference: they exercise only the patch's own
-module, which is the same file on every release, so one release runs them.
+module, which is the same file on every release, so one release runs them. Those checks take every pair of
+(shape, dtype, layout) values once (6 kernel runs, :data:`PAIRWISE`) rather than all 12 combinations: each
+factor picks its own code (head dims and grouping; the cast and the tolerance; mask and page walk), and no
+branch of the launchers depends on two of them at once beyond what a pair shows.
+``SM120KIT_TEST_EVERY_CASE=1`` runs all 12.
 
 It imports ``sm120_mla`` and the release's own ``extend_attention`` / ``decode_attention`` from that
 tree (CPU torch: SGLang's ``is_cuda()`` is false, so nothing reads a device at import) and writes one
@@ -50,6 +54,27 @@ SHAPES = {  # name: (kv heads, qk head dim, v head dim, query heads)
     "gqa": (2, 128, 128, 8),
     "mha": (4, 64, 64, 4),
 }
+
+
+LAYOUTS = (("tree", 1), ("chain", 16))  # (mask, page size): a tree mask on single slots, a chain on pages
+# Every shape with each dtype and each layout, and each dtype with each layout (all pairs of the three
+# factors; each case costs a full interpreted kernel run, the 576/512 MLA shape most).
+PAIRWISE = (
+    ("mla", torch.float32, LAYOUTS[0]),
+    ("mla", torch.float16, LAYOUTS[1]),
+    ("gqa", torch.float32, LAYOUTS[1]),
+    ("gqa", torch.float16, LAYOUTS[0]),
+    ("mha", torch.float32, LAYOUTS[0]),
+    ("mha", torch.float16, LAYOUTS[1]),
+)
+
+
+def verify_reference_cases() -> list:
+    """(shape, dtype, (mask, page size)) of the checks against the float32 reference: the all-pairs set, or
+    every combination with ``SM120KIT_TEST_EVERY_CASE=1``."""
+    if os.environ.get("SM120KIT_TEST_EVERY_CASE") == "1":
+        return [(n, d, lay) for n in SHAPES for d in (torch.float32, torch.float16) for lay in LAYOUTS]
+    return list(PAIRWISE)
 
 
 def paged(case, page_size, seed=0):
@@ -124,38 +149,38 @@ def main(out_path: str, reference: bool = True) -> int:
 
 
 def reference_checks(records: list) -> None:
-    # 1. against the float32 reference: every shape, both dtypes, tree and chain masks, uneven batches
-    #    (one request with no prefix at all), page size 1 and 16.
-    for name, (kvh, lk, lv, heads) in SHAPES.items():
-        for dtype in (torch.float32, torch.float16):
-            for tree, page in (("tree", 1), ("chain", 16)):
-                c = ref.make_verify_case(
-                    [200, 75, 0],
-                    [8, 5, 3],
-                    heads=heads,
-                    kv_heads=kvh,
-                    lk=lk,
-                    lv=lv,
-                    dtype=dtype,
-                    tree=tree,
-                    seed=lk + kvh,
-                    pool_extra=128,
-                )
-                if page > 1:
-                    c = paged(c, page)
-                o = torch.zeros(c["q"].shape[0], heads, lv, dtype=dtype)
-                ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o), page_size=page)
-                records.append(
-                    {
-                        "check": "verify-reference",
-                        "shape": name,
-                        "dtype": str(dtype)[6:],
-                        "mask": tree,
-                        "page_size": page,
-                        "ran": ran,
-                        "max_abs_diff": diff(o, ref.reference_verify(c)),
-                    }
-                )
+    # 1. against the float32 reference: every shape with both dtypes and with both layouts (a tree mask on
+    #    page size 1, a chain mask on page size 16), each dtype with each layout, uneven batches (one request
+    #    with no prefix at all).
+    for name, dtype, (tree, page) in verify_reference_cases():
+        kvh, lk, lv, heads = SHAPES[name]
+        c = ref.make_verify_case(
+            [200, 75, 0],
+            [8, 5, 3],
+            heads=heads,
+            kv_heads=kvh,
+            lk=lk,
+            lv=lv,
+            dtype=dtype,
+            tree=tree,
+            seed=lk + kvh,
+            pool_extra=128,
+        )
+        if page > 1:
+            c = paged(c, page)
+        o = torch.zeros(c["q"].shape[0], heads, lv, dtype=dtype)
+        ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o), page_size=page)
+        records.append(
+            {
+                "check": "verify-reference",
+                "shape": name,
+                "dtype": str(dtype)[6:],
+                "mask": tree,
+                "page_size": page,
+                "ran": ran,
+                "max_abs_diff": diff(o, ref.reference_verify(c)),
+            }
+        )
     # The draft tail as its own pass (_tail_kernel) instead of inside the merge: a route table that never
     # scores it in the merge, for the calls of the launcher's own entry point.
     with sm120_mla_route.using(sm120_mla_route.TABLE._replace(fuse_tail_max_rows=0)):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import __future__ as future_module
 
 import ast
+import hashlib
 import importlib
 import importlib.abc
 import importlib.util
@@ -134,18 +135,35 @@ class LightTree(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def _run(self, module: types.ModuleType, source: Path) -> None:
         module.__file__ = str(source)
-        tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+        skipped = self.skipped.setdefault(module.__name__, [])
+        for lineno, code in _statements(source):
+            try:
+                exec(code, module.__dict__)
+            except Exception as exc:  # an optional dependency (or something built on it) is missing
+                skipped.append(f"line {lineno}: {type(exc).__name__}: {exc}")
+
+
+# (file, content digest) -> its top-level statements, compiled one by one. A tree is loaded afresh for each
+# faked device; its files are parsed and compiled once per process (the code objects carry the file's own
+# name and lines, and running one again runs exactly what a fresh compile would).
+_COMPILED: dict[tuple[str, str], list[tuple[int, types.CodeType]]] = {}
+
+
+def _statements(source: Path) -> list[tuple[int, types.CodeType]]:
+    data = source.read_bytes()
+    key = (str(source), hashlib.sha256(data).hexdigest())
+    if key not in _COMPILED:
+        tree = ast.parse(data.decode("utf-8"), filename=str(source))
         flags = 0
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and node.module == "__future__":
                 for alias in node.names:
                     flags |= _FUTURE_FLAGS.get(alias.name, 0)
-        skipped = self.skipped.setdefault(module.__name__, [])
-        for node in tree.body:
-            code = compile(
-                ast.Module(body=[node], type_ignores=[]), str(source), "exec", flags=flags, dont_inherit=True
+        _COMPILED[key] = [
+            (
+                node.lineno,
+                compile(ast.Module(body=[node], type_ignores=[]), str(source), "exec", flags=flags, dont_inherit=True),
             )
-            try:
-                exec(code, module.__dict__)
-            except Exception as exc:  # an optional dependency (or something built on it) is missing
-                skipped.append(f"line {node.lineno}: {type(exc).__name__}: {exc}")
+            for node in tree.body
+        ]
+    return _COMPILED[key]
