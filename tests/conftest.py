@@ -6,7 +6,6 @@ keeps between steps) and copied into each test's ``tmp_path``; nothing here is a
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import threading
@@ -103,15 +102,18 @@ def git_clone_tree(tmp_path, _git_templates):
 
 
 @pytest.fixture(scope="session")
-def shared_triton_dir(tmp_path_factory) -> Path:
-    """One Triton kernel cache for the whole run, shared by the pytest-xdist workers (under xdist each worker's
-    base folder is ``.../pytest-N/popen-gwK``; their parent belongs to this run alone). Triton writes each
-    entry to a temporary file and renames it, so workers can share it. A kernel is still compiled for real
-    once per run; later tests that compile the same source for the same target read its binary and metadata
-    (the shared memory the audit checks) from here instead of compiling again."""
-    base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "triton-cache"
-    folder.mkdir(exist_ok=True)
+def shared_triton_dir() -> Path:
+    """The Triton kernel cache of ``sm120kit audit`` itself (``$SM120KIT_CACHE_DIR/triton-audit/triton``), shared
+    by every audit test of the run, the pytest-xdist workers and the command-line audits of
+    test_audit_patched_releases.py alike (Triton writes each entry to a temporary file and renames it, so they
+    can share it). A kernel is still compiled for real once per cache; later tests that compile the same
+    source for the same target (the patched trees' kernels, which several files audit) read its binary and
+    metadata (the shared memory the audit checks) from here instead of compiling again. Each test keeps its
+    own audit results (:func:`audit_cache`), so none of them is answered without a probe."""
+    from sm120kit.audit.cache import AuditCache
+
+    folder = AuditCache().triton_dir
+    folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
