@@ -325,17 +325,6 @@ __device__ __forceinline__ void pair_sync(int id) {
 #define STAGES16_FP8 4
 #endif
 static_assert(STAGES16_FP8 >= 2 && STAGES16_FP8 <= 4, "16-row fp8 programs keep 2, 3 or 4 stages");
-// 16-row fp8 programs with four stages: the scores of tile t + 1 are computed before the values of tile t are
-// multiplied (1), so the two run side by side, one tile fewer in flight; or each tile's scores, softmax and values
-// in turn (0).
-#ifndef PIPE16_FP8
-#define PIPE16_FP8 1
-#endif
-// 16-row fp8 programs (exact path): the score products of a tile in this many independent accumulators (2 or 4).
-#ifndef QK_CHAINS16
-#define QK_CHAINS16 4
-#endif
-static_assert(QK_CHAINS16 == 2 || QK_CHAINS16 == 4, "two or four chains of score products");
 // fp8-mma 64-row programs: the block barrier between the f16 values' conversion and their use comes after the
 // scores (true: the scores read the fp8 stage, so they need not wait for it) or before them (false).
 constexpr bool Q8_SYNC_AFTER_SCORES = true;
@@ -482,10 +471,6 @@ __device__ __forceinline__ void prefix_body(
     // stages may cover the slots' region.
     constexpr bool S4 = KV8 && R16 && STAGES16_FP8 == 4;
     static_assert(!S4 || 4 * STAGE_BYTES <= IDX_OFF + IDX_BYTES, "the fourth fp8 stage overlaps the exchange");
-    // S4 with the scores of the next tile beside the values of this one: tile t + 2 is asked for once tile t is in
-    // (the stage of tile t - 2; tile t - 1's values are still to be read).
-    constexpr bool PIPE = S4 && PIPE16_FP8;
-    constexpr int AHEAD = PIPE ? 2 : 3;  // S4: tiles asked for before the loop, and how far ahead one is asked for
     auto stage_off = [](int s) -> u32 {
         return S4 ? (u32)(s * STAGE_BYTES) : S3 && s == 2 ? 0u : (u32)(STAGE_OFF + s * STAGE_BYTES);
     };
@@ -610,8 +595,8 @@ __device__ __forceinline__ void prefix_body(
     IdxT slot1 = 0, slot2 = 0, slot_next = 0;
     if constexpr (S4) {
         slot1 = slot_of(1);
-        if constexpr (!PIPE) slot2 = slot_of(2);
-        slot_next = slot_of(AHEAD);
+        slot2 = slot_of(2);
+        slot_next = slot_of(3);
     }
     TL(2);
     // Each KV row is copied by 8 threads, in 16-byte chunks 128 bytes apart: 9 chunks a thread (bf16),
@@ -641,15 +626,13 @@ __device__ __forceinline__ void prefix_body(
                          kv_indices + kv_start + (valid ? col : 0), valid);
         }
     };
-    if constexpr (S4) {  // tiles 0, 1 (and 2) into stages 1, 2 (and 3), a group each (stage 0 holds the queries)
+    if constexpr (S4) {  // tiles 0, 1 and 2 into stages 1, 2 and 3, a group each (stage 0 holds the queries)
         load_tile_at(0, 1, slot0);
         cp_commit();
         if (n_tiles > 1) load_tile_at(1, 2, slot1);
         cp_commit();
-        if constexpr (!PIPE) {
-            if (n_tiles > 2) load_tile_at(2, 3, slot2);
-            cp_commit();
-        }
+        if (n_tiles > 2) load_tile_at(2, 3, slot2);
+        cp_commit();
     } else {
         load_tile(0, 0);
         cp_commit();
@@ -671,9 +654,7 @@ __device__ __forceinline__ void prefix_body(
         }
     } else {
         // The queries' copies (the group before tile 0's) are in, everyone's.
-        if constexpr (PIPE)
-            asm volatile("cp.async.wait_group 2;\n" ::);
-        else if constexpr (S4)
+        if constexpr (S4)
             asm volatile("cp.async.wait_group 3;\n" ::);
         else
             asm volatile("cp.async.wait_group 1;\n" ::);
@@ -747,14 +728,9 @@ __device__ __forceinline__ void prefix_body(
         cp_commit();
     }
 
-    auto stage_of = [](int tile) -> int { return S4 ? (tile + 1) & 3 : S3 ? tile % 3 : tile & 1; };
-    // A step of the KV loop in four parts: tile t in (a block barrier) and the next tiles asked for; its scores;
-    // their softmax (the partner's half added) into the probabilities pa; and pa times its values.
-    auto begin_tile = [&](int tile) {
-        const int stage = stage_of(tile);
-        if constexpr (PIPE)  // tile t (tile t + 1, a group after it, may be in flight)
-            asm volatile("cp.async.wait_group 1;\n" ::);
-        else if constexpr (S4)  // tile t (tiles t + 1 and t + 2, a group each after it, may be in flight)
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        const int stage = S4 ? (tile + 1) & 3 : S3 ? tile % 3 : tile & 1;
+        if constexpr (S4)  // tile t (tiles t + 1 and t + 2, a group each after it, may be in flight)
             asm volatile("cp.async.wait_group 2;\n" ::);
         else if constexpr (S3)  // all but the last group: tile t and the slots of tile t + 2 (t + 1 may be in flight)
             asm volatile("cp.async.wait_group 1;\n" ::);
@@ -778,11 +754,12 @@ __device__ __forceinline__ void prefix_body(
                 *(uint4*)(dst + i * 128) = h;
             }
         }
-        if constexpr (S4) {  // tile t + 3 (PIPE: t + 2) into the stage of tile t - 1 (t - 2), done by every warp
-            if (tile + AHEAD < n_tiles) load_tile_at(tile + AHEAD, (tile + AHEAD + 1) & 3, slot_next);
+        if constexpr (S4) {  // tile t + 3 into the stage of tile t - 1 (read by every warp: the barrier above)
+            if (tile + 3 < n_tiles) load_tile_at(tile + 3, (tile + 4) & 3, slot_next);
             cp_commit();
-            slot_next = slot_of(tile + AHEAD + 1);
-        } else if constexpr (S3) {  // two groups: the slots of tile t + 3, then tile t + 2 (stage of tile t - 1)
+            slot_next = slot_of(tile + 4);
+        } else if constexpr (S3) {  // two groups: the slots of tile t + 3, then tile t + 2 (into the stage of tile t -
+                                    // 1)
             if (tile + 3 < n_tiles) load_idx(tile + 3);
             cp_commit();
             if (tile + 2 < n_tiles) load_tile(tile + 2, (tile + 2) % 3);
@@ -795,15 +772,13 @@ __device__ __forceinline__ void prefix_body(
             cp_commit();
         }
         if constexpr (KV8 && !R16 && !(Q8 && Q8_SYNC_AFTER_SCORES)) __syncthreads();
-    };
-    auto scores = [&](int tile, float (&s)[NT][4]) {
-        const int stage = stage_of(tile);
         // 16-row programs with fp8 KV: the stage as copied; its values go to f16 in registers after each
         // ldmatrix (each warp pair reads its own tokens, so nothing is converted twice).
         const u32 st = kv_base + (KV8 ? (R16 ? stage_off(stage) : 0) : stage * TILE_BYTES);
         const u32 st8 = kv_base + stage_off(stage);  // the fp8 stage as copied
 
         // Partial scores over this warp's half of the dims: 16 rows x 32 tokens (R16: x 8 tokens).
+        float s[NT][4];
 #pragma unroll
         for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
         if constexpr (Q8 && R16) {
@@ -831,20 +806,18 @@ __device__ __forceinline__ void prefix_body(
                 }
             }
         } else if constexpr (KV8 && R16) {
-            // Four k16 steps a load (the last two); the steps in QK_CHAINS16 accumulators (chains of 5 or 9 mma).
-            float s2[3][4] = {};
+            // Four k16 steps a load (the last two); even and odd steps in two accumulators.
+            float s2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int k4 = 0; k4 < 5; ++k4) {
                 u32 r[4];
                 ldsm_x4(st + (k4 < 4 ? k8_lane + k4 * 64 : k8_last), r[0], r[1], r[2], r[3]);
 #pragma unroll
-                for (int m = 0; m < (k4 < 4 ? 4 : 2); ++m) {
-                    const int c = m % QK_CHAINS16;
-                    mma16<true>(c == 0 ? s[0] : s2[c - 1], qa[4 * k4 + m], f8_lo(r[m]), f8_hi(r[m]));
-                }
+                for (int m = 0; m < (k4 < 4 ? 4 : 2); ++m)
+                    mma16<true>(m % 2 == 0 ? s[0] : s2, qa[4 * k4 + m], f8_lo(r[m]), f8_hi(r[m]));
             }
 #pragma unroll
-            for (int j = 0; j < 4; ++j) s[0][j] += QK_CHAINS16 == 4 ? (s2[0][j] + s2[1][j]) + s2[2][j] : s2[0][j];
+            for (int j = 0; j < 4; ++j) s[0][j] += s2[j];
         } else if constexpr (R16) {
             // Two k16 steps a load; even and odd steps in two accumulators (two chains of 9 mma, not 18).
             float s2[4] = {0.f, 0.f, 0.f, 0.f};
@@ -878,8 +851,6 @@ __device__ __forceinline__ void prefix_body(
                 s[i][3] *= qs1;
             }
         }
-    };
-    auto soften = [&](int tile, float (&s)[NT][4], u32(&pa)[2][4]) {
 #pragma unroll
         for (int i = 0; i < NT; ++i) xch_mine[i * 32] = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
         pair_sync(1 + rg);
@@ -945,6 +916,7 @@ __device__ __forceinline__ void prefix_body(
             l0 += s[i][0] + s[i][1];
             l1 += s[i][2] + s[i][3];
         }
+        u32 pa[2][4];
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
             if constexpr (R16) {  // the m16n8k8 A operand: rows g and g + 8, this pair's 8 tokens
@@ -958,13 +930,6 @@ __device__ __forceinline__ void prefix_body(
                 pa[j][3] = pack2<KV8>(s[2 * j + 1][2], s[2 * j + 1][3]);
             }
         }
-    };
-    auto values = [&](int tile, const u32(&pa)[2][4]) {
-        const int stage = stage_of(tile);
-        // 16-row programs with fp8 KV: the stage as copied; its values go to f16 in registers after each
-        // ldmatrix (each warp pair reads its own tokens, so nothing is converted twice).
-        const u32 st = kv_base + (KV8 ? (R16 ? stage_off(stage) : 0) : stage * TILE_BYTES);
-        const u32 st8 = kv_base + stage_off(stage);  // the fp8 stage as copied
 
         if constexpr (TAIL) {
             // The tail's values need not be its keys' first 512 dims: once every warp has read the keys,
@@ -1015,29 +980,6 @@ __device__ __forceinline__ void prefix_body(
                     mma16<KV8>(o[2 * dt + 1], pa[j], b2, b3);
                 }
             }
-        }
-    };
-    if constexpr (PIPE) {  // tile t + 1's scores before tile t's values: the two chains overlap
-        float s[NT][4];
-        u32 pa[2][4];
-        begin_tile(0);
-        scores(0, s);
-        for (int tile = 0; tile < n_tiles; ++tile) {
-            soften(tile, s, pa);
-            if (tile + 1 < n_tiles) {
-                begin_tile(tile + 1);
-                scores(tile + 1, s);
-            }
-            values(tile, pa);
-        }
-    } else {
-        for (int tile = 0; tile < n_tiles; ++tile) {
-            float s[NT][4];
-            u32 pa[2][4];
-            begin_tile(tile);
-            scores(tile, s);
-            soften(tile, s, pa);
-            values(tile, pa);
         }
     }
 
