@@ -16,8 +16,9 @@
 // Shared memory: two stages of a 32 x 576 bf16 KV tile (rows padded by 16 bytes, so the eight rows an
 // ldmatrix reads fall in distinct banks) copied with cp.async, three slots of KV indices and the score
 // exchange, 91904 bytes; for fp8 KV two stages of the fp8 tile as copied and one f16 tile converted from
-// it, 92416 bytes (the 16-row programs, which convert in registers, keep a third fp8 stage where the f16 tile
-// would be). Both are within SM120's 101376. The partial results are those of the Triton prefix
+// it, 92416 bytes (the 16-row programs, which convert in registers, lay four fp8 stages end to end over the f16
+// tile's, the two fp8 stages' and the KV slots' space, and keep the slots in registers). Both are within SM120's
+// 101376. The partial results are those of the Triton prefix
 // kernel (fp32 output normalised by its own sum, base-2 log-sum-exp per split), so the merge is shared.
 //
 // The fused entry points run the whole verify or decode call in one cooperative launch: for verify one
