@@ -654,7 +654,7 @@ __device__ __forceinline__ void prefix_body(
             }
         }
     } else {
-        // The queries' copies (the group before tile 0's) are in, everyone's.
+        // The queries' copies (the group before tile 0's; S4: before tiles 0-2's) are in, everyone's.
         if constexpr (S4)
             asm volatile("cp.async.wait_group 3;\n" ::);
         else
@@ -759,8 +759,7 @@ __device__ __forceinline__ void prefix_body(
             if (tile + 3 < n_tiles) load_tile_at(tile + 3, (tile + 4) & 3, slot_next);
             cp_commit();
             slot_next = slot_of(tile + 4);
-        } else if constexpr (S3) {  // two groups: the slots of tile t + 3, then tile t + 2 (into the stage of tile t -
-                                    // 1)
+        } else if constexpr (S3) {  // two groups: the slots of tile t + 3, then tile t + 2 (stage of tile t - 1)
             if (tile + 3 < n_tiles) load_idx(tile + 3);
             cp_commit();
             if (tile + 2 < n_tiles) load_tile(tile + 2, (tile + 2) % 3);
