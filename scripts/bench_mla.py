@@ -438,7 +438,12 @@ def decode_cases(which):
             cases.append((prefix, 1, 128, "bf16", 1))
             cases.append((prefix, 1, 16, "fp8", 1))
             cases.append((prefix, 1, 16, "bf16", 64))
-    if which in ("all", "decode", "fp8"):  # fp8 at every length (batch 1 and 4), 8 heads in both KV dtypes
+    if which in (
+        "all",
+        "decode",
+        "fp8",
+        "fp8-decode",
+    ):  # fp8 at every length (batch 1 and 4), 8 heads in both KV dtypes
         for prefix in (8192, 32768, 131072, 185000):
             for case in ((prefix, 1, 16, "fp8", 1), (prefix, 4, 16, "fp8", 1)):
                 if case not in cases:
@@ -1067,6 +1072,10 @@ TIMELINE_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype, one launc
     ("decode", 8192, 1, 16, "bf16", True),
     ("decode", 32768, 1, 16, "bf16", True),
     ("verify", 32768, 8, 16, "fp8", True),
+    ("decode", 32768, 1, 8, "fp8", True),
+    ("decode", 185000, 1, 8, "fp8", True),
+    ("decode", 185000, 1, 16, "fp8", True),
+    ("decode", 185000, 4, 16, "fp8", True),
 ]  # fewer rows a request than the route's mma_min_rows: the 16-row programs, whether or not the route picks them
 # Phases between the clock reads of the SM120_TIMELINE build (thread 0 of each program; sm120_mla_mma.py).
 TIMELINE_PHASES = [
@@ -1080,10 +1089,11 @@ TIMELINE_PHASES = [
 ]
 
 
-def timeline(mla, roof):
+def timeline(mla, roof, defines=()):
     """Each TIMELINE_CASES call once through a build of the CUDA kernels that records, per program, the global
     timer at entry and exit and its SM clock between phases: the median phase times over the programs, the
-    spread of their starts, and first start to last exit against the call's time (CUDA events)."""
+    spread of their starts, and first start to last exit against the call's time (CUDA events). ``defines``:
+    more -D flags for that build (``STAGES16_FP8=3``: another stage count of the 16-row fp8 programs)."""
     import ctypes
     import statistics
 
@@ -1092,7 +1102,7 @@ def timeline(mla, roof):
     normal = mma.kernel(torch.device("cuda", dev))
     major, minor = torch.cuda.get_device_capability()
     tl_kernel = mma._Kernel(
-        mma.compile_cubin(f"sm_{major}{minor}" + ("a" if major >= 9 else ""), defines=("SM120_TIMELINE",))
+        mma.compile_cubin(f"sm_{major}{minor}" + ("a" if major >= 9 else ""), defines=("SM120_TIMELINE", *defines))
     )
     address, nbytes = tl_kernel.module.global_address("sm120_timeline")
     ptr, size = ctypes.c_uint64(address), ctypes.c_size_t(nbytes)
@@ -1143,6 +1153,7 @@ def timeline(mla, roof):
             out.append(
                 {
                     "case": f"{kind} p{prefix} n{n} h{heads} {kvd}",
+                    "defines": list(defines),
                     "one launch": fused,
                     "programs": len(rows),
                     "call_us (events)": round(start.elapsed_time(end) * 1e3, 2),
@@ -1430,8 +1441,8 @@ def main():
     ap.add_argument(
         "--cases",
         default="all",
-        choices=("all", "verify", "decode", "fp8", "quick", "none"),
-        help="fp8: the fp8 KV and 8-head cases only (decode and verify)",
+        choices=("all", "verify", "decode", "fp8", "fp8-decode", "quick", "none"),
+        help="fp8: the fp8 KV and 8-head cases only (decode and verify); fp8-decode: their decode cases",
     )
     ap.add_argument("--sweep", action="store_true", help="time every SM120-legal tile set and split count first")
     ap.add_argument("--sweep-splits", action="store_true", help="time split counts past the cap at 185k")
@@ -1452,6 +1463,13 @@ def main():
         "--timeline",
         action="store_true",
         help="phase times inside the CUDA kernels (a build that reads the clocks), on TIMELINE_CASES",
+    )
+    ap.add_argument(
+        "--timeline-also",
+        metavar="DEFINES",
+        action="append",
+        default=[],
+        help="with --timeline: also time TIMELINE_CASES through a build with these comma-separated -D flags",
     )
     ap.add_argument("--numerics16-only", action="store_true", help="of the numerics checks, run the 16-row ones only")
     ap.add_argument("--profile", action="store_true", help="GPU time of each kernel of a call, on PROFILE_CASES")
@@ -1523,6 +1541,8 @@ def main():
         result["fp8_mma_numerics"] = fp8_mma_numerics(mla, ext, dec)
     if args.timeline:
         result["timeline"] = timeline(mla, roof)
+        for defines in args.timeline_also:
+            result["timeline"] += timeline(mla, roof, tuple(d for d in defines.split(",") if d))
     if args.sweep_rows16:
         result["sweep_rows16"] = sweep_rows16(mla, roof)
     if args.sweep_fused:

@@ -16,8 +16,9 @@
 // Shared memory: two stages of a 32 x 576 bf16 KV tile (rows padded by 16 bytes, so the eight rows an
 // ldmatrix reads fall in distinct banks) copied with cp.async, three slots of KV indices and the score
 // exchange, 91904 bytes; for fp8 KV two stages of the fp8 tile as copied and one f16 tile converted from
-// it, 92416 bytes (the 16-row programs, which convert in registers, keep a third fp8 stage where the f16 tile
-// would be). Both are within SM120's 101376. The partial results are those of the Triton prefix
+// it, 92416 bytes (the 16-row programs, which convert in registers, lay four fp8 stages end to end over the f16
+// tile's, the two fp8 stages' and the KV slots' space, and keep the slots in registers). Both are within SM120's
+// 101376. The partial results are those of the Triton prefix
 // kernel (fp32 output normalised by its own sum, base-2 log-sum-exp per split), so the merge is shared.
 //
 // The fused entry points run the whole verify or decode call in one cooperative launch: for verify one
@@ -317,9 +318,14 @@ __device__ __forceinline__ void pair_sync(int id) {
     asm volatile("bar.sync %0, 64;\n" ::"r"(id));
 }
 
-// 16-row programs with fp8 KV: stages of the fp8 tile in flight (3: the third where the queries were copied,
-// once they are in registers; 2: as the bf16 programs).
-constexpr int STAGES16_FP8 = 3;
+// 16-row programs with fp8 KV: stages of the fp8 tile (4: three tiles in flight while one is scored, the four
+// stages laid end to end from offset 0 over the f16 tile's space, the first two fp8 stages' and the KV slots',
+// which these programs keep in registers; 3: the third where the queries were copied, once they are in
+// registers; 2: as the bf16 programs). A -D flag may set it (benchmarks compare the counts).
+#ifndef STAGES16_FP8
+#define STAGES16_FP8 4
+#endif
+static_assert(STAGES16_FP8 >= 2 && STAGES16_FP8 <= 4, "16-row fp8 programs keep 2, 3 or 4 stages");
 // fp8-mma 64-row programs: the block barrier between the f16 values' conversion and their use comes after the
 // scores (true: the scores read the fp8 stage, so they need not wait for it) or before them (false).
 constexpr bool Q8_SYNC_AFTER_SCORES = true;
@@ -460,7 +466,15 @@ __device__ __forceinline__ void prefix_body(
     // registers, before the first tile's barrier); tile t in stage t % 3, its slots copied three steps ahead.
     constexpr bool S3 = KV8 && R16 && STAGES16_FP8 == 3;
     static_assert(!S3 || STAGE_BYTES <= TILE_BYTES, "the third fp8 stage overlaps the first two");
-    auto stage_off = [](int s) -> u32 { return S3 && s == 2 ? 0u : (u32)(STAGE_OFF + s * STAGE_BYTES); };
+    // 16-row fp8 programs with four stages: stage s at s * STAGE_BYTES (stage 0 holds the queries until they are
+    // in registers), tile t in stage (t + 1) % 4; the KV slots of each row a thread copies come from global
+    // memory into a register one tile ahead (no slot in shared memory, no cp.async group for them), so the
+    // stages may cover the slots' region.
+    constexpr bool S4 = KV8 && R16 && STAGES16_FP8 == 4;
+    static_assert(!S4 || 4 * STAGE_BYTES <= IDX_OFF + IDX_BYTES, "the fourth fp8 stage overlaps the exchange");
+    auto stage_off = [](int s) -> u32 {
+        return S4 ? (u32)(s * STAGE_BYTES) : S3 && s == 2 ? 0u : (u32)(STAGE_OFF + s * STAGE_BYTES);
+    };
     const u8* KV = (const u8*)KV_;
     constexpr int ELEM = KV8 ? 1 : 2;
 
@@ -565,7 +579,7 @@ __device__ __forceinline__ void prefix_body(
     // reads the slot of the tile-0 row it copies straight into a register, so tile 0 is asked for without
     // waiting for the block.
     const int ld_row = tid >> 3;  // each KV row is copied by 8 threads (below)
-    if (tid < (S3 ? 3 : 2) * BLOCK_N) {
+    if (!S4 && tid < (S3 ? 3 : 2) * BLOCK_N) {
         int col = start + tid;
         idx[tid] = col < end ? (TAIL ? (IdxT)(q_start + col) : kv_indices[kv_start + col]) : (IdxT)0;
     }
@@ -574,19 +588,32 @@ __device__ __forceinline__ void prefix_body(
         const int col = start + ld_row;
         slot0 = col < end ? (TAIL ? (IdxT)(q_start + col) : kv_indices[kv_start + col]) : (IdxT)0;
     }
+    // S4: the slots of this thread's rows of tiles 1, 2 and 3 (asked for with tile 0's).
+    auto slot_of = [&](int tile) -> IdxT {
+        const int col = start + tile * BLOCK_N + ld_row;
+        return col < end ? kv_indices[kv_start + col] : (IdxT)0;
+    };
+    IdxT slot1 = 0, slot2 = 0, slot_next = 0;
+    if constexpr (S4) {
+        slot1 = slot_of(1);
+        slot2 = slot_of(2);
+        slot_next = slot_of(3);
+    }
     TL(2);
     // Each KV row is copied by 8 threads, in 16-byte chunks 128 bytes apart: 9 chunks a thread (bf16),
     // 4 or 5 (fp8: 36 chunks a row).
     const u32 ld_dst = kv_base + ld_row * (KV8 ? SROW8 : SROW) + (tid & 7) * 16;
-    auto load_tile = [&](int tile, int stage) {
+    auto load_tile_at = [&](int tile, int stage, IdxT slot) {
         const bool valid = start + tile * BLOCK_N + ld_row < end;
-        const IdxT slot = tile == 0 ? slot0 : idx[(tile % 3) * BLOCK_N + ld_row];
         const u8* src = KV + ((long long)slot * stride_kt + (tid & 7) * (16 / ELEM)) * ELEM;
         constexpr int CHUNKS = KV8 ? 5 : 9;  // per thread; an fp8 row has 36 chunks, so 4 threads copy a fifth
 #pragma unroll
         for (int i = 0; i < CHUNKS; ++i)
             if (!KV8 || i < 4 || (tid & 7) < 4)
                 cp_async16(ld_dst + stage_off(stage) + i * 128, src + i * 128, valid ? 16 : 0);
+    };
+    auto load_tile = [&](int tile, int stage) {
+        load_tile_at(tile, stage, tile == 0 ? slot0 : idx[(tile % 3) * BLOCK_N + ld_row]);
     };
     auto load_idx = [&](int tile) {
         if (tid < BLOCK_N) {
@@ -600,8 +627,17 @@ __device__ __forceinline__ void prefix_body(
                          kv_indices + kv_start + (valid ? col : 0), valid);
         }
     };
-    load_tile(0, 0);
-    cp_commit();
+    if constexpr (S4) {  // tiles 0, 1 and 2 into stages 1, 2 and 3, a group each (stage 0 holds the queries)
+        load_tile_at(0, 1, slot0);
+        cp_commit();
+        if (n_tiles > 1) load_tile_at(1, 2, slot1);
+        cp_commit();
+        if (n_tiles > 2) load_tile_at(2, 3, slot2);
+        cp_commit();
+    } else {
+        load_tile(0, 0);
+        cp_commit();
+    }
     if constexpr (!R16 && Q8) {
         quantize_queries(qv8, qa, qs0, qs1);
     } else if constexpr (!R16) {  // the 64-row queries into their k16 fragments, once tile 0 is asked for
@@ -618,8 +654,11 @@ __device__ __forceinline__ void prefix_body(
             }
         }
     } else {
-        // The queries' copies (the group before tile 0's) are in, everyone's.
-        asm volatile("cp.async.wait_group 1;\n" ::);
+        // The queries' copies (the group before tile 0's; S4: before tiles 0-2's) are in, everyone's.
+        if constexpr (S4)
+            asm volatile("cp.async.wait_group 3;\n" ::);
+        else
+            asm volatile("cp.async.wait_group 1;\n" ::);
         __syncthreads();
         if constexpr (Q8) {
             // Rows g and g + 8, dims 32 j + 4 c4 .. + 3 and 32 j + 16 + 4 c4 .. + 3 of this warp's half.
@@ -691,8 +730,10 @@ __device__ __forceinline__ void prefix_body(
     }
 
     for (int tile = 0; tile < n_tiles; ++tile) {
-        const int stage = S3 ? tile % 3 : tile & 1;
-        if constexpr (S3)  // all but the last group: tile t and the slots of tile t + 2 (tile t + 1 may be in flight)
+        const int stage = S4 ? (tile + 1) & 3 : S3 ? tile % 3 : tile & 1;
+        if constexpr (S4)  // tile t (tiles t + 1 and t + 2, a group each after it, may be in flight)
+            asm volatile("cp.async.wait_group 2;\n" ::);
+        else if constexpr (S3)  // all but the last group: tile t and the slots of tile t + 2 (t + 1 may be in flight)
             asm volatile("cp.async.wait_group 1;\n" ::);
         else
             cp_wait_all();
@@ -714,7 +755,11 @@ __device__ __forceinline__ void prefix_body(
                 *(uint4*)(dst + i * 128) = h;
             }
         }
-        if constexpr (S3) {  // two groups: the slots of tile t + 3, then tile t + 2 (into the stage of tile t - 1)
+        if constexpr (S4) {  // tile t + 3 into the stage of tile t - 1 (read by every warp: the barrier above)
+            if (tile + 3 < n_tiles) load_tile_at(tile + 3, (tile + 4) & 3, slot_next);
+            cp_commit();
+            slot_next = slot_of(tile + 4);
+        } else if constexpr (S3) {  // two groups: the slots of tile t + 3, then tile t + 2 (stage of tile t - 1)
             if (tile + 3 < n_tiles) load_idx(tile + 3);
             cp_commit();
             if (tile + 2 < n_tiles) load_tile(tile + 2, (tile + 2) % 3);

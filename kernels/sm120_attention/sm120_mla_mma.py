@@ -63,7 +63,8 @@ TILE_BYTES = BLOCK_N * SROW  # one 16-bit KV tile
 FP8_TILE_BYTES = BLOCK_N * SROW8  # one fp8 KV tile as copied
 IDX_BYTES = 3 * BLOCK_N * 8  # three slots of KV indices, 8 bytes at most
 XCH_BYTES = THREADS * 16 * 4  # the exchange of partial scores: 16 floats a thread
-# bf16 KV: two stages of the tile; fp8 KV: two stages of the fp8 tile and one f16 tile converted from it.
+# bf16 KV: two stages of the tile; fp8 KV: two stages of the fp8 tile and one f16 tile converted from it (the
+# 16-row programs: four fp8 stages in the same bytes).
 SMEM_BYTES = {
     torch.bfloat16: 2 * TILE_BYTES + IDX_BYTES + XCH_BYTES,
     torch.float8_e4m3fn: TILE_BYTES + 2 * FP8_TILE_BYTES + IDX_BYTES + XCH_BYTES,

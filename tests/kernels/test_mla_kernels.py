@@ -434,6 +434,22 @@ def test_bench_fp8_cases_are_the_issue_set():
         assert {(prefix, 1, 16, "fp8", 1), (prefix, 4, 16, "fp8", 1)} <= decode
     assert decode <= set(bench.decode_cases("all")) and verify <= set(bench.verify_cases("all"))
     assert len(bench.decode_cases("all")) == len(set(bench.decode_cases("all")))  # no case timed twice
+    # --cases fp8-decode: the same decode cases without the verify ones; the timeline holds fp8 decode at 185k
+    assert bench.decode_cases("fp8-decode") == bench.decode_cases("fp8") and not bench.verify_cases("fp8-decode")
+    assert {("decode", 185000, 1, 8, "fp8", True), ("decode", 185000, 4, 16, "fp8", True)} <= set(bench.TIMELINE_CASES)
+
+
+def test_the_16_row_fp8_stage_count_is_a_checked_flag(mma):
+    """STAGES16_FP8 (stages of the fp8 tile in the 16-row programs; four unless a -D flag says otherwise, the
+    benchmark's --timeline-also compares three): three compiles for sm_120a within 255 registers, five is refused."""
+    from sm120kit.hardware.cubin import resource_usage
+
+    usage = resource_usage(mma.compile_cubin("sm_120a", defines=("STAGES16_FP8=3",)))
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    fused16_fp8 = [name for name in mma.FUSED16_NAMES.values() if "_fp8" in name]
+    assert len(fused16_fp8) == 4 and all(usage[name].registers <= 255 for name in fused16_fp8)
+    with pytest.raises(mma.CompileError, match="16-row fp8 programs keep 2, 3 or 4 stages"):
+        mma.compile_cubin("sm_120a", defines=("STAGES16_FP8=5",))
 
 
 @pytest.mark.parametrize(
