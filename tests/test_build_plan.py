@@ -217,6 +217,7 @@ def test_missing_dependency_in_deps_dir_names_itself_and_the_variable(tmp_path):
             tmp_path / "out",
             ccache=True,
             env={**_env_with_path(Path(shutil.which("nvcc")).parent), "CUDACXX": shutil.which("nvcc")},
+            python=str(tmp_path / "bin" / "python"),  # an environment without ccache beside its interpreter
         )
 
 

@@ -244,9 +244,18 @@ def fetch_deps(
     metavar="ARCH",
     help="Fail unless every library holds SASS for ARCH (e.g. sm_120a). Repeatable.",
 )
+@click.option(
+    "--only-loaded",
+    is_flag=True,
+    help="Apply --require only to the libraries of an sgl-kernel wheel that SGLang loads on 12.x; the sm90/ "
+    "copy of common_ops, FA3's flash_ops and FlashMLA's flashmla_ops (no 12.x code by design) are listed "
+    "with the reason.",
+)
 @json_option
 @pass_app
-def inspect_so(app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...], json_mode: bool) -> None:
+def inspect_so(
+    app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...], only_loaded: bool, json_mode: bool
+) -> None:
     """List the GPU code (SASS and PTX per architecture) inside .so files, wheels or folders.
 
     Reads the CUDA fat binaries of each library in pure Python: no CUDA toolkit needed.
@@ -256,23 +265,37 @@ def inspect_so(app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...
     for path in paths:
         libraries.extend(fatbin.inspect_path(path))
     wanted = tuple(_sass_name(r) for r in require)
-    lacking = [lib for lib in libraries if any(a not in lib.sass for a in wanted)]
+    skipped = {}
+    if only_loaded:
+        for lib in libraries:
+            loaded, why = build_mod.loaded_on_sm12x(lib)
+            if not loaded:
+                skipped[lib.label] = why
+    lacking = [lib for lib in libraries if lib.label not in skipped and any(a not in lib.sass for a in wanted)]
 
     def human() -> None:
         if not libraries:
             console.info("no shared libraries found")
             return
-        console.table(["library", "size", "SASS", "PTX"], _arch_rows(libraries))
+        if only_loaded:
+            console.table(
+                ["library", "size", "SASS", "PTX", "on 12.x"],
+                [
+                    row + [("no: " + skipped[lib.label]) if lib.label in skipped else "yes"]
+                    for row, lib in zip(_arch_rows(libraries), libraries)
+                ],
+            )
+        else:
+            console.table(["library", "size", "SASS", "PTX"], _arch_rows(libraries))
 
-    emit(
-        json_mode,
-        {
-            "libraries": [lib.to_json() for lib in libraries],
-            "require": list(wanted),
-            "lacking": [lib.label for lib in lacking],
-        },
-        human,
-    )
+    document = {
+        "libraries": [lib.to_json() for lib in libraries],
+        "require": list(wanted),
+        "lacking": [lib.label for lib in lacking],
+    }
+    if only_loaded:
+        document["not_loaded_on_sm12x"] = skipped
+    emit(json_mode, document, human)
     if wanted and lacking:
         _fail_after_output(
             json_mode,
