@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -470,3 +471,34 @@ def test_progress_in_a_log_is_a_line_per_five_percent_or_ten_minutes():
         now[0] += 900
         progress(step, 1000, f"slow{step}.o")
     assert len(console.lines) == 4 and console.lines[1].startswith("[2/1000] 0% after 30 min")
+
+
+@needs_nvcc
+def test_an_nvcc_wrapper_on_path_is_resolved_to_its_toolkit(tmp_path):
+    """A wrapper script on PATH that runs the toolkit's nvcc (as /usr/local/bin/nvcc often is): CMake and torch's
+    FindCUDA are given the toolkit itself, which nvcc names in its --dryrun output."""
+    real = Path(shutil.which("nvcc")).resolve()
+    root = build.cuda_toolkit_root(str(real))
+    if root is None:
+        pytest.skip("this nvcc names no toolkit root")
+    wrapper = tmp_path / "bin" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {root / "bin" / "nvcc"} "$@"\n')
+    wrapper.chmod(0o755)
+    assert build.cuda_toolkit_root(str(wrapper)) == root
+    plan = build.plan_build(
+        find_kernel_source(FIXTURE), A120, tmp_path / "out", env={"PATH": f"{wrapper.parent}:/usr/bin:/bin"}
+    )
+    env = dict(plan.env)
+    assert env["CUDACXX"] == str(root / "bin" / "nvcc") and env["CUDA_HOME"] == str(root)
+    assert dict(plan.cmake_defines)["CUDA_TOOLKIT_ROOT_DIR"] == str(root)
+    assert plan.toolchain.nvcc_found == str(wrapper)
+    dry = run_cli(
+        "build-kernel",
+        str(FIXTURE),
+        "--out",
+        str(tmp_path / "o2"),
+        "--dry-run",
+        env={"PATH": f"{wrapper.parent}:{os.environ['PATH']}"},
+    )
+    assert f"found as {wrapper}" in dry.stdout, dry.stdout + dry.stderr

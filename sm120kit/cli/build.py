@@ -110,7 +110,9 @@ def build_kernel(
     console.info(f"source:  {source.label}")
     console.info(f"targets: {', '.join(plan.sass)}")
     console.info(
-        f"nvcc {tc.cuda_version[0]}.{tc.cuda_version[1]} ({tc.nvcc}); cmake {tc.cmake_version}; "
+        f"nvcc {tc.cuda_version[0]}.{tc.cuda_version[1]} ({tc.nvcc}"
+        f"{', found as ' + tc.nvcc_found if tc.nvcc_found and tc.nvcc_found != tc.nvcc else ''}); "
+        f"cmake {tc.cmake_version}; "
         f"ninja {tc.ninja_version}; torch {tc.torch_version or 'not needed'}"
         f"{' (CUDA ' + tc.torch_cuda + ')' if tc.torch_cuda else ''}"
     )

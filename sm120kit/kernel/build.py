@@ -101,7 +101,7 @@ def parse_build_arch(text: str) -> BuildArch:
 # -- preflight probes (read-only) ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Toolchain:
-    nvcc: str
+    nvcc: str  # the toolkit's own nvcc (what CMake is given)
     cuda_version: tuple[int, int]
     cmake: str
     cmake_version: str
@@ -115,6 +115,8 @@ class Toolchain:
     torch_include: str | None = None
     ccache: str | None = None
     ccache_version: str | None = None
+    nvcc_found: str | None = None  # the nvcc found (CUDACXX, PATH, CUDA_HOME), maybe a wrapper of ``nvcc``
+    cuda_root: str | None = None  # the toolkit nvcc reports (``#$ TOP=``)
 
     def to_json(self) -> dict:
         data = dict(self.__dict__)
@@ -160,6 +162,23 @@ def nvcc_version(nvcc: str) -> tuple[int, int]:
             hint="Check that nvcc runs: nvcc --version.",
         )
     return int(m.group(1)), int(m.group(2))
+
+
+def cuda_toolkit_root(nvcc: str) -> Path | None:
+    """The CUDA toolkit ``nvcc`` belongs to, as nvcc itself reports it (the ``#$ TOP=`` line of ``--dryrun``).
+
+    An nvcc found on PATH may be a wrapper script or a link outside the toolkit (``/usr/local/bin/nvcc``
+    running ``/usr/local/cuda-13.0/bin/nvcc``); CMake's old FindCUDA, which torch's CMake config calls,
+    derives the toolkit from that path and then finds no headers or ``libcudart`` ("Your installed Caffe2
+    version uses CUDA but I cannot find the CUDA libraries"). None when nvcc does not say."""
+    result = runner.run(
+        [nvcc, "--dryrun", "-E", "-x", "cu", os.devnull, "-o", os.devnull], check=False, what="nvcc --dryrun"
+    )
+    m = re.search(r"^#\$ TOP=(.+)$", result.stdout + result.stderr, re.M)
+    if not m:
+        return None
+    root = Path(m.group(1).strip()).resolve()
+    return root if (root / "bin" / "nvcc").is_file() else None
 
 
 def check_nvcc(version: tuple[int, int], archs: tuple[BuildArch, ...], nvcc: str, machine: str | None = None) -> None:
@@ -456,8 +475,10 @@ def plan_build(
             raise exc
         failures.append(exc)
 
-    nvcc = find_nvcc(environ)
-    cuda = nvcc_version(nvcc)
+    found_nvcc = find_nvcc(environ)
+    cuda = nvcc_version(found_nvcc)
+    cuda_root = cuda_toolkit_root(found_nvcc)
+    nvcc = str(cuda_root / "bin" / "nvcc") if cuda_root else found_nvcc
     try:
         check_nvcc(cuda, archs, nvcc)
     except MissingDependency as exc:
@@ -537,7 +558,11 @@ def plan_build(
         defines.append(("SGL_KERNEL_COMPILE_THREADS", str(len(archs))))
     defines += list(deps_defines)
 
+    if cuda_root:  # for torch's CMake config (FindCUDA) and torch's own extension helpers
+        defines.append(("CUDA_TOOLKIT_ROOT_DIR", str(cuda_root)))
     run_env = [("CUDACXX", nvcc), ("CMAKE_BUILD_PARALLEL_LEVEL", str(jobs)), ("MAX_JOBS", str(jobs))]
+    if cuda_root:
+        run_env.append(("CUDA_HOME", str(cuda_root)))
     if ccache_path:
         run_env.append(("CCACHE_DIR", environ.get("CCACHE_DIR") or str(cache_dir() / "ccache")))
     argv = [
@@ -557,6 +582,8 @@ def plan_build(
 
     toolchain = Toolchain(
         nvcc=nvcc,
+        nvcc_found=found_nvcc,
+        cuda_root=str(cuda_root) if cuda_root else None,
         cuda_version=cuda,
         cmake=cmake,
         cmake_version=cmake_version,
