@@ -175,6 +175,7 @@ def test_dry_run_prints_the_plan_then_the_preflight_failures(tmp_path):
     proc = run_cli("build-kernel", str(src), "--out", str(out), "--jobs", "3", "--no-ccache", "--dry-run")
     assert proc.returncode == 9, proc.stderr
     assert "targets: sm_120a" in proc.stdout and "CUDACXX=" in proc.stdout and "MAX_JOBS=3" in proc.stdout
+    assert "PYTHONUNBUFFERED=1" in proc.stdout  # ninja lines reach the log as they happen
     assert "pip wheel --no-build-isolation --no-deps" in proc.stdout and proc.stdout.rstrip().endswith(
         f"log file: {out / build.LOG_FILE}"
     )

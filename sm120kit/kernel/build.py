@@ -561,6 +561,9 @@ def plan_build(
     if cuda_root:  # for torch's CMake config (FindCUDA) and torch's own extension helpers
         defines.append(("CUDA_TOOLKIT_ROOT_DIR", str(cuda_root)))
     run_env = [("CUDACXX", nvcc), ("CMAKE_BUILD_PARALLEL_LEVEL", str(jobs)), ("MAX_JOBS", str(jobs))]
+    # pip's output is a pipe here: unbuffered, each ninja line reaches the log and the progress as it happens
+    # (buffered, a build of hours showed nothing for minutes and lost its last lines when killed)
+    run_env.append(("PYTHONUNBUFFERED", "1"))
     if cuda_root:
         run_env.append(("CUDA_HOME", str(cuda_root)))
     if ccache_path:
