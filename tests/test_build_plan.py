@@ -503,3 +503,36 @@ def test_an_nvcc_wrapper_on_path_is_resolved_to_its_toolkit(tmp_path):
         env={"PATH": f"{wrapper.parent}:{os.environ['PATH']}"},
     )
     assert f"found as {wrapper}" in dry.stdout, dry.stdout + dry.stderr
+
+
+def test_a_compiler_only_toolkit_is_named_with_what_sgl_kernel_links(tmp_path):
+    """The check looks for files by name (a link target is not read), so a toolkit folder laid out here with
+    empty files stands for a full one."""
+    bare = tmp_path / "cuda-bare"
+    (bare / "bin").mkdir(parents=True)
+    assert build.missing_cuda_parts(bare, {}) == build.SGL_KERNEL_CUDA_LIBS + build.SGL_KERNEL_CUDA_HEADERS
+    with pytest.raises(MissingDependency) as info:
+        build.check_cuda_parts(bare, {})
+    text = info.value.render()
+    assert f"The CUDA toolkit at {bare} has no libcublas.so, libcublasLt.so, libnvrtc.so, libcuda.so" in text
+    assert "CMAKE_LIBRARY_PATH" in text and "nvidia/cu13" in text
+    # a full toolkit: libraries in lib64, the driver stub in lib64/stubs, headers in include
+    full = tmp_path / "cuda-full"
+    for rel in ("lib64/libcublas.so", "lib64/libcublasLt.so", "lib64/libnvrtc.so", "lib64/stubs/libcuda.so"):
+        (full / rel).parent.mkdir(parents=True, exist_ok=True)
+        (full / rel).touch()
+    (full / "include").mkdir()
+    for header in build.SGL_KERNEL_CUDA_HEADERS:
+        (full / "include" / header).touch()
+    assert build.missing_cuda_parts(full, {}) == ()
+    # or the compiler-only toolkit plus folders named by the environment
+    libs, headers = tmp_path / "links", tmp_path / "headers"
+    libs.mkdir()
+    headers.mkdir()
+    for name in build.SGL_KERNEL_CUDA_LIBS:
+        (libs / name).touch()
+    for header in build.SGL_KERNEL_CUDA_HEADERS:
+        (headers / header).touch()
+    env = {"CMAKE_LIBRARY_PATH": str(libs), "LIBRARY_PATH": str(libs), "CPATH": str(headers)}
+    assert build.missing_cuda_parts(bare, env) == ()
+    assert build.missing_cuda_parts(bare, {"CPATH": str(headers)}) == build.SGL_KERNEL_CUDA_LIBS

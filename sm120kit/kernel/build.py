@@ -181,6 +181,48 @@ def cuda_toolkit_root(nvcc: str) -> Path | None:
     return root if (root / "bin" / "nvcc").is_file() else None
 
 
+# What sgl-kernel links besides torch (target_link_libraries: cuda cublas cublasLt) and what torch's CMake
+# config looks up (CUDA_nvrtc_LIBRARY), with the headers its sources include; all releases 0.3-0.5.
+SGL_KERNEL_CUDA_LIBS = ("libcublas.so", "libcublasLt.so", "libnvrtc.so", "libcuda.so")
+SGL_KERNEL_CUDA_HEADERS = ("cublas_v2.h", "nvrtc.h")
+
+
+def missing_cuda_parts(cuda_root: Path | None, env: dict[str, str]) -> tuple[str, ...]:
+    """The libraries (unversioned, as the linker and CMake look for them) and headers of
+    :data:`SGL_KERNEL_CUDA_LIBS` / :data:`SGL_KERNEL_CUDA_HEADERS` found neither in the toolkit (``lib64``,
+    ``lib64/stubs`` for the driver, ``targets/*/lib``, ``include``) nor in the folders of ``CMAKE_LIBRARY_PATH``,
+    ``LIBRARY_PATH`` and ``CPATH``. A compiler-only toolkit (a minimal container, nvcc from pip) has none."""
+    lib_dirs: list[Path] = []
+    inc_dirs: list[Path] = []
+    if cuda_root is not None:
+        lib_dirs += [cuda_root / "lib64", cuda_root / "lib64" / "stubs", cuda_root / "lib"]
+        lib_dirs += sorted((cuda_root / "targets").glob("*/lib")) + sorted((cuda_root / "targets").glob("*/lib/stubs"))
+        inc_dirs += [cuda_root / "include"] + sorted((cuda_root / "targets").glob("*/include"))
+    for var in ("CMAKE_LIBRARY_PATH", "LIBRARY_PATH"):
+        lib_dirs += [Path(d) for d in env.get(var, "").split(os.pathsep) if d]
+    inc_dirs += [Path(d) for d in env.get("CPATH", "").split(os.pathsep) if d]
+    missing = [name for name in SGL_KERNEL_CUDA_LIBS if not any((d / name).exists() for d in lib_dirs)]
+    missing += [name for name in SGL_KERNEL_CUDA_HEADERS if not any((d / name).is_file() for d in inc_dirs)]
+    return tuple(missing)
+
+
+def check_cuda_parts(cuda_root: Path | None, env: dict[str, str]) -> None:
+    missing = missing_cuda_parts(cuda_root, env)
+    if not missing:
+        return
+    where = f"The CUDA toolkit at {cuda_root}" if cuda_root else "The CUDA toolkit of this nvcc"
+    raise MissingDependency(
+        f"{where} has no {', '.join(missing)} (nor do CMAKE_LIBRARY_PATH, LIBRARY_PATH or CPATH name a folder "
+        "with them): a compiler-only install. sgl-kernel links cuBLAS and the CUDA driver (libcuda.so, the "
+        "toolkit's stub in lib64/stubs) and includes their headers; torch's CMake config needs NVRTC.",
+        hint="Install the toolkit's library packages (cuBLAS, NVRTC and the driver stub, e.g. "
+        "cuda-libraries-dev-13-0), or put unversioned links to the libraries of torch's CUDA wheels "
+        "(site-packages/nvidia/cu13/lib/libcublas.so.13 ...) and a libcuda.so stub in a folder named by "
+        "CMAKE_LIBRARY_PATH and LIBRARY_PATH, with CPATH=site-packages/nvidia/cu13/include "
+        "(docs/build-kernel.md, 'A compiler-only CUDA toolkit').",
+    )
+
+
 def check_nvcc(version: tuple[int, int], archs: tuple[BuildArch, ...], nvcc: str, machine: str | None = None) -> None:
     for arch in archs:
         need = arch.min_cuda(machine)
@@ -488,6 +530,11 @@ def plan_build(
     except MissingDependency as exc:
         fails(exc)
         cmake = cmake_version = ninja = ninja_version = "not found"
+    if source.is_sgl_kernel and source.requires_torch:
+        try:
+            check_cuda_parts(cuda_root, environ)
+        except MissingDependency as exc:
+            fails(exc)
     torch_info: dict = {}
     if source.requires_torch:
         try:
