@@ -211,26 +211,44 @@ def _pins(wheel: Path) -> dict[str, str]:
 
 
 def _driver_stub(venv: Path) -> dict[str, str]:
-    """LD_LIBRARY_PATH with a libcuda.so.1 from the toolkit's stubs when this machine has no CUDA driver
-    (a stand-in for the driver of the GPU it lacks: the import only registers the fat binaries)."""
+    """LD_LIBRARY_PATH with a stand-in libcuda.so.1 when this machine has no CUDA driver (no GPU): the toolkit's
+    stub when it ships one, else one made here that defines every driver function (``cu*``) the installed
+    sgl_kernel libraries import, each returning CUDA_ERROR_UNKNOWN. The import then only loads the libraries
+    and registers their fat binaries, as it does before any kernel runs on a real driver."""
     probe = runner.run(
         [sys.executable, "-c", "import ctypes; ctypes.CDLL('libcuda.so.1')"], check=False, what="libcuda probe"
     )
     if probe.ok:
         return {}
+    folder = venv / "driver-stub"
+    folder.mkdir(exist_ok=True)
+    link = folder / "libcuda.so.1"
     nvcc = shutil.which("nvcc")
     roots = [Path(nvcc).resolve().parent.parent] if nvcc else []
-    roots += [Path("/usr/local/cuda")]
-    for root in roots:
+    for root in roots + [Path("/usr/local/cuda")]:
         for stub in (root / "lib64" / "stubs" / "libcuda.so", root / "targets/x86_64-linux/lib/stubs/libcuda.so"):
             if stub.is_file():
-                folder = venv / "driver-stub"
-                folder.mkdir(exist_ok=True)
-                link = folder / "libcuda.so.1"
-                if not link.exists():
-                    link.symlink_to(stub)
-                return {"LD_LIBRARY_PATH": str(folder), "SM120KIT_PROVE_DRIVER": f"stub {stub}"}
-    return {}
+                link.unlink(missing_ok=True)
+                link.symlink_to(stub)
+                return {"LD_LIBRARY_PATH": str(folder), "SM120KIT_PROVE_DRIVER": f"the toolkit's stub {stub}"}
+    package = next((venv / "lib").glob("python3*/site-packages/sgl_kernel"), None)
+    symbols: set[str] = set()
+    for lib in sorted(package.rglob("*.so")) if package else []:
+        out = runner.run(["nm", "-D", "--undefined-only", str(lib)], check=False, what="nm").stdout
+        symbols.update(m.group(1) for m in re.finditer(r"^\s+U (cu[A-Z]\w*)$", out, re.M))
+    source = folder / "cuda_stub.c"
+    source.write_text("".join(f"int {name}(void) {{ return 999; }}\n" for name in sorted(symbols)))
+    made = runner.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(link), str(source)],
+        check=False,
+        what="driver stub",
+    )
+    if not made.ok:
+        return {}
+    return {
+        "LD_LIBRARY_PATH": str(folder),
+        "SM120KIT_PROVE_DRIVER": f"a stub made here ({len(symbols)} driver functions: {' '.join(sorted(symbols))})",
+    }
 
 
 def check_install(wheel: Path, sglang: str, venv: Path, arch: str) -> dict:
@@ -286,6 +304,8 @@ def check_install(wheel: Path, sglang: str, venv: Path, arch: str) -> dict:
         "import_ok": imported.ok,
         "import_output": (imported.stdout + imported.stderr)[-600:],
         "verify_exit_code": verify.returncode,
+        "verify_verdict": report.get("verdict") if isinstance(report, dict) else None,
+        "verify_nothing_verified": report.get("nothing_verified_reason") if isinstance(report, dict) else None,
         "verify_flags": flags,
         "verify_sgl_kernel": report.get("report", {}).get("sgl_kernel") if isinstance(report, dict) else None,
         "sgl_kernel_errors": kernel_errors,
@@ -409,7 +429,14 @@ def render(report: dict) -> str:
             out.append(f"   failed at: {inst['failed_at']}: {inst['steps'][-1]['tail'][-300:]}")
         else:
             out.append(f"   venv {inst['venv']}; driver: {inst['driver']}; import sgl_kernel: {inst['import_ok']}")
-            out.append(f"   sm120kit verify --arch 12.0: exit {inst['verify_exit_code']}")
+            out.append(
+                f"   sm120kit verify --arch 12.0: exit {inst['verify_exit_code']}, verdict {inst['verify_verdict']}; "
+                f"sgl_kernel errors: {len(inst['sgl_kernel_errors'])}"
+            )
+            if inst.get("verify_nothing_verified"):
+                out.append(f"   ({inst['verify_nothing_verified']})")
+            vk = inst.get("verify_sgl_kernel") or {}
+            out.append(f"   verify: sgl_kernel {vk.get('version')}, loader picks {vk.get('variant_library')}")
             for flag in inst["verify_flags"]:
                 out.append(f"   [{flag.get('severity')}] {flag.get('component')}: {flag.get('message')}")
     sz = report["sizes"]
