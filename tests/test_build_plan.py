@@ -233,6 +233,13 @@ def test_stale_build_folder_is_cleared_when_archs_or_settings_change(tmp_path):
     assert not reused and "no record" in why and not plan.build_dir.exists()
     plan.build_dir.mkdir(parents=True)
     (plan.build_dir / build.STATE_FILE).write_text(json.dumps(plan.state()))
+    (plan.build_dir / "CMakeCache.txt").write_text("CUDA_nvrtc_LIBRARY:FILEPATH=CUDA_nvrtc_LIBRARY-NOTFOUND\n")
+    # same settings, but the configure stopped before writing build.ninja: its cache is not trusted
+    reused, why = build.prepare_build_dir(plan)
+    assert not reused and "did not finish (no build.ninja)" in why and not plan.build_dir.exists()
+    plan.build_dir.mkdir(parents=True)
+    (plan.build_dir / build.STATE_FILE).write_text(json.dumps(plan.state()))
+    (plan.build_dir / "build.ninja").write_text("")
     assert build.prepare_build_dir(plan) == (True, None)
     other = dataclasses.replace(plan, archs=(build.parse_build_arch("12.1a"),))
     reused, why = build.prepare_build_dir(other)

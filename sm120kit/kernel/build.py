@@ -812,6 +812,10 @@ def prepare_build_dir(plan: BuildPlan) -> tuple[bool, str | None]:
             if recorded.get("defines", {}).get(k) != wanted["defines"].get(k)
         )
         reason = f"the CMake settings changed ({', '.join(changed)})"
+    if reason is None and not (plan.build_dir / "build.ninja").is_file():
+        # configured with the same settings but CMake never finished: its cache may hold what the failed run
+        # could not find (CUDA_nvrtc_LIBRARY-NOTFOUND ...), which a fixed environment would not replace
+        reason = "its last CMake configure did not finish (no build.ninja), so its CMake cache is not reused"
     if reason is None:
         return True, None
     try:
