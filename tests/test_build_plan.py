@@ -543,3 +543,24 @@ def test_a_compiler_only_toolkit_is_named_with_what_sgl_kernel_links(tmp_path):
     env = {"CMAKE_LIBRARY_PATH": str(libs), "LIBRARY_PATH": str(libs), "CPATH": str(headers)}
     assert build.missing_cuda_parts(bare, env) == ()
     assert build.missing_cuda_parts(bare, {"CPATH": str(headers)}) == build.SGL_KERNEL_CUDA_LIBS
+
+
+def test_the_build_log_holds_each_line_as_soon_as_it_is_read(tmp_path):
+    """A build runs for hours and may be killed: every line is in the log file when the progress hears it."""
+    import sys
+
+    from sm120kit import runner
+
+    log = tmp_path / "build.log"
+    seen_in_log: list[bool] = []
+
+    def on_line(line: str) -> None:
+        seen_in_log.append(line in log.read_text())
+
+    result = runner.run(
+        [sys.executable, "-c", "print('[1/2] first.o', flush=True); print('[2/2] second.o', flush=True)"],
+        on_line=on_line,
+        log_file=log,
+        what="two lines",
+    )
+    assert result.ok and seen_in_log == [True, True]
