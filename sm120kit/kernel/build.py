@@ -37,8 +37,10 @@ from sm120kit.util.cache import cache_dir
 
 GIB = 1 << 30
 GIB_PER_JOB = 4
-"""Memory budget per parallel nvcc job. CUTLASS-heavy sgl-kernel objects take 3-6 GB each in nvcc (reports
-from flash-attention and PyTorch builds); 4 GiB is the middle, and one target per job keeps it there."""
+"""Memory budget per parallel nvcc job. Measured on sglang-kernel 0.4.6.post1 for sm_120a only (the nvcc process
+tree of each of 27 objects sampled, docs/benchmarks.md): median 2.4 GiB, 90th percentile 2.9 GiB, but 13.6-13.8 GiB for the two
+CUTLASS MoE objects (fp8_blockwise_moe_kernel.cu, w4a8_grouped_mm_c3x.cu). 4 GiB covers all but those; the
+warning for an explicit ``--jobs`` and the docs say to lower it where memory is tight."""
 
 DISK_NEEDED_SGL_KERNEL = 20 * GIB
 """Third-party sources (CUTLASS, FlashInfer, flash-attention, Triton, FlashMLA: about 3 GB) plus the objects
