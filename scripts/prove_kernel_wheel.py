@@ -43,13 +43,12 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from sm120kit import runner
+from sm120kit.hardware import fatbin
+from sm120kit.hardware.arch import parse_arch
+from sm120kit.kernel import build as build_mod
 
-from sm120kit import runner  # noqa: E402
-from sm120kit.hardware import fatbin  # noqa: E402
-from sm120kit.hardware.arch import parse_arch  # noqa: E402
-from sm120kit.kernel import build as build_mod  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 MiB = 1 << 20
 

@@ -61,3 +61,20 @@ def test_no_two_classes_share_a_name() -> None:
     assert where, "no classes found: the walk read nothing"
     shared = {name: places for name, places in where.items() if len(places) > 1 and name not in SHARED_CLASS_NAMES}
     assert not shared, f"classes that share a name (rename one, or list it in SHARED_CLASS_NAMES): {shared}"
+
+
+def test_scripts_and_tests_do_not_put_repository_folders_on_sys_path() -> None:
+    """Scripts and tests import sm120kit, the kernels and the test helpers as installed packages and through
+    pytest's pythonpath; a ``sys.path.insert`` may only put an SGLang tree (a probe's argument) on the path."""
+    import re
+
+    call = re.compile(r"sys\.path\.insert\(\s*0\s*,\s*([^\n)]{1,200})\)")
+    own = re.compile(r"__file__|REPO|TESTS_DIR|SCRIPTS_DIR|SUPPORT_DIR|kernels|\.parent")
+    offenders = []
+    for folder in ("scripts", "tests"):
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            for lineno, line in enumerate(path.read_text().splitlines(), 1):
+                found = call.search(line)
+                if found and own.search(found.group(1)):
+                    offenders.append(f"{path.relative_to(REPO_ROOT)}:{lineno}: {line.strip()}")
+    assert not offenders, "repository folders put on sys.path by hand:\n" + "\n".join(offenders)
