@@ -181,6 +181,33 @@ def rooflines():
     return read_gbs, best
 
 
+@triton.jit
+def _gather_read_kernel(KV, IDX, OUT, n, stride_w, ROW_W: tl.constexpr, BLOCK_W: tl.constexpr, BR: tl.constexpr):
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    ok = r < n
+    slot = tl.load(IDX + r, mask=ok, other=0)
+    w = tl.arange(0, BLOCK_W)
+    x = tl.load(KV + slot[:, None] * stride_w + w[None, :], mask=ok[:, None] & (w[None, :] < ROW_W), other=0)
+    tl.store(OUT + tl.program_id(0), tl.sum(tl.sum(x, 1), 0))
+
+
+def gather_gbs(c):
+    """Read bandwidth of the case's own KV rows in the order of its slots (GB/s, counted in the rows' bytes): a
+    Triton kernel that only loads the rows the slots name (32 a program) and sums them. Beside the streaming read
+    roofline (``torch.sum``), it is the roofline of the access pattern: scattered 576- or 1152-byte rows."""
+    pool = c["k_pool"].view(c["k_pool"].shape[0], -1).view(torch.int32)
+    idx = c["kv_indices"]
+    n, row_w = idx.numel(), LK * c["k_pool"].element_size() // 4
+    out = torch.empty(triton.cdiv(n, 32), dtype=torch.int32, device="cuda")
+    block_w = triton.next_power_of_2(row_w)
+    run = lambda: _gather_read_kernel[(triton.cdiv(n, 32),)](  # noqa: E731
+        pool, idx, out, n, pool.stride(0), ROW_W=row_w, BLOCK_W=block_w, BR=32, num_warps=4
+    )
+    run()
+    t = triton.testing.do_bench_cudagraph(run, rep=100)
+    return n * row_w * 4 / (t * 1e-3) / 1e9
+
+
 TIMING = {"method": "cuda graph", "plain": 0}
 LAST = {"method": "cuda graph"}
 
@@ -203,15 +230,27 @@ def bench(fn, slow=False):
     return triton.testing.do_bench(fn, warmup=3 if slow else 20, rep=60 if slow else 200)
 
 
+KV_SLOTS = {"layout": "scattered"}
+"""How page-1 KV slots lie in the pool (``--kv-slots``): ``scattered``, every token at a random slot (the cases'
+own, the default); ``runs64``, runs of 64 consecutive slots in random order (a page-1 pool after requests came
+and went); ``ordered``, each request's slots consecutive (what SGLang's allocator hands a fresh single stream: its
+free list starts as ``arange`` and an allocation takes the front)."""
+
+
 def to_device(case, page_size):
-    """Move a case to the GPU; with page_size > 1, KV slots are whole pages in scattered order."""
+    """Move a case to the GPU; with page_size > 1, KV slots are whole pages in scattered order; with page size 1,
+    the slots follow ``KV_SLOTS``. Only the indices change: the pool keeps its random contents."""
     case = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
-    if page_size > 1:
-        total = case["kv_indices"].numel()
-        pages = -(-total // page_size)
-        order = torch.randperm(case["k_pool"].shape[0] // page_size, device="cuda")[:pages]
-        slots = (order[:, None] * page_size + torch.arange(page_size, device="cuda")[None, :]).flatten()[:total]
+    layout = KV_SLOTS["layout"] if page_size == 1 else "pages"
+    total = case["kv_indices"].numel()
+    if layout in ("pages", "runs64"):
+        run = page_size if layout == "pages" else 64
+        pages = -(-total // run)
+        order = torch.randperm(case["k_pool"].shape[0] // run, device="cuda")[:pages]
+        slots = (order[:, None] * run + torch.arange(run, device="cuda")[None, :]).flatten()[:total]
         case["kv_indices"] = slots.to(torch.int64)
+    elif layout == "ordered":
+        case["kv_indices"] = torch.arange(total, device="cuda", dtype=torch.int64)
     case["v_pool"] = case["k_pool"][:, :, :LV]
     case["v_ext"] = case["k_ext"][:, :, :LV]
     return case
@@ -364,7 +403,28 @@ def row(kind, label, c, heads, t_old, t_new, roof, diff, extra=""):
         "max_abs_diff": diff,
         "note": extra,
         **instruction_shares(c, heads, t_new),
+        **gather_share(c, t_new, t_read),
         "measured_on": PROXY if SM120_MODE else torch.cuda.get_device_name(),
+    }
+
+
+GATHER = {}
+
+
+def gather_share(c, t_new, t_read):
+    """The call's time against the gather roofline of its slots (measured once a case, ``gather_gbs``)."""
+    if not KV_SLOTS.get("gather"):
+        return {}
+    key = id(c["kv_indices"])
+    if key not in GATHER:
+        GATHER.clear()
+        GATHER[key] = gather_gbs(c)
+    t_gather = kv_bytes(c) / (GATHER[key] * 1e9) * 1e3
+    return {
+        "kv_slots": KV_SLOTS["layout"],
+        "gather_gbs": round(GATHER[key]),
+        "pct_gather_new": round(100 * t_gather / t_new, 1),
+        "gather_vs_read": round(t_read / t_gather, 3),
     }
 
 
@@ -1089,11 +1149,14 @@ TIMELINE_PHASES = [
 ]
 
 
-def timeline(mla, roof, defines=()):
+def timeline(mla, roof, defines=(), keep=lambda case: True):
     """Each TIMELINE_CASES call once through a build of the CUDA kernels that records, per program, the global
     timer at entry and exit and its SM clock between phases: the median phase times over the programs, the
     spread of their starts, and first start to last exit against the call's time (CUDA events). ``defines``:
-    more -D flags for that build (``STAGES16_FP8=3``: another stage count of the 16-row fp8 programs)."""
+    more -D flags for that build (``STAGES16_FP8=3``: another stage count of the 16-row fp8 programs;
+    ``SM120_PROBE_NO_KV_LOADS``: the 16-row fp8 loop asks for no tile after the first three, so it times the math
+    alone; ``SM120_PROBE_NO_MATH``: that loop only waits for its tiles and asks for the next, so it times the
+    copies alone). ``keep``: which TIMELINE_CASES to run."""
     import ctypes
     import statistics
 
@@ -1111,7 +1174,7 @@ def timeline(mla, roof, defines=()):
     out = []
     mma._KERNELS[dev] = tl_kernel
     try:
-        for kind, prefix, n, heads, kvd, fused in TIMELINE_CASES:
+        for kind, prefix, n, heads, kvd, fused in filter(keep, TIMELINE_CASES):
             c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
             rows16 = heads * (1 if kind == "decode" else n) < routes.TABLE.mma_min_rows
             table = (
@@ -1498,7 +1561,21 @@ def main():
         default="8,64,256",
         help="SGLang's decode split counts to time (comma-separated; default 8,64,256)",
     )
+    ap.add_argument(
+        "--kv-slots",
+        choices=("scattered", "runs64", "ordered"),
+        default="scattered",
+        help="where page-1 KV slots lie: every token at a random slot (default), 64-slot runs in random order, or "
+        "each request's slots consecutive (a fresh single stream)",
+    )
+    ap.add_argument(
+        "--gather-roofline",
+        action="store_true",
+        help="also measure the read bandwidth of each case's own KV rows in its slot order and give each call's "
+        "share of it",
+    )
     args = ap.parse_args()
+    KV_SLOTS.update(layout=args.kv_slots, gather=args.gather_roofline)
     if not torch.cuda.is_available():
         sys.exit("bench_mla.py needs a CUDA GPU")
     ext, dec = sglang_kernels()
@@ -1540,9 +1617,14 @@ def main():
     if args.fp8_mma_numerics or (not args.no_numerics and not args.numerics16_only):
         result["fp8_mma_numerics"] = fp8_mma_numerics(mla, ext, dec)
     if args.timeline:
-        result["timeline"] = timeline(mla, roof)
+        keep = lambda case: (  # noqa: E731  (--cases fp8 / fp8-decode and --heads narrow the timeline too)
+            (args.cases not in ("fp8", "fp8-decode") or case[4] == "fp8")
+            and (args.cases != "fp8-decode" or case[0] == "decode")
+            and (not args.heads or case[3] in args.heads)
+        )
+        result["timeline"] = timeline(mla, roof, keep=keep)
         for defines in args.timeline_also:
-            result["timeline"] += timeline(mla, roof, tuple(d for d in defines.split(",") if d))
+            result["timeline"] += timeline(mla, roof, tuple(d for d in defines.split(",") if d), keep=keep)
     if args.sweep_rows16:
         result["sweep_rows16"] = sweep_rows16(mla, roof)
     if args.sweep_fused:

@@ -326,6 +326,11 @@ __device__ __forceinline__ void pair_sync(int id) {
 #define STAGES16_FP8 4
 #endif
 static_assert(STAGES16_FP8 >= 2 && STAGES16_FP8 <= 4, "16-row fp8 programs keep 2, 3 or 4 stages");
+// 16-row fp8 programs with four stages: each warp pair copies the 8 tokens of a tile it scores itself, so after
+// tile 0 a pair waits at its own barrier for its tiles instead of the block's (1), or every warp at the block's (0).
+#ifndef PAIRS16_FP8
+#define PAIRS16_FP8 1
+#endif
 // fp8-mma 64-row programs: the block barrier between the f16 values' conversion and their use comes after the
 // scores (true: the scores read the fp8 stage, so they need not wait for it) or before them (false).
 constexpr bool Q8_SYNC_AFTER_SCORES = true;
@@ -578,7 +583,9 @@ __device__ __forceinline__ void prefix_body(
     // KV slots of tiles 0 and 1 into shared memory (later tiles are copied two steps ahead); each thread also
     // reads the slot of the tile-0 row it copies straight into a register, so tile 0 is asked for without
     // waiting for the block.
-    const int ld_row = tid >> 3;  // each KV row is copied by 8 threads (below)
+    // Each KV row is copied by 8 threads (below); in the four-stage 16-row fp8 programs (PAIRS16_FP8) by 8 lanes
+    // of the warp pair that scores it (pair rg, warps rg and rg + 4: tokens 8 rg .. 8 rg + 7).
+    const int ld_row = S4 && PAIRS16_FP8 ? (warp & 3) * 8 + (warp >> 2) * 4 + (lane >> 3) : tid >> 3;
     if (!S4 && tid < (S3 ? 3 : 2) * BLOCK_N) {
         int col = start + tid;
         idx[tid] = col < end ? (TAIL ? (IdxT)(q_start + col) : kv_indices[kv_start + col]) : (IdxT)0;
@@ -737,7 +744,10 @@ __device__ __forceinline__ void prefix_body(
             asm volatile("cp.async.wait_group 1;\n" ::);
         else
             cp_wait_all();
-        __syncthreads();
+        if (S4 && PAIRS16_FP8 && tile > 0)  // the pair's own rows (tile 0: the block, done with the queries)
+            pair_sync(1 + rg);
+        else
+            __syncthreads();
         if (tile == 0) TL(3);
         if constexpr (KV8 && !R16) {
             // fp8 stage -> the f16 tile: each thread converts 9 groups of 8 values of one row (64-row
@@ -755,10 +765,15 @@ __device__ __forceinline__ void prefix_body(
                 *(uint4*)(dst + i * 128) = h;
             }
         }
-        if constexpr (S4) {  // tile t + 3 into the stage of tile t - 1 (read by every warp: the barrier above)
+        if constexpr (S4) {  // tile t + 3 into the stage of tile t - 1 (read by its readers: the barrier above)
+#if !(defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_KV_LOADS))
             if (tile + 3 < n_tiles) load_tile_at(tile + 3, (tile + 4) & 3, slot_next);
+#endif
             cp_commit();
             slot_next = slot_of(tile + 4);
+#if defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_MATH)
+            continue;
+#endif
         } else if constexpr (S3) {  // two groups: the slots of tile t + 3, then tile t + 2 (stage of tile t - 1)
             if (tile + 3 < n_tiles) load_idx(tile + 3);
             cp_commit();

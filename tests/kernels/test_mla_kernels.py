@@ -452,6 +452,57 @@ def test_the_16_row_fp8_stage_count_is_a_checked_flag(mma):
         mma.compile_cubin("sm_120a", defines=("STAGES16_FP8=5",))
 
 
+def test_the_16_row_fp8_pair_barriers_are_a_flag_and_the_probes_touch_only_the_timeline_build(mma):
+    """PAIRS16_FP8 (each warp pair of a four-stage 16-row fp8 program copies and waits for its own tokens; 0: the
+    block's barrier every tile) compiles both ways for sm_120a within 255 registers. The benchmark's probe flags
+    (SM120_PROBE_NO_KV_LOADS, SM120_PROBE_NO_MATH: the loop without its later copies or without its math) change
+    the timeline build and leave the launchers' build byte for byte as it is."""
+    from sm120kit.hardware.cubin import resource_usage
+
+    fused16_fp8 = [name for name in mma.FUSED16_NAMES.values() if "_fp8" in name]
+    usage = resource_usage(mma.compile_cubin("sm_120a", defines=("PAIRS16_FP8=0",)))
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    assert len(fused16_fp8) == 4 and all(usage[name].registers <= 255 for name in fused16_fp8)
+    plain = mma.compile_cubin("sm_90a")
+    assert mma.compile_cubin("sm_90a", defines=("SM120_PROBE_NO_MATH", "SM120_PROBE_NO_KV_LOADS")) == plain
+    assert mma.compile_cubin("sm_90a", defines=("PAIRS16_FP8=0",)) != plain
+    timed = mma.compile_cubin("sm_90a", defines=("SM120_TIMELINE",))
+    for probe in ("SM120_PROBE_NO_MATH", "SM120_PROBE_NO_KV_LOADS"):
+        assert mma.compile_cubin("sm_90a", defines=("SM120_TIMELINE", probe)) != timed
+
+
+GATHER_CHECK = """
+import importlib.util, sys, torch, triton
+spec = importlib.util.spec_from_file_location("bench_mla", sys.argv[1])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+for row_bytes, dtype in ((576, torch.float8_e4m3fn), (1152, torch.bfloat16)):
+    pool = torch.randint(-2**20, 2**20, (300, row_bytes // 4), dtype=torch.int32)
+    idx = torch.randperm(300)[:100].to(torch.int64)
+    out = torch.empty(triton.cdiv(100, 32), dtype=torch.int32)
+    bench._gather_read_kernel[(out.numel(),)](pool, idx, out, 100, pool.stride(0), ROW_W=row_bytes // 4,
+                                              BLOCK_W=triton.next_power_of_2(row_bytes // 4), BR=32)
+    print(int(out.long().sum()) - int(pool[idx].long().sum()))
+"""
+
+
+def test_bench_gather_roofline_reads_exactly_the_rows_of_the_slots():
+    """bench_mla.py --gather-roofline times a Triton kernel that loads the KV rows the slots name and sums them
+    (Triton's interpreter here, no GPU): its sums equal the rows' own, for fp8 (576-byte) and bf16 (1152-byte) rows,
+    so the roofline counts the bytes it reads and no other."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", GATHER_CHECK, str(REPO_ROOT / "scripts" / "bench_mla.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    diffs = [int(line) for line in out.stdout.split()]
+    assert len(diffs) == 2 and all(d % 2**32 == 0 for d in diffs), diffs  # int32 sums wrap; equal modulo 2**32
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
