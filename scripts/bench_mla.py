@@ -280,33 +280,14 @@ def verify_case(prefix, drafts, heads, kv_dtype, tree, page_size, batch=1):
 def run_verify(mla, ext, c, heads, page_size, kv_scale):
     o_new = torch.empty(c["q"].shape[0], heads, LV, dtype=torch.bfloat16, device="cuda")
     o_old = torch.empty_like(o_new)
-    args = (
-        c["q"],
-        c["k_ext"],
-        c["v_ext"],
-        None,
-        c["k_pool"],
-        c["v_pool"],
-        c["qo_indptr"],
-        c["kv_indptr"],
-        c["kv_indices"],
-        c["custom_mask"],
-        False,
-        c["mask_indptr"],
-        c["max_len"],
-        kv_scale,
-        kv_scale,
-    )
+    args_new = ref.verify_args(c, o_new, kv_scale, kv_scale)
+    args_old = ref.verify_args(c, o_old, kv_scale, kv_scale)
 
     def new():
-        a = list(args)
-        a[3] = o_new
-        assert mla.sm120_tree_verify_fwd(*a, page_size=page_size)
+        assert mla.sm120_tree_verify_fwd(*args_new, page_size=page_size)
 
     def old():
-        a = list(args)
-        a[3] = o_old
-        ext.extend_attention_fwd(*a, page_size=page_size)
+        ext.extend_attention_fwd(*args_old, page_size=page_size)
 
     return new, old, o_new, o_old
 
@@ -1310,23 +1291,7 @@ def numerics(mla):
             c["k_pool"] = (c["k_pool"].float() / scale).to(kv_dtype)
             c["v_pool"] = c["k_pool"][:, :, :lv] if lk > lv else (c["v_pool"].float() / scale).to(kv_dtype)
         o = torch.zeros(c["q"].shape[0], heads, lv, dtype=torch.bfloat16, device="cuda")
-        ran = mla.sm120_tree_verify_fwd(
-            c["q"],
-            c["k_ext"],
-            c["v_ext"],
-            o,
-            c["k_pool"],
-            c["v_pool"],
-            c["qo_indptr"],
-            c["kv_indptr"],
-            c["kv_indices"],
-            c["custom_mask"],
-            False,
-            c["mask_indptr"],
-            c["max_len"],
-            scale,
-            scale,
-        )
+        ran = mla.sm120_tree_verify_fwd(*ref.verify_args(c, o, scale, scale))
         diff = (o.float() - ref.reference_verify(c, k_scale=scale, v_scale=scale)).abs().max().item()
         uses_mma = (
             mla.cuda_prefix.kernel(o.device) is not None and lk == 576 and heads * 16 >= routes.TABLE.mma_min_rows

@@ -87,6 +87,7 @@ def check_inspect_so(wheel: Path, sass: str) -> dict:
 
 # -- 2. cuobjdump cross-check ----------------------------------------------------------------------------------
 def find_cuobjdump() -> str | None:
+    """cuobjdump from the nvidia-cuda-cuobjdump wheel (CUDA 13 layout), else PATH, else Triton's copy."""
     purelib = Path(sysconfig.get_paths()["purelib"])
     for candidate in (
         purelib / "nvidia" / "cu13" / "bin" / "cuobjdump",
@@ -98,7 +99,8 @@ def find_cuobjdump() -> str | None:
     return None
 
 
-def _cuobjdump_targets(tool: str, path: Path) -> tuple[set[str], set[str]]:
+def cuobjdump_targets(tool: str, path: Path) -> tuple[set[str], set[str]]:
+    """(SASS targets, PTX targets) as ``cuobjdump --list-elf/--list-ptx`` name them (``sm_120a``)."""
     out = {}
     for flag in ("--list-elf", "--list-ptx"):
         proc = runner.run([tool, flag, str(path)], check=False, what="cuobjdump", timeout=600)
@@ -115,7 +117,7 @@ def check_cuobjdump(wheel: Path, libraries: tuple[fatbin.LibraryArchs, ...]) -> 
         for lib in libraries:
             member = lib.label
             zf.extract(member, tmp)
-            sass, ptx = _cuobjdump_targets(tool, Path(tmp) / member)
+            sass, ptx = cuobjdump_targets(tool, Path(tmp) / member)
             # cuobjdump's file names drop the "f" of family targets (sm_100f is listed as sm_100)
             ours_sass = {a[:-1] if a.endswith("f") else a for a in lib.sass}
             ours_ptx = {a[:-1] if a.endswith("f") else a for a in lib.ptx}

@@ -953,53 +953,10 @@ def _():
     )
 
 
-for _spec in (4, 8):
-
-    def _register(spec=_spec):
-        @entry(
-            "kernels/ops/attention/linear/gdn_replayssm_spec_decode.py:gdn_replayssm_spec_circular_kernel",
-            f"Qwen3-Next GDN speculative verify: 16/32 heads, head dim 128, ring 16, {spec} draft tokens, bs 8",
-            kernels=("gdn_replayssm_spec_circular_kernel", "gdn_replayssm_exact_fold_kernel"),
-        )
-        def _():
-            H, HV, K, V = 16, 32, 128, 128
-            T = RS_B * spec
-            mod("kernels/ops/attention/linear/gdn_replayssm_spec_decode.py").gdn_replayssm_spec_decode(
-                meta(T, H, K),
-                meta(T, H, K),
-                meta(T, HV, V),
-                meta(T, HV),
-                meta(T, HV),
-                f32(HV),
-                f32(HV),
-                f32(RS_SLOTS, HV, V, K),
-                meta(RS_SLOTS, HV, RS_L, V),
-                meta(RS_SLOTS, H, RS_L, K),
-                f32(RS_SLOTS, HV, RS_L),
-                meta(RS_SLOTS, HV, RS_L, V),
-                meta(RS_SLOTS, H, RS_L, K),
-                f32(RS_SLOTS, HV, RS_L),
-                meta(T, HV, V),
-                i32(RS_B + 1),
-                i32(RS_B),
-                i32(RS_B),
-                i32(RS_B),
-                i32(RS_B),
-                i32(RS_B),
-                RS_L,
-                spec,
-            )
-
-    _register()
-
-
-@entry(
-    "kernels/ops/attention/linear/gdn_replayssm_spec_decode.py:gdn_replayssm_exact_fold_kernel",
-    "Qwen3-Next GDN flush fold: 16/32 heads, head dim 128, ring 16, bs 8 (launched by gdn_replayssm_spec_decode)",
-)
-def _():
+def _gdn_replayssm_spec_decode(spec: int, **launch) -> None:
+    """gdn_replayssm_spec_decode on 16/32 heads, head dim 128, ring 16, ``spec`` draft tokens, bs 8."""
     H, HV, K, V = 16, 32, 128, 128
-    T = RS_B * 4
+    T = RS_B * spec
     mod("kernels/ops/attention/linear/gdn_replayssm_spec_decode.py").gdn_replayssm_spec_decode(
         meta(T, H, K),
         meta(T, H, K),
@@ -1023,9 +980,31 @@ def _():
         i32(RS_B),
         i32(RS_B),
         RS_L,
-        4,
-        launch_mode="flush",
+        spec,
+        **launch,
     )
+
+
+for _spec in (4, 8):
+
+    def _register(spec=_spec):
+        @entry(
+            "kernels/ops/attention/linear/gdn_replayssm_spec_decode.py:gdn_replayssm_spec_circular_kernel",
+            f"Qwen3-Next GDN speculative verify: 16/32 heads, head dim 128, ring 16, {spec} draft tokens, bs 8",
+            kernels=("gdn_replayssm_spec_circular_kernel", "gdn_replayssm_exact_fold_kernel"),
+        )
+        def _():
+            _gdn_replayssm_spec_decode(spec)
+
+    _register()
+
+
+@entry(
+    "kernels/ops/attention/linear/gdn_replayssm_spec_decode.py:gdn_replayssm_exact_fold_kernel",
+    "Qwen3-Next GDN flush fold: 16/32 heads, head dim 128, ring 16, bs 8 (launched by gdn_replayssm_spec_decode)",
+)
+def _():
+    _gdn_replayssm_spec_decode(4, launch_mode="flush")
 
 
 @entry(
@@ -1069,20 +1048,24 @@ def dense_plan_tiles(family_key: str, tiles_key: str):
     return list(seen.values())
 
 
-def route_view(block: int, rows: int = S_TOK):
+def _aligned_route_view(block: int, token_slots, group_ids, groups_per_slot: int, padded: int):
+    """An ALIGNED RouteView over ``padded`` sorted pairs in blocks of ``block``, for N_LORA adapters."""
     rv = mod("kernels/ops/lora/common/route_view.py")
-    padded = rows + N_LORA * (block - 1)
     return rv.RouteView(
         view=rv.RouteViewKind.ALIGNED,
         block_size=block,
-        token_slots=i32(rows),
-        group_ids=None,
-        groups_per_slot=1,
+        token_slots=token_slots,
+        group_ids=group_ids,
+        groups_per_slot=groups_per_slot,
         max_loras=N_LORA,
         maybe_sorted_pair_ids=i32(padded),
         maybe_block_bucket_ids=i32(-(-padded // block)),
         maybe_num_pairs_post_padded=i32(1),
     )
+
+
+def route_view(block: int, rows: int = S_TOK):
+    return _aligned_route_view(block, i32(rows), None, 1, rows + N_LORA * (block - 1))
 
 
 @entry(
@@ -1277,19 +1260,8 @@ def moe_plan_sites(site: str, default: dict):
 
 
 def moe_route_view(block: int, tokens: int = S_TOK, top_k: int = 8, buckets: int = N_LORA * 128):
-    rv = mod("kernels/ops/lora/common/route_view.py")
     padded = tokens * top_k + min(tokens * top_k, buckets) * (block - 1)
-    return rv.RouteView(
-        view=rv.RouteViewKind.ALIGNED,
-        block_size=block,
-        token_slots=i32(tokens),
-        group_ids=i32(tokens, top_k),
-        groups_per_slot=128,
-        max_loras=N_LORA,
-        maybe_sorted_pair_ids=i32(padded),
-        maybe_block_bucket_ids=i32(-(-padded // block)),
-        maybe_num_pairs_post_padded=i32(1),
-    )
+    return _aligned_route_view(block, i32(tokens), i32(tokens, top_k), 128, padded)
 
 
 @entry(

@@ -99,6 +99,55 @@ def make_verify_case(
     return case
 
 
+# The names of the positional parameters of sm120_tree_verify_fwd (those of SGLang's extend_attention_fwd), in the
+# order of verify_args.
+VERIFY_ARG_NAMES = (
+    "q_extend",
+    "k_extend",
+    "v_extend",
+    "o_extend",
+    "k_buffer",
+    "v_buffer",
+    "qo_indptr",
+    "kv_indptr",
+    "kv_indices",
+    "custom_mask",
+    "is_causal",
+    "mask_indptr",
+    "max_len_extend",
+    "k_scale",
+    "v_scale",
+)
+
+
+def verify_args(case, o, k_scale=1.0, v_scale=1.0) -> tuple:
+    """The positional arguments of ``sm120_tree_verify_fwd`` and of SGLang's ``extend_attention_fwd`` for a case of
+    :func:`make_verify_case`: the output written into ``o``, the case's custom mask (not causal), the KV pool
+    scaled by ``k_scale`` / ``v_scale``. :func:`verify_kwargs` gives them by name."""
+    return (
+        case["q"],
+        case["k_ext"],
+        case["v_ext"],
+        o,
+        case["k_pool"],
+        case["v_pool"],
+        case["qo_indptr"],
+        case["kv_indptr"],
+        case["kv_indices"],
+        case["custom_mask"],
+        False,
+        case["mask_indptr"],
+        case["max_len"],
+        k_scale,
+        v_scale,
+    )
+
+
+def verify_kwargs(case, o, k_scale=1.0, v_scale=1.0) -> dict:
+    """:func:`verify_args` by name (:data:`VERIFY_ARG_NAMES`), for a call that changes or drops some of them."""
+    return dict(zip(VERIFY_ARG_NAMES, verify_args(case, o, k_scale, v_scale)))
+
+
 E4M3_MAX = 448.0  # the largest finite fp8 e4m3 value
 
 

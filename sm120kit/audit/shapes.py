@@ -233,46 +233,48 @@ def _attention(entry: _Entry, source: str) -> AttentionModel:
     return model
 
 
-def _moe(entry: _Entry, source: str) -> MoeModel:
-    model = MoeModel(
+def _moe_shape(entry: _Entry) -> dict:
+    """The fields [[moe]] and [[grouped_moe]] entries share, read in their order."""
+    return dict(
         name=entry.get("name", str),
         description=entry.get("description", str, ""),
         num_experts=entry.get("num_experts", int),
         top_k=entry.get("top_k", int),
         hidden_size=entry.get("hidden_size", int),
         intermediate_size=entry.get("intermediate_size", int),
+    )
+
+
+def _checked_moe(entry: _Entry, model):
+    """``model`` (a MoeModel or GroupedMoeModel) once the entry has no unknown field and its numbers agree."""
+    entry.check_unknown()
+    if model.top_k > model.num_experts:
+        raise entry.fail(f"top_k ({model.top_k}) is larger than num_experts ({model.num_experts}).")
+    if any(not isinstance(t, int) or t <= 0 for t in model.tokens):
+        raise entry.fail("'tokens' must hold positive integers.")
+    return model
+
+
+def _moe(entry: _Entry, source: str) -> MoeModel:
+    model = MoeModel(
+        **_moe_shape(entry),
         bias=entry.get("bias", bool, False),
         quantizations=entry.get("quantizations", tuple, DEFAULT_QUANTIZATIONS, choices=QUANTIZATIONS),
         tokens=entry.get("tokens", tuple, (16, 4096)),
         source=source,
     )
-    entry.check_unknown()
-    if model.top_k > model.num_experts:
-        raise entry.fail(f"top_k ({model.top_k}) is larger than num_experts ({model.num_experts}).")
-    if any(not isinstance(t, int) or t <= 0 for t in model.tokens):
-        raise entry.fail("'tokens' must hold positive integers.")
-    return model
+    return _checked_moe(entry, model)
 
 
 def _grouped_moe(entry: _Entry, source: str) -> GroupedMoeModel:
     model = GroupedMoeModel(
-        name=entry.get("name", str),
-        description=entry.get("description", str, ""),
-        num_experts=entry.get("num_experts", int),
-        top_k=entry.get("top_k", int),
-        hidden_size=entry.get("hidden_size", int),
-        intermediate_size=entry.get("intermediate_size", int),
+        **_moe_shape(entry),
         launchers=entry.get("launchers", tuple, GROUPED_MOE_LAUNCHERS, choices=GROUPED_MOE_LAUNCHERS),
         dtypes=entry.get("dtypes", tuple, ("bfloat16",), choices=GROUPED_MOE_DTYPES),
         tokens=entry.get("tokens", tuple, (16, 4096)),
         source=source,
     )
-    entry.check_unknown()
-    if model.top_k > model.num_experts:
-        raise entry.fail(f"top_k ({model.top_k}) is larger than num_experts ({model.num_experts}).")
-    if any(not isinstance(t, int) or t <= 0 for t in model.tokens):
-        raise entry.fail("'tokens' must hold positive integers.")
-    return model
+    return _checked_moe(entry, model)
 
 
 def _read(path: Path) -> dict:

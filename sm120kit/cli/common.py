@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -28,6 +29,22 @@ class AppContext:
 def json_option(func: Callable) -> Callable:
     """Add ``--json`` to a command: JSON on stdout, human progress on stderr."""
     return click.option("--json", "json_mode", is_flag=True, help="JSON on stdout; schema: docs/json-schema.md")(func)
+
+
+series_option = click.option(
+    "--series",
+    "series_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="The patch series folder (default: the bundled patches/sglang).",
+)
+"""``--series DIR``: the commands that read the patch series."""
+
+
+def fuzz_option(help: str) -> Callable:
+    """``--fuzz N`` (0 to 3, default 0), in the words of the command that takes it."""
+    return click.option("--fuzz", type=click.IntRange(0, 3), default=0, show_default=True, help=help)
 
 
 def emit(json_mode: bool, data: Any, human: Callable[[], None]) -> None:

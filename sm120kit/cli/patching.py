@@ -8,7 +8,16 @@ from pathlib import Path
 import click
 
 from sm120kit.cli import cli
-from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app, print_hunk_conflict
+from sm120kit.cli.common import (
+    AppContext,
+    emit,
+    exit_with,
+    fuzz_option,
+    json_option,
+    pass_app,
+    print_hunk_conflict,
+    series_option,
+)
 from sm120kit.cli.common import shorten as _short
 from sm120kit.errors import NotSglangTree, UsageError
 from sm120kit.patching import engine
@@ -36,16 +45,6 @@ def _release_option(what: str) -> Callable:
         f"downloaded from PyPI if needed) instead of PATH; '--release' alone means "
         f"{releases.DEFAULT_RELEASE}.",
     )
-
-
-_SERIES = click.option(
-    "--series",
-    "series_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    metavar="DIR",
-    help="The patch series folder (default: the bundled patches/sglang).",
-)
 
 
 def _target(
@@ -98,15 +97,9 @@ def _fail(console: Console, code: int, message: str) -> None:
 @cli.command("apply")
 @_PATH
 @_release_option("Patch")
-@_SERIES
+@series_option
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
-@click.option(
-    "--fuzz",
-    type=click.IntRange(0, 3),
-    default=0,
-    show_default=True,
-    help="Let hunks match with up to N lines of leading/trailing context ignored (reported).",
-)
+@fuzz_option("Let hunks match with up to N lines of leading/trailing context ignored (reported).")
 @click.option("--allow-dirty", is_flag=True, help="Patch files that have uncommitted git changes.")
 @click.option("--strict", is_flag=True, help="Fail (and write nothing) when a patch is not applicable.")
 @click.option("--fresh", is_flag=True, help="With --release: recreate the working copy from the release first.")
@@ -216,7 +209,7 @@ def revert_cmd(
 @cli.command("status")
 @_PATH
 @_release_option("Show the patch states of")
-@_SERIES
+@series_option
 @json_option
 @pass_app
 def status_cmd(
@@ -258,7 +251,7 @@ def status_cmd(
 
 
 @cli.command("patches")
-@_SERIES
+@series_option
 @click.option(
     "--release",
     "release",

@@ -3,6 +3,7 @@ fastest all-reduce settings for tensor-parallel decode on the GPUs present."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -29,6 +30,18 @@ def _block_shape(ctx, param, value: str | None) -> tuple[int, int] | None:
     if n < 1 or k < 1:
         raise UsageError(f"--block-shape {value!r}: both sizes must be positive.")
     return n, k
+
+
+def _dry_run_or_refuse(json_mode: bool, dry_run: bool, plan, show_plan: Callable[[], None], refuse) -> bool:
+    """With ``--dry-run``: print the plan (as JSON, or ``show_plan()``) and return True, the command is done.
+    Otherwise ``refuse(plan)`` raises where the GPUs here cannot run it, then a person (no --json) sees the plan."""
+    if dry_run:
+        emit(json_mode, {"dry_run": True, "plan": plan.to_json()}, show_plan)
+        return True
+    refuse(plan)
+    if not json_mode:
+        show_plan()
+    return False
 
 
 @cli.command("tune-moe")
@@ -164,12 +177,8 @@ def tune_moe_command(
         for note in plan.notes:
             console.info(f"note: {note}")
 
-    if dry_run:
-        emit(json_mode, {"dry_run": True, "plan": plan.to_json()}, show_plan)
+    if _dry_run_or_refuse(json_mode, dry_run, plan, show_plan, tune_moe.refuse_without_sm12x):
         return
-    tune_moe.refuse_without_sm12x(plan)
-    if not json_mode:
-        show_plan()
     with console.step(f"tuning on {plan.gpu.label if plan.gpu else 'the GPU'}"):
         result = tune_moe.run_tuning(plan, work_dir=work_dir, on_line=console.debug)
 
@@ -340,12 +349,8 @@ def bench_allreduce(
         for note in plan.notes:
             console.info(f"note:      {note}")
 
-    if dry_run:
-        emit(json_mode, {"dry_run": True, "plan": plan.to_json()}, show_plan)
+    if _dry_run_or_refuse(json_mode, dry_run, plan, show_plan, bench.refuse_without_gpus):
         return
-    bench.refuse_without_gpus(plan)
-    if not json_mode:
-        show_plan()
     result = bench.run_bench(plan, progress=console.progress, on_step=console.debug)
     update = backup = None
     if write_recipe:

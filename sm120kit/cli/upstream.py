@@ -9,7 +9,17 @@ from pathlib import Path
 import click
 
 from sm120kit.cli import cli
-from sm120kit.cli.common import AppContext, emit, exit_with, json_option, pass_app, print_hunk_conflict, shorten
+from sm120kit.cli.common import (
+    AppContext,
+    emit,
+    exit_with,
+    fuzz_option,
+    json_option,
+    pass_app,
+    print_hunk_conflict,
+    series_option,
+    shorten,
+)
 from sm120kit.errors import DownloadError, ToolFailed, UsageError
 from sm120kit.patching import series as patchset
 from sm120kit.patching.status import PatchStatus
@@ -22,14 +32,6 @@ from sm120kit.upstream import refresh as refresher
 from sm120kit.upstream.refresh import RefreshOutcome
 from sm120kit.util.cache import cache_dir
 
-_SERIES = click.option(
-    "--series",
-    "series_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    metavar="DIR",
-    help="The patch series folder (default: the bundled patches/sglang).",
-)
 _REPO = click.option(
     "--repo",
     "repo",
@@ -203,14 +205,8 @@ def markdown_check(result: upstream.SeriesCheck) -> str:
 )
 @_REPO
 @_NO_FETCH
-@_SERIES
-@click.option(
-    "--fuzz",
-    type=click.IntRange(0, 3),
-    default=0,
-    show_default=True,
-    help="Let hunks match with up to N context lines ignored (reported as a warning).",
-)
+@series_option
+@fuzz_option("Let hunks match with up to N context lines ignored (reported as a warning).")
 @click.option("--no-history", is_flag=True, help="Do not search git history for the commits behind a conflict.")
 @_FORMAT
 @_ERROR_ON_WARN
@@ -299,7 +295,7 @@ def legend() -> str:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @_REPO
 @_NO_FETCH
-@_SERIES
+@series_option
 @click.option("--jobs", type=click.IntRange(1, 16), default=4, show_default=True, help="Releases downloaded at a time.")
 @_FORMAT
 @_ERROR_ON_WARN
@@ -429,7 +425,7 @@ def _print_refresh(console: Console, result: refresher.RefreshResult, dry_run: b
     metavar="X",
     help="The release the new variant is for (needed when the target is not a tagged release).",
 )
-@_SERIES
+@series_option
 @click.option("--dry-run", is_flag=True, help="Print the new diff and metadata change; write nothing.")
 @click.option("--replace", is_flag=True, help="Rebuild the diff of an existing variant for that release.")
 @click.option("--force", is_flag=True, help="Rebuild even when the current variant applies exactly.")

@@ -1086,32 +1086,26 @@ def _revert_plan(
                 files.append(RevertedFile(fr.path, "removed" if fr.before is None else "restored", kept_copy=kept_copy))
             else:
                 files.append(RevertedFile(fr.path, "edited" if current is not None else "deleted"))
+    exit_code, message = EXIT_OK, ""
     if (edited or deleted) and not force:
         what = []
         if edited:
             what.append(f"{len(edited)} file(s) changed after sm120kit patched them: {', '.join(edited)}")
         if deleted:
             what.append(f"{len(deleted)} file(s) deleted after sm120kit patched them: {', '.join(deleted)}")
-        return RevertResult(
-            target=target,
-            dry_run=dry_run,
-            patches=record.patch_ids,
-            files=tuple(files),
-            warnings=tuple(warnings),
-            repaired=repaired,
-            exit_code=EXIT_STATE,
-            message=(
-                "; ".join(what) + ". Nothing was reverted. Pass --force to revert anyway: every file gets "
-                "its original bytes back"
-                + (f", and the edited versions are kept as copies under {store.kept_dir}." if edited else ".")
-            ),
+        exit_code = EXIT_STATE
+        message = (
+            "; ".join(what) + ". Nothing was reverted. Pass --force to revert anyway: every file gets "
+            "its original bytes back"
+            + (f", and the edited versions are kept as copies under {store.kept_dir}." if edited else ".")
         )
-    if edited:
-        warnings = list(warnings) + [f"edited after apply (a copy is kept): {', '.join(edited)}"]
-    if deleted:
-        warnings = list(warnings) + [
-            f"deleted after apply (no copy to keep; the original is put back): {', '.join(deleted)}"
-        ]
+    else:
+        if edited:
+            warnings = list(warnings) + [f"edited after apply (a copy is kept): {', '.join(edited)}"]
+        if deleted:
+            warnings = list(warnings) + [
+                f"deleted after apply (no copy to keep; the original is put back): {', '.join(deleted)}"
+            ]
     return RevertResult(
         target=target,
         dry_run=dry_run,
@@ -1119,7 +1113,8 @@ def _revert_plan(
         files=tuple(files),
         warnings=tuple(warnings),
         repaired=repaired,
-        exit_code=EXIT_OK,
+        exit_code=exit_code,
+        message=message,
     )
 
 

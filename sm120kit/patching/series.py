@@ -433,20 +433,26 @@ def _table(doc: tomldoc.Doc, value: Any, path: tuple, what: str) -> dict:
     return value
 
 
-def _variant(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> Variant:
-    path = ("variants", index)
-    raw = _table(doc, raw, path, "variants")
-    tomldoc.check_keys(doc, raw, path, _VARIANT_KEYS, tuple(_VARIANT_KEYS), f"[[variants]] entry {index + 1}")
+def _releases(doc: tomldoc.Doc, raw: dict, path: tuple, example: str) -> SpecifierSet:
+    """The entry's ``releases`` as a specifier set; refused when it does not parse or is empty."""
     try:
         releases = SpecifierSet(raw["releases"])
     except InvalidSpecifier:
         raise doc.fail(
             path + ("releases",),
             f"releases = {raw['releases']!r} is not a PEP 440 specifier set.",
-            hint='Write something like ">=0.5.2,<0.5.7".',
+            hint=f'Write something like "{example}".',
         ) from None
     if not str(releases):
         raise doc.fail(path + ("releases",), 'releases is empty; give the range, e.g. ">=0.5.2".')
+    return releases
+
+
+def _variant(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> Variant:
+    path = ("variants", index)
+    raw = _table(doc, raw, path, "variants")
+    tomldoc.check_keys(doc, raw, path, _VARIANT_KEYS, tuple(_VARIANT_KEYS), f"[[variants]] entry {index + 1}")
+    releases = _releases(doc, raw, path, ">=0.5.2,<0.5.7")
     try:
         Version(raw["base"])
     except InvalidVersion:
@@ -604,16 +610,7 @@ def _shipped(doc: tomldoc.Doc, folder: Path, index: int, raw: Any) -> ShippedFil
         raise doc.fail(
             path + ("dest",), f"dest = {raw['dest']!r} {why}; write the destination in the SGLang tree as 'sglang/...'."
         )
-    try:
-        releases = SpecifierSet(raw["releases"])
-    except InvalidSpecifier:
-        raise doc.fail(
-            path + ("releases",),
-            f"releases = {raw['releases']!r} is not a PEP 440 specifier set.",
-            hint='Write something like ">=0.5.16".',
-        ) from None
-    if not str(releases):
-        raise doc.fail(path + ("releases",), 'releases is empty; give the range, e.g. ">=0.5.2".')
+    releases = _releases(doc, raw, path, ">=0.5.16")
     root = source_root(folder.parent)
     try:
         entries = _read_sources(root, raw["source"], dest)

@@ -30,32 +30,35 @@ class LauncherSpec:
 CAPABILITY_HELPERS = ("sglang.srt.utils.common", "sglang.srt.utils")
 """Where ``is_cuda()`` and the capability helpers live (0.5.3 on / 0.5.2)."""
 
+
+def _attention_module(name: str) -> tuple[str, str]:
+    """A Triton attention module where SGLang keeps it from 0.5.16 on, then where it was up to 0.5.15."""
+    return (f"sglang.kernels.ops.attention.{name}", f"sglang.srt.layers.attention.triton_ops.{name}")
+
+
 # The modules sm120-mla-attention adds beside sm120_mla (the first is the CUDA kernels' launcher), and its CUDA
 # source, which that launcher reads from beside itself.
-MLA_HELPERS = tuple(
-    (f"sglang.kernels.ops.attention.{name}", f"sglang.srt.layers.attention.triton_ops.{name}")
-    for name in ("sm120_mla_mma", "sm120_mla_route", "sm120_mla_nvrtc")
-)
+MLA_HELPERS = tuple(_attention_module(name) for name in ("sm120_mla_mma", "sm120_mla_route", "sm120_mla_nvrtc"))
 MLA_HELPER_FILES = ("sm120_mla_mma.cu",)
 
 LAUNCHERS: dict[str, LauncherSpec] = {
     "extend": LauncherSpec(
         "extend",
         "extend_attention_fwd",
-        ("sglang.kernels.ops.attention.extend_attention", "sglang.srt.layers.attention.triton_ops.extend_attention"),
+        _attention_module("extend_attention"),
         helper_modules=(CAPABILITY_HELPERS,),
         policy_global="CUDA_CAPABILITY",
     ),
     "decode": LauncherSpec(
         "decode",
         "decode_attention_fwd",
-        ("sglang.kernels.ops.attention.decode_attention", "sglang.srt.layers.attention.triton_ops.decode_attention"),
+        _attention_module("decode_attention"),
         helper_modules=(CAPABILITY_HELPERS,),
     ),
     "prefill": LauncherSpec(
         "prefill",
         "context_attention_fwd",
-        ("sglang.kernels.ops.attention.prefill_attention", "sglang.srt.layers.attention.triton_ops.prefill_attention"),
+        _attention_module("prefill_attention"),
         helper_modules=(CAPABILITY_HELPERS,),
         policy_global="CUDA_CAPABILITY",
     ),
@@ -105,14 +108,14 @@ LAUNCHERS: dict[str, LauncherSpec] = {
     "tree-verify": LauncherSpec(
         "tree-verify",
         "sm120_tree_verify_fwd",
-        ("sglang.kernels.ops.attention.sm120_mla", "sglang.srt.layers.attention.triton_ops.sm120_mla"),
+        _attention_module("sm120_mla"),
         MLA_HELPERS,
         helper_files=MLA_HELPER_FILES,
     ),
     "mla-decode": LauncherSpec(
         "mla-decode",
         "sm120_mla_decode_fwd",
-        ("sglang.kernels.ops.attention.sm120_mla", "sglang.srt.layers.attention.triton_ops.sm120_mla"),
+        _attention_module("sm120_mla"),
         MLA_HELPERS,
         helper_files=MLA_HELPER_FILES,
     ),

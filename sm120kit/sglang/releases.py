@@ -136,8 +136,9 @@ def _fetch_release(version: str, *, cache: Path | None = None, on_step: Step | N
     return dest
 
 
-def _download(wheels: Path, version: str, on_step: Step | None) -> Path:
-    tell(on_step, f"downloading sglang=={version} from PyPI ...")
+def pip_download_argv(requirement: str, dest: Path, platforms: tuple[str, ...] = _PLATFORMS) -> list[str]:
+    """argv of ``pip download`` that fetches the binary wheel of ``requirement`` alone (no dependencies) into
+    ``dest``, for CPython 3.11 on any of ``platforms``, whatever this interpreter is."""
     argv = runner.python_argv(
         "-m",
         "pip",
@@ -150,9 +151,14 @@ def _download(wheels: Path, version: str, on_step: Step | None) -> Path:
         "--implementation",
         "cp",
     )
-    for platform in _PLATFORMS:
+    for platform in platforms:
         argv += ["--platform", platform]
-    argv += ["-d", str(wheels), f"sglang=={version}"]
+    return argv + ["-d", str(dest), requirement]
+
+
+def _download(wheels: Path, version: str, on_step: Step | None) -> Path:
+    tell(on_step, f"downloading sglang=={version} from PyPI ...")
+    argv = pip_download_argv(f"sglang=={version}", wheels)
     try:
         runner.run(argv, what=f"download of sglang {version}", timeout=1800)
     except ToolFailed as exc:

@@ -45,6 +45,28 @@ def _paged(torch, dev, seq_lens, pool_extra=16):
     return indptr, indices, last, pool
 
 
+def _paged_kv(torch, dev, seq_lens, hkv, dim):
+    """Random bf16 keys and values [pool, 1, hkv, dim] in the pool of :func:`_paged`;
+    ``(indptr, indices, last_page_len, k_cache, v_cache)``."""
+    indptr, indices, last, pool = _paged(torch, dev, seq_lens)
+    k_cache = torch.randn(pool, 1, hkv, dim, device=dev, dtype=torch.bfloat16)
+    v_cache = torch.randn(pool, 1, hkv, dim, device=dev, dtype=torch.bfloat16)
+    return indptr, indices, last, k_cache, v_cache
+
+
+def _paged_reference(torch, q, kv_indptr, kv_indices, k_cache, v_cache, scale, q_lens, prefixes=None):
+    """float32 attention of each request's ``q_lens[r]`` queries (one after another in ``q``) over its pages:
+    causal after its ``prefixes[r]`` cached tokens when ``prefixes`` is given, over all of them otherwise."""
+    refs, q_begin = [], 0
+    for r, n in enumerate(q_lens):
+        pages = kv_indices[kv_indptr[r] : kv_indptr[r + 1]].long()
+        causal_offset = None if prefixes is None else prefixes[r]
+        keys, values = k_cache[pages, 0], v_cache[pages, 0]
+        refs.append(ref_attention(torch, q[q_begin : q_begin + n], keys, values, scale, causal_offset=causal_offset))
+        q_begin += n
+    return torch.cat(refs)
+
+
 def _workspace(torch, dev):
     return torch.empty(WORKSPACE_BYTES, device=dev, dtype=torch.uint8)
 
@@ -61,9 +83,7 @@ def prefill(ctx: CheckContext) -> list[CaseResult]:
         def case(label=label, hq=hq, hkv=hkv, dim=dim, prefixes=prefixes, extends=extends):
             bf16 = torch.bfloat16
             kv_lens = [p + e for p, e in zip(prefixes, extends)]
-            kv_indptr, kv_indices, last, pool = _paged(torch, dev, kv_lens)
-            k_cache = torch.randn(pool, 1, hkv, dim, device=dev, dtype=bf16)
-            v_cache = torch.randn(pool, 1, hkv, dim, device=dev, dtype=bf16)
+            kv_indptr, kv_indices, last, k_cache, v_cache = _paged_kv(torch, dev, kv_lens, hkv, dim)
             q = torch.randn(sum(extends), hq, dim, device=dev, dtype=bf16)
             qo_indptr = torch.tensor([0, *extends], device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32)
             scale = 1.0 / math.sqrt(dim)
@@ -88,16 +108,8 @@ def prefill(ctx: CheckContext) -> list[CaseResult]:
                 ),
             )
             out = wrapper.run(q, (k_cache, v_cache))
-            refs, q_begin = [], 0
-            for r, (p, e) in enumerate(zip(prefixes, extends)):
-                pages = kv_indices[kv_indptr[r] : kv_indptr[r + 1]].long()
-                refs.append(
-                    ref_attention(
-                        torch, q[q_begin : q_begin + e], k_cache[pages, 0], v_cache[pages, 0], scale, causal_offset=p
-                    )
-                )
-                q_begin += e
-            return compare(label, out, torch.cat(refs), tol=ATTN_TOL_BF16)
+            ref = _paged_reference(torch, q, kv_indptr, kv_indices, k_cache, v_cache, scale, extends, prefixes)
+            return compare(label, out, ref, tol=ATTN_TOL_BF16)
 
         results += run_case(label, case)
     return results
@@ -115,9 +127,7 @@ def decode(ctx: CheckContext) -> list[CaseResult]:
         def case(label=label, hq=hq, hkv=hkv, dim=dim, tensor_cores=tensor_cores):
             bf16 = torch.bfloat16
             seq_lens = [1, 77, 300, 1030]
-            kv_indptr, kv_indices, last, pool = _paged(torch, dev, seq_lens)
-            k_cache = torch.randn(pool, 1, hkv, dim, device=dev, dtype=bf16)
-            v_cache = torch.randn(pool, 1, hkv, dim, device=dev, dtype=bf16)
+            kv_indptr, kv_indices, last, k_cache, v_cache = _paged_kv(torch, dev, seq_lens, hkv, dim)
             q = torch.randn(len(seq_lens), hq, dim, device=dev, dtype=bf16)
             scale = 1.0 / math.sqrt(dim)
             wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(
@@ -140,11 +150,9 @@ def decode(ctx: CheckContext) -> list[CaseResult]:
                 ),
             )
             out = wrapper.run(q, (k_cache, v_cache))
-            refs = []
-            for r in range(len(seq_lens)):
-                pages = kv_indices[kv_indptr[r] : kv_indptr[r + 1]].long()
-                refs.append(ref_attention(torch, q[r : r + 1], k_cache[pages, 0], v_cache[pages, 0], scale))
-            return compare(label, out, torch.cat(refs), tol=ATTN_TOL_BF16)
+            ones = [1] * len(seq_lens)
+            ref = _paged_reference(torch, q, kv_indptr, kv_indices, k_cache, v_cache, scale, ones)
+            return compare(label, out, ref, tol=ATTN_TOL_BF16)
 
         results += run_case(label, case)
     return results

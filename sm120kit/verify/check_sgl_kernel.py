@@ -56,9 +56,10 @@ def _rms_ref(torch, x, w, eps):
 NORM_CASES = (("bf16, 33 tokens x 4096", "bfloat16", 4096), ("fp16, 7 tokens x 5120", "float16", 5120))
 
 
-def rmsnorm(ctx: CheckContext) -> list[CaseResult]:
+def _rmsnorm_cases(ctx: CheckContext, op: str, fused: bool) -> list[CaseResult]:
+    """sgl_kernel's RMSNorm ``op`` on each of NORM_CASES; ``fused``: the op first adds x into a residual, in place."""
     sk = _sgl_kernel()
-    _, fn = _op(sk, "rmsnorm")
+    _, fn = _op(sk, op)
     torch, dev = ctx.torch, ctx.device
     results: list[CaseResult] = []
     for label, dtype_name, hidden in NORM_CASES:
@@ -67,27 +68,11 @@ def rmsnorm(ctx: CheckContext) -> list[CaseResult]:
             dtype = getattr(torch, dtype_name)
             tokens = int(label.split(",")[1].split()[0])
             x = torch.randn(tokens, hidden, device=dev, dtype=dtype)
+            residual = torch.randn(tokens, hidden, device=dev, dtype=dtype) if fused else None
             w = (1.0 + 0.1 * torch.randn(hidden, device=dev)).to(dtype)
-            out = fn(x, w, 1e-6)
-            return compare(label, out, _rms_ref(torch, x, w, 1e-6), tol=NORM_TOL, metric=REL_MAX)
-
-        results += run_case(label, case)
-    return results
-
-
-def fused_add_rmsnorm(ctx: CheckContext) -> list[CaseResult]:
-    sk = _sgl_kernel()
-    _, fn = _op(sk, "fused_add_rmsnorm")
-    torch, dev = ctx.torch, ctx.device
-    results: list[CaseResult] = []
-    for label, dtype_name, hidden in NORM_CASES:
-
-        def case(label=label, dtype_name=dtype_name, hidden=hidden):
-            dtype = getattr(torch, dtype_name)
-            tokens = int(label.split(",")[1].split()[0])
-            x = torch.randn(tokens, hidden, device=dev, dtype=dtype)
-            residual = torch.randn(tokens, hidden, device=dev, dtype=dtype)
-            w = (1.0 + 0.1 * torch.randn(hidden, device=dev)).to(dtype)
+            if not fused:
+                out = fn(x, w, 1e-6)
+                return compare(label, out, _rms_ref(torch, x, w, 1e-6), tol=NORM_TOL, metric=REL_MAX)
             summed = (x.float() + residual.float()).to(dtype)
             ref_out = _rms_ref(torch, summed, w, 1e-6)
             fn(x, residual, w, 1e-6)  # in place: residual += x; x = rmsnorm(residual)
@@ -98,6 +83,14 @@ def fused_add_rmsnorm(ctx: CheckContext) -> list[CaseResult]:
 
         results += run_case(label, case)
     return results
+
+
+def rmsnorm(ctx: CheckContext) -> list[CaseResult]:
+    return _rmsnorm_cases(ctx, "rmsnorm", fused=False)
+
+
+def fused_add_rmsnorm(ctx: CheckContext) -> list[CaseResult]:
+    return _rmsnorm_cases(ctx, "fused_add_rmsnorm", fused=True)
 
 
 def silu_and_mul(ctx: CheckContext) -> list[CaseResult]:

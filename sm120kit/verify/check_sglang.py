@@ -104,6 +104,55 @@ def _prefix_slots(torch, dev, prefix_lens, pool):
     return slots, indptr
 
 
+def _extend_args(torch, dev, hq, hkv, dqk, dv, prefixes, extends, latent_v=False) -> dict:
+    """Random bf16 keyword arguments of an extend launcher (``extend_attention_fwd``, ``sm120_tree_verify_fwd``):
+    a KV pool with each request's prefix in random slots and each request's new tokens, causal with no custom
+    mask. With ``latent_v`` the values are the first ``dv`` dims of the keys (views, the MLA layout)."""
+    bf16 = torch.bfloat16
+    pool = sum(prefixes) + 64
+    k_buffer = torch.randn(pool, hkv, dqk, device=dev, dtype=bf16)
+    v_buffer = k_buffer[..., :dv] if latent_v else torch.randn(pool, hkv, dv, device=dev, dtype=bf16)
+    kv_indices, kv_indptr = _prefix_slots(torch, dev, prefixes, pool)
+    total = sum(extends)
+    q = torch.randn(total, hq, dqk, device=dev, dtype=bf16)
+    k = torch.randn(total, hkv, dqk, device=dev, dtype=bf16)
+    v = k[..., :dv] if latent_v else torch.randn(total, hkv, dv, device=dev, dtype=bf16)
+    return dict(
+        q_extend=q,
+        k_extend=k,
+        v_extend=v,
+        o_extend=torch.empty(total, hq, dv, device=dev, dtype=bf16),
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        qo_indptr=torch.tensor([0, *extends], device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32),
+        kv_indptr=kv_indptr,
+        kv_indices=kv_indices,
+        custom_mask=None,
+        is_causal=True,
+        mask_indptr=None,
+        max_len_extend=max(extends),
+        k_scale=1.0,
+        v_scale=1.0,
+        sm_scale=1.0 / math.sqrt(dqk),
+    )
+
+
+def _extend_reference(torch, args: dict, prefixes, extends, masks=None):
+    """float32 attention of each request's new tokens over its prefix and its new tokens, for the arguments of
+    :func:`_extend_args`: causal, or as ``masks[r]`` (a [new, prefix + new] boolean per request) allows."""
+    q, k, v, kv_indices = args["q_extend"], args["k_extend"], args["v_extend"], args["kv_indices"]
+    refs, q_begin, p_begin = [], 0, 0
+    for r, (p, e) in enumerate(zip(prefixes, extends)):
+        slots = kv_indices[p_begin : p_begin + p]
+        keys = torch.cat([args["k_buffer"][slots], k[q_begin : q_begin + e]])
+        values = torch.cat([args["v_buffer"][slots], v[q_begin : q_begin + e]])
+        shown = dict(causal_offset=p) if masks is None else dict(mask=masks[r].to(q.device))
+        refs.append(ref_attention(torch, q[q_begin : q_begin + e], keys, values, args["sm_scale"], **shown))
+        q_begin += e
+        p_begin += p
+    return torch.cat(refs)
+
+
 def extend(ctx: CheckContext) -> list[CaseResult]:
     mod = _attention_module("extend_attention")
     fn = mod.extend_attention_fwd
@@ -112,49 +161,10 @@ def extend(ctx: CheckContext) -> list[CaseResult]:
     for label, hq, hkv, dqk, dv, prefixes, extends in EXTEND_CASES:
 
         def case(label=label, hq=hq, hkv=hkv, dqk=dqk, dv=dv, prefixes=prefixes, extends=extends):
-            bf16 = torch.bfloat16
-            pool = sum(prefixes) + 64
-            k_buffer = torch.randn(pool, hkv, dqk, device=dev, dtype=bf16)
-            v_buffer = torch.randn(pool, hkv, dv, device=dev, dtype=bf16)
-            kv_indices, kv_indptr = _prefix_slots(torch, dev, prefixes, pool)
-            total = sum(extends)
-            q = torch.randn(total, hq, dqk, device=dev, dtype=bf16)
-            k = torch.randn(total, hkv, dqk, device=dev, dtype=bf16)
-            v = torch.randn(total, hkv, dv, device=dev, dtype=bf16)
-            o = torch.empty(total, hq, dv, device=dev, dtype=bf16)
-            qo_indptr = torch.tensor([0, *extends], device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-            scale = 1.0 / math.sqrt(dqk)
-            call_with_known_params(
-                fn,
-                "extend_attention_fwd",
-                dict(
-                    q_extend=q,
-                    k_extend=k,
-                    v_extend=v,
-                    o_extend=o,
-                    k_buffer=k_buffer,
-                    v_buffer=v_buffer,
-                    qo_indptr=qo_indptr,
-                    kv_indptr=kv_indptr,
-                    kv_indices=kv_indices,
-                    custom_mask=None,
-                    is_causal=True,
-                    mask_indptr=None,
-                    max_len_extend=max(extends),
-                    k_scale=1.0,
-                    v_scale=1.0,
-                    sm_scale=scale,
-                ),
-            )
-            refs, q_begin, p_begin = [], 0, 0
-            for p, e in zip(prefixes, extends):
-                slots = kv_indices[p_begin : p_begin + p]
-                keys = torch.cat([k_buffer[slots], k[q_begin : q_begin + e]])
-                values = torch.cat([v_buffer[slots], v[q_begin : q_begin + e]])
-                refs.append(ref_attention(torch, q[q_begin : q_begin + e], keys, values, scale, causal_offset=p))
-                q_begin += e
-                p_begin += p
-            return compare(label, o, torch.cat(refs), tol=ATTN_TOL_BF16)
+            args = _extend_args(torch, dev, hq, hkv, dqk, dv, prefixes, extends)
+            call_with_known_params(fn, "extend_attention_fwd", args)
+            ref = _extend_reference(torch, args, prefixes, extends)
+            return compare(label, args["o_extend"], ref, tol=ATTN_TOL_BF16)
 
         results += run_case(label, case)
     return results
@@ -264,59 +274,21 @@ def tree_verify(ctx: CheckContext) -> list[CaseResult]:
     for label, hq, hkv, dqk, dv, prefixes, drafts in TREE_VERIFY_CASES:
 
         def case(label=label, hq=hq, hkv=hkv, dqk=dqk, dv=dv, prefixes=prefixes, drafts=drafts):
-            bf16 = torch.bfloat16
-            mla = dqk > dv and hkv == 1
-            pool = sum(prefixes) + 64
-            k_buffer = torch.randn(pool, hkv, dqk, device=dev, dtype=bf16)
-            v_buffer = k_buffer[..., :dv] if mla else torch.randn(pool, hkv, dv, device=dev, dtype=bf16)
-            kv_indices, kv_indptr = _prefix_slots(torch, dev, prefixes, pool)
-            total = sum(drafts)
-            q = torch.randn(total, hq, dqk, device=dev, dtype=bf16)
-            k = torch.randn(total, hkv, dqk, device=dev, dtype=bf16)
-            v = k[..., :dv] if mla else torch.randn(total, hkv, dv, device=dev, dtype=bf16)
-            o = torch.empty(total, hq, dv, device=dev, dtype=bf16)
-            qo_indptr = torch.tensor([0, *drafts], device=dev, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+            args = _extend_args(torch, dev, hq, hkv, dqk, dv, prefixes, drafts, latent_v=dqk > dv and hkv == 1)
             # SGLang's layout: per request a row-major [drafts, prefix + drafts] mask, prefix columns all set.
             rows = [
                 torch.cat([torch.ones(n, p, dtype=torch.bool), tree_mask(torch, n)], 1)
                 for p, n in zip(prefixes, drafts)
             ]
-            custom_mask = torch.cat([r.flatten() for r in rows]).to(dev)
-            mask_indptr = torch.tensor([0, *(r.numel() for r in rows)], device=dev).cumsum(0)
-            scale = 1.0 / math.sqrt(dqk)
-            ran = call_with_known_params(
-                fn,
-                "sm120_tree_verify_fwd",
-                dict(
-                    q_extend=q,
-                    k_extend=k,
-                    v_extend=v,
-                    o_extend=o,
-                    k_buffer=k_buffer,
-                    v_buffer=v_buffer,
-                    qo_indptr=qo_indptr,
-                    kv_indptr=kv_indptr,
-                    kv_indices=kv_indices,
-                    custom_mask=custom_mask,
-                    is_causal=False,
-                    mask_indptr=mask_indptr,
-                    max_len_extend=max(drafts),
-                    k_scale=1.0,
-                    v_scale=1.0,
-                    sm_scale=scale,
-                ),
+            args.update(
+                custom_mask=torch.cat([r.flatten() for r in rows]).to(dev),
+                is_causal=False,
+                mask_indptr=torch.tensor([0, *(r.numel() for r in rows)], device=dev).cumsum(0),
             )
-            if not ran:
+            if not call_with_known_params(fn, "sm120_tree_verify_fwd", args):
                 return CaseResult(label, False, error="sm120_tree_verify_fwd declined a call it should serve")
-            refs, q_begin, p_begin = [], 0, 0
-            for (p, n), allowed in zip(zip(prefixes, drafts), rows):
-                slots = kv_indices[p_begin : p_begin + p]
-                keys = torch.cat([k_buffer[slots], k[q_begin : q_begin + n]])
-                values = torch.cat([v_buffer[slots], v[q_begin : q_begin + n]])
-                refs.append(ref_attention(torch, q[q_begin : q_begin + n], keys, values, scale, mask=allowed.to(dev)))
-                q_begin += n
-                p_begin += p
-            return compare(label, o, torch.cat(refs), tol=ATTN_TOL_BF16)
+            ref = _extend_reference(torch, args, prefixes, drafts, masks=rows)
+            return compare(label, args["o_extend"], ref, tol=ATTN_TOL_BF16)
 
         results += run_case(label, case)
     return results

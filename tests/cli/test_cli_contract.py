@@ -157,6 +157,8 @@ def _small_elf_library() -> Path | None:
     return found[0] if found else None
 
 
+# tune-moe on a plain folder with a small MoE's shape (8 experts, top 2, intermediate size 14336)
+_TUNE_MOE_PLAIN = ["tune-moe", "{plain}", "-E", "8", "--intermediate-size", "14336", "--topk", "2"]
 # name -> (arguments, the error kind expected); {plain} is a folder holding no SGLang, {tmp} a scratch folder.
 BAD_INPUT = {
     "apply-plain-folder": (["apply", "{plain}", "--json"], "not-sglang-tree"),
@@ -185,37 +187,11 @@ BAD_INPUT = {
     "serve-no-recipe": (["serve", "--json"], "usage"),
     "audit-bad-launcher": (["audit", "--launcher", "bogus", "--json"], "usage"),
     "tune-moe-plain-folder": (
-        [
-            "tune-moe",
-            "{plain}",
-            "-E",
-            "8",
-            "--intermediate-size",
-            "14336",
-            "--topk",
-            "2",
-            "--hidden-size",
-            "4096",
-            "--dry-run",
-            "--json",
-        ],
+        [*_TUNE_MOE_PLAIN, "--hidden-size", "4096", "--dry-run", "--json"],
         "not-sglang-tree",
     ),
     "tune-moe-bad-block-shape": (
-        [
-            "tune-moe",
-            "{plain}",
-            "-E",
-            "8",
-            "--intermediate-size",
-            "14336",
-            "--topk",
-            "2",
-            "--block-shape",
-            "128",
-            "--dry-run",
-            "--json",
-        ],
+        [*_TUNE_MOE_PLAIN, "--block-shape", "128", "--dry-run", "--json"],
         "usage",
     ),
 }

@@ -16,6 +16,7 @@ from build_support import cuobjdump, cuobjdump_archs, cuobjdump_elf_arch_lines, 
 
 from sm120kit.errors import IOFailure, UsageError
 from sm120kit.hardware import fatbin
+from sm120kit.sglang.releases import pip_download_argv
 from sm120kit.util.cache import cache_dir
 
 needs_nvcc = pytest.mark.skipif(nvcc() is None, reason="nvcc (CUDA >= 12.9) is not on PATH")
@@ -167,30 +168,8 @@ def published_wheel() -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     found = sorted(folder.glob("sglang_kernel-0.4.10-*.whl"))
     if not found:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--quiet",
-                "--python-version",
-                "3.11",
-                "--implementation",
-                "cp",
-                "--platform",
-                "manylinux2014_x86_64",
-                "--platform",
-                "manylinux_2_28_x86_64",
-                "-d",
-                str(folder),
-                PINNED_KERNEL,
-            ],
-            check=True,
-            timeout=1200,
-        )
+        platforms = ("manylinux2014_x86_64", "manylinux_2_28_x86_64")
+        subprocess.run(pip_download_argv(PINNED_KERNEL, folder, platforms), check=True, timeout=1200)
         found = sorted(folder.glob("sglang_kernel-0.4.10-*.whl"))
     assert found, f"pip download {PINNED_KERNEL} left no wheel in {folder}"
     return found[0]

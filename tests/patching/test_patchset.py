@@ -59,19 +59,24 @@ def _error(folder: Path) -> str:
     return info.value.render()
 
 
+def _error_at_line(series: Path, toml: Path, needle: str) -> str:
+    """The series' load error, which must name ``toml`` and the line of it that holds ``needle``."""
+    message = _error(series)
+    assert f"{toml}:{_line_of(toml, needle)}:" in message, message
+    return message
+
+
 def test_unknown_key_names_file_line_and_suggests(series_copy):
     toml = series_copy / "demo-new-module" / "patch.toml"
     _edit(toml, 'title = "Demo', 'titel = "Demo')
-    message = _error(series_copy)
-    assert f"{toml}:{_line_of(toml, 'titel =')}:" in message
+    message = _error_at_line(series_copy, toml, "titel =")
     assert "unknown key 'titel'" in message and "Did you mean 'title'?" in message
 
 
 def test_unknown_key_in_a_variant_table(series_copy):
     toml = series_copy / "demo-extend-attention-note" / "patch.toml"
     _edit(toml, 'releases = ">=0.5.16"', 'release = ">=0.5.16"')
-    message = _error(series_copy)
-    assert f"{toml}:{_line_of(toml, 'release = ')}:" in message
+    message = _error_at_line(series_copy, toml, "release = ")
     assert "[[variants]] entry 2" in message and "Did you mean 'releases'?" in message
 
 
@@ -106,8 +111,7 @@ def test_toml_syntax_error_has_line_and_column(series_copy):
 def test_bad_values_name_the_line(series_copy, old, new, needle, expect):
     toml = series_copy / "demo-capability-helper" / "patch.toml"
     _edit(toml, old, new)
-    message = _error(series_copy)
-    assert f"{toml}:{_line_of(toml, needle)}:" in message, message
+    message = _error_at_line(series_copy, toml, needle)
     assert expect in message
 
 
@@ -120,8 +124,7 @@ def test_overlapping_variant_ranges_are_rejected(series_copy):
 def test_not_forwarded_needs_a_reason(series_copy):
     toml = series_copy / "demo-new-module" / "patch.toml"
     _edit(toml, 'reason = "demonstration patch for the test suite"', "")
-    message = _error(series_copy)
-    assert f"{toml}:{_line_of(toml, 'forwarded = false')}:" in message and "reason" in message
+    assert "reason" in _error_at_line(series_copy, toml, "forwarded = false")
 
 
 def test_id_must_match_folder(series_copy):
@@ -133,9 +136,7 @@ def test_id_must_match_folder(series_copy):
 def test_series_names_missing_patch_with_suggestion_and_unlisted_folder(series_copy):
     toml = series_copy / "series.toml"
     _edit(toml, '"demo-new-module"]', '"demo-new-modul"]')
-    message = _error(series_copy)
-    assert f"{toml}:{_line_of(toml, 'patches =')}:" in message
-    assert "Did you mean 'demo-new-module'?" in message
+    assert "Did you mean 'demo-new-module'?" in _error_at_line(series_copy, toml, "patches =")
     _edit(toml, ', "demo-new-modul"]', "]")
     assert "does not list" in _error(series_copy)
 

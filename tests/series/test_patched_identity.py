@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import pytest
 from conftest import DATA_DIR, REPO_ROOT, quick_on_one
+from record_patched_hashes import tree_files  # the walk that made the record
 
 from sm120kit.patching.engine import apply_series
 from sm120kit.patching.series import load_series
-from sm120kit.patching.treepath import STATE_DIR
 from sm120kit.sglang.target import find_target
 
 RECORDED = json.loads((DATA_DIR / "patched-hashes.json").read_text(encoding="utf-8"))
@@ -57,20 +56,6 @@ CHANGED_ON_PURPOSE: dict[str, str] = {
 }
 
 
-def _tree_files(root: Path) -> dict[str, tuple[str, int]]:
-    """Every file under ``root`` but sm120kit's state folder: path -> (SHA-256, permission bits)."""
-    out: dict[str, tuple[str, int]] = {}
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d != STATE_DIR]
-        for name in names:
-            path = Path(folder) / name
-            out[path.relative_to(root).as_posix()] = (
-                hashlib.sha256(path.read_bytes()).hexdigest(),
-                path.lstat().st_mode & 0o7777,
-            )
-    return out
-
-
 @pytest.mark.parametrize("version", quick_on_one(tuple(RECORDED), quick="0.5.23"))
 def test_patched_tree_is_byte_identical_to_the_record(version, release_dir, tmp_path):
     release = release_dir(version)
@@ -84,7 +69,7 @@ def test_patched_tree_is_byte_identical_to_the_record(version, release_dir, tmp_
         "(record a new patch with scripts/record_patched_hashes.py --patch ID)"
     )
 
-    pristine, patched = _tree_files(release), _tree_files(site)
+    pristine, patched = tree_files(release), tree_files(site)
     now = {p: patched.get(p) for p in set(pristine) | set(patched) if pristine.get(p) != patched.get(p)}
 
     # The kernel modules: what sm120-mla-attention's [[files]] entries ship from kernels/sm120_attention/.

@@ -8,9 +8,10 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
+from prove_kernel_wheel import cuobjdump_targets
+from prove_kernel_wheel import find_cuobjdump as cuobjdump
 from repo_paths import PACKAGES_DIR as PACKAGES
 
 FIXTURE = PACKAGES / "mini_kernel"
@@ -22,28 +23,11 @@ def nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def cuobjdump() -> str | None:
-    """cuobjdump from the nvidia-cuda-cuobjdump wheel (build extra), else PATH, else triton's copy."""
-    purelib = Path(sysconfig.get_paths()["purelib"])
-    for candidate in (
-        purelib / "nvidia" / "cu13" / "bin" / "cuobjdump",
-        Path(shutil.which("cuobjdump") or "/nonexistent"),
-        purelib / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump",
-    ):
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
 def cuobjdump_archs(path: Path) -> tuple[set[str], set[str]]:
     """(SASS archs, PTX archs) as ``cuobjdump --list-elf/--list-ptx`` name them (``sm_120a``)."""
     tool = cuobjdump()
     assert tool, "cuobjdump not found"
-    out = {}
-    for flag in ("--list-elf", "--list-ptx"):
-        proc = subprocess.run([tool, flag, str(path)], capture_output=True, text=True)
-        out[flag] = set(re.findall(r"\.(sm_\d+[a-z]?)\.(?:cubin|ptx)\b", proc.stdout))
-    return out["--list-elf"], out["--list-ptx"]
+    return cuobjdump_targets(tool, path)
 
 
 def cuobjdump_elf_arch_lines(path: Path) -> set[str]:

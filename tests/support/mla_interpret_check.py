@@ -88,45 +88,6 @@ def paged(case, page_size, seed=0):
     return case
 
 
-VERIFY_NAMES = (
-    "q_extend",
-    "k_extend",
-    "v_extend",
-    "o_extend",
-    "k_buffer",
-    "v_buffer",
-    "qo_indptr",
-    "kv_indptr",
-    "kv_indices",
-    "custom_mask",
-    "is_causal",
-    "mask_indptr",
-    "max_len_extend",
-    "k_scale",
-    "v_scale",
-)
-
-
-def verify_args(c, o):
-    return (
-        c["q"],
-        c["k_ext"],
-        c["v_ext"],
-        o,
-        c["k_pool"],
-        c["v_pool"],
-        c["qo_indptr"],
-        c["kv_indptr"],
-        c["kv_indices"],
-        c["custom_mask"],
-        False,
-        c["mask_indptr"],
-        c["max_len"],
-        1.0,
-        1.0,
-    )
-
-
 def release_call(fn, **kwargs):
     """Call a launcher of the release by name with the arguments it declares (their order and set changed
     over releases: no k_scale/v_scale before 0.5.10, no has_mla before 0.5.15)."""
@@ -169,7 +130,7 @@ def reference_checks(records: list) -> None:
         if page > 1:
             c = paged(c, page)
         o = torch.zeros(c["q"].shape[0], heads, lv, dtype=dtype)
-        ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o), page_size=page)
+        ran = sm120_mla.sm120_tree_verify_fwd(*ref.verify_args(c, o), page_size=page)
         records.append(
             {
                 "check": "verify-reference",
@@ -198,7 +159,7 @@ def reference_checks(records: list) -> None:
                 pool_extra=128,
             )
             o = torch.zeros(c["q"].shape[0], heads, lv, dtype=torch.float32)
-            ran = sm120_mla.sm120_tree_verify_fwd(*verify_args(c, o))
+            ran = sm120_mla.sm120_tree_verify_fwd(*ref.verify_args(c, o))
             records.append(
                 {
                     "check": "verify-separate-tail",
@@ -227,9 +188,7 @@ def reference_checks(records: list) -> None:
     c["k_pool"] = c["k_pool"] * 2
     c["v_pool"] = c["k_pool"][:, :, :512]
     o = torch.zeros(c["q"].shape[0], 16, 512, dtype=torch.float16)
-    args = list(verify_args(c, o))
-    args[13], args[14] = 0.5, 0.5
-    ran = sm120_mla.sm120_tree_verify_fwd(*args)
+    ran = sm120_mla.sm120_tree_verify_fwd(*ref.verify_args(c, o, k_scale=0.5, v_scale=0.5))
     records.append(
         {
             "check": "verify-scales",
@@ -251,8 +210,8 @@ def release_checks(records: list) -> None:
         )
         o_new = torch.zeros(c["q"].shape[0], heads, lv, dtype=torch.float16)
         o_old = torch.zeros_like(o_new)
-        release_call(extend_fwd, **dict(zip(VERIFY_NAMES, verify_args(c, o_new))))
-        release_call(extend_attention.extend_attention_fwd, **dict(zip(VERIFY_NAMES, verify_args(c, o_old))))
+        release_call(extend_fwd, **ref.verify_kwargs(c, o_new))
+        release_call(extend_attention.extend_attention_fwd, **ref.verify_kwargs(c, o_old))
         records.append(
             {
                 "check": "verify-release",
@@ -266,7 +225,7 @@ def release_checks(records: list) -> None:
     c = ref.make_verify_case([64], [16], heads=8, kv_heads=2, lk=128, lv=128, dtype=torch.float16, seed=6)
     o_new = torch.zeros(16, 8, 128, dtype=torch.float16)
     o_old = torch.zeros_like(o_new)
-    no_mask = dict(zip(VERIFY_NAMES, verify_args(c, o_new)), custom_mask=None, is_causal=True, mask_indptr=None)
+    no_mask = dict(ref.verify_kwargs(c, o_new), custom_mask=None, is_causal=True, mask_indptr=None)
     release_call(extend_fwd, **no_mask)
     release_call(extend_attention.extend_attention_fwd, **dict(no_mask, o_extend=o_old))
     records.append(
@@ -349,10 +308,9 @@ def decline_checks(records: list) -> None:
         "tail over 64": dict(max_len_extend=65),
         "unknown argument": dict(new_feature=torch.zeros(1)),
     }
-    names = VERIFY_NAMES
     for label, change in declines.items():
         o = torch.full((4, 16, 512), 7.0, dtype=torch.float16)
-        kwargs = dict(zip(names, verify_args(c, o)))
+        kwargs = ref.verify_kwargs(c, o)
         kwargs.update(change)
         ran = sm120_mla.sm120_tree_verify_fwd(**kwargs)
         records.append(

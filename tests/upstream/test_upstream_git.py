@@ -346,11 +346,9 @@ def test_refresh_rebuilds_variants_that_the_engine_then_applies(history, tmp_pat
     assert code == 0 and {p["status"] for p in data["patches"]} == {"applies", "present-upstream"}
 
 
-def test_refresh_merge_conflict_is_left_for_a_person(history, tmp_path):
-    _, user, _ = history
-    series = _copy_series(tmp_path)
-    before = _hashes(series)
-    code, data = run_json(
+def _conflicting_refresh(user: Path, series: Path) -> tuple[str, ...]:
+    """refresh of up-prefill-block onto origin/conflicting, where upstream changed the lines the patch changes."""
+    return (
         "refresh",
         "up-prefill-block",
         "--ref",
@@ -362,6 +360,14 @@ def test_refresh_merge_conflict_is_left_for_a_person(history, tmp_path):
         "--series",
         str(series),
     )
+
+
+def test_refresh_merge_conflict_is_left_for_a_person(history, tmp_path):
+    _, user, _ = history
+    series = _copy_series(tmp_path)
+    before = _hashes(series)
+    args = _conflicting_refresh(user, series)
+    code, data = run_json(*args)
     assert code == 4, data
     assert data["outcome"] == "conflict" and data["written"] == []
     [merged] = data["files"]
@@ -376,53 +382,17 @@ def test_refresh_merge_conflict_is_left_for_a_person(history, tmp_path):
     assert "<<<<<<< sglang origin/conflicting" in text and ">>>>>>> up-prefill-block 0.5.2.diff" in text
     assert (draft / "0.5.3.diff").is_file()
 
-    proc = run_cli(
-        "refresh",
-        "up-prefill-block",
-        "--ref",
-        "origin/conflicting",
-        "--repo",
-        str(user),
-        "--as-release",
-        "0.5.3",
-        "--series",
-        str(series),
-    )
+    proc = run_cli(*args)
     assert proc.returncode == 4
     assert f"needs a person: {TRITON_OPS}/prefill_attention.py line" in proc.stdout
     assert "error: up-prefill-block: the merge onto origin/conflicting" in proc.stderr
-    json.loads(
-        run_cli(
-            "refresh",
-            "up-prefill-block",
-            "--ref",
-            "origin/conflicting",
-            "--repo",
-            str(user),
-            "--as-release",
-            "0.5.3",
-            "--series",
-            str(series),
-            "--json",
-        ).stdout
-    )
+    json.loads(run_cli(*args, "--json").stdout)
 
 
 def test_refresh_takes_a_resolution_from_the_draft_folder(history, tmp_path):
     up, user, _ = history
     series = _copy_series(tmp_path)
-    args = (
-        "refresh",
-        "up-prefill-block",
-        "--ref",
-        "origin/conflicting",
-        "--repo",
-        str(user),
-        "--as-release",
-        "0.5.3",
-        "--series",
-        str(series),
-    )
+    args = _conflicting_refresh(user, series)
     code, data = run_json(*args)
     assert code == 4
     draft = Path(data["draft_dir"])
