@@ -26,7 +26,7 @@ block, with ENABLE_BELOW_SM90 ON and the sparse mask OFF), the file(GLOB) patter
 other .cu and host files; inside a stratum over head dim and paged/split/softcap/packgqa) are compiled
 ``--parallel`` at once with upstream's command. The whole FA3 build's CPU time is projected from them
 (stratum mean x file count), with its spread. Example, offline:
-python scripts/bench_build.py --fa3-sample 16 --parallel 16 --source SGLANG --deps-dir DEPS --json fa3.json
+python scripts/bench_build.py --fa3-sample 16 --parallel 16 --fa3-timeout 240 --source SGLANG --deps-dir DEPS --json fa3.json
 """
 
 from __future__ import annotations
@@ -199,9 +199,12 @@ def sm120a_command(upstream: list[str]) -> list[str]:
     return [upstream[0], *("--threads=1" if a.startswith("--threads") else a for a in args)]
 
 
-def _tree_rss(root_pid: int) -> int:
+def _tree_usage(root_pid: int) -> tuple[int, float]:
+    """(summed RSS in bytes, CPU seconds so far) of a process tree: user + system time of its live processes
+    and of the children they have reaped (a lower bound while it runs)."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
+    ticks: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -210,27 +213,42 @@ def _tree_rss(root_pid: int) -> int:
                 fields = handle.read().rsplit(")", 1)[1].split()
             children.setdefault(int(fields[1]), []).append(int(entry))
             rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+            ticks[int(entry)] = sum(int(f) for f in fields[11:15])
         except (OSError, IndexError, ValueError):
             continue
-    total, stack = 0, [root_pid]
+    total, cpu, stack = 0, 0, [root_pid]
     while stack:
         pid = stack.pop()
         total += rss.get(pid, 0)
+        cpu += ticks.get(pid, 0)
         stack.extend(children.get(pid, []))
-    return total
+    return total, cpu / os.sysconf("SC_CLK_TCK")
 
 
-def measure(argv: list[str], log: Path) -> dict:
-    """Run one compile; wall and CPU seconds, peak tree RSS, exit code."""
+def _tree_rss(root_pid: int) -> int:
+    return _tree_usage(root_pid)[0]
+
+
+def measure(argv: list[str], log: Path, timeout: float | None = None) -> dict:
+    """Run one compile; wall and CPU seconds, peak tree RSS, exit code. With ``timeout`` the compile's process
+    group is killed after that many seconds; it is then marked ``timed_out`` and its CPU time is the last
+    sample of its tree's (a lower bound)."""
     start = time.perf_counter()
     with open(log, "w") as handle:
-        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT)
-    peak = [0]
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, start_new_session=bool(timeout))
+    peak, cpu_seen, killed = [0], [0.0], [False]
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            rss, cpu = _tree_usage(proc.pid)
+            peak[0], cpu_seen[0] = max(peak[0], rss), max(cpu_seen[0], cpu)
+            if timeout and time.perf_counter() - start > timeout and not killed[0]:
+                killed[0] = True
+                try:
+                    os.killpg(proc.pid, 9)
+                except OSError:
+                    pass
             done.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -239,6 +257,14 @@ def measure(argv: list[str], log: Path) -> dict:
     done.set()
     sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
+    if killed[0]:
+        return {
+            "wall_s": round(time.perf_counter() - start, 2),
+            "cpu_s": round(max(cpu_seen[0], usage.ru_utime + usage.ru_stime), 2),
+            "peak_rss_mib": round(peak[0] / 2**20, 1),
+            "rc": proc.returncode,
+            "timed_out": True,
+        }
     return {
         "wall_s": round(time.perf_counter() - start, 2),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
@@ -839,14 +865,16 @@ def projection(files: list[Fa3File], results: list[dict], *, seed: int = 27, rou
     stratified standard error (strata of one sampled file add none) and a bootstrap 90 % interval
     (resampling inside each stratum, fixed seed). A stratum with no measured file takes the mean of all
     measured instantiation files (the host and other .cu files: of all measured files) and is named in
-    ``estimated``; one with nothing to go by is named in ``unprojected`` and the total is not ``complete``."""
+    ``estimated``; one with nothing to go by is named in ``unprojected`` and the total is not ``complete``.
+    A compile stopped by ``--fa3-timeout`` counts with the CPU time it had used (``lower_bound``)."""
     sizes: dict[str, int] = {}
     for f in files:
         sizes[f.stratum] = sizes.get(f.stratum, 0) + 1
     measured: dict[str, list[dict]] = {}
     for r in results:
-        if r.get("rc") == 0:
+        if r.get("rc") == 0 or r.get("timed_out"):
             measured.setdefault(r["stratum"], []).append(r)
+    timed_out = sorted(r["file"] for r in results if r.get("timed_out"))
     every = [r for rs in measured.values() for r in rs]
     inst = [r for s, rs in measured.items() if s not in FA3_OTHER_STRATA for r in rs]
     rows, estimated, unprojected = [], [], []
@@ -898,6 +926,8 @@ def projection(files: list[Fa3File], results: list[dict], *, seed: int = 27, rou
         "estimated": estimated,
         "unprojected": unprojected,
         "complete": not unprojected,
+        "timed_out": timed_out,  # their CPU time is what they had used when stopped
+        "lower_bound": bool(timed_out),
         "cpu_s": round(total, 0),
         "cpu_h": round(total / 3600, 2),
         "cpu_s_if_each_stratum_min": round(low, 0),
@@ -1041,9 +1071,11 @@ def run_fa3(args) -> int:
             return
         argv = cmd(f)
         log = work / (f.path.name + ".log")
-        stats = measure(argv, log)
+        stats = measure(argv, log, timeout=args.fa3_timeout or None)
         obj = Path(argv[-1])
-        if stats["rc"] == 0 and obj.is_file():
+        if stats.get("timed_out"):
+            stats["error"] = f"stopped after {args.fa3_timeout} s (--fa3-timeout); cpu_s is a lower bound"
+        elif stats["rc"] == 0 and obj.is_file():
             stats["object_bytes"] = obj.stat().st_size
             if f.language == "CUDA":
                 stats["sass"] = list(fatbin.inspect_library(obj).sass)
@@ -1071,6 +1103,8 @@ def run_fa3(args) -> int:
             f"  {row['stratum']:11s} {row['files']:4d} files x {row['mean_cpu_s']:7.1f} s "
             f"(measured {row['measured']}, {row['min_cpu_s']}-{row['max_cpu_s']} s) = {row['projected_cpu_s']:9.0f} s"
         )
+    if proj.get("timed_out"):
+        print(f"stopped at --fa3-timeout (the total is a lower bound): {', '.join(proj['timed_out'])}")
     if proj.get("unprojected"):
         print(f"NOT projected (no measured file to go by): {', '.join(proj['unprojected'])}; the total is partial")
     if data["skipped"]:
@@ -1110,6 +1144,13 @@ def main(argv: list[str] | None = None) -> int:
     fa3.add_argument("--fa3-list", action="store_true", help="print the files per pattern and one command; no compile")
     fa3.add_argument("--fa3-sample", type=int, metavar="N", help="compile N files spread over the strata")
     fa3.add_argument("--fa3-file", action="append", metavar="NAME", help="compile this file (instead of a sample)")
+    fa3.add_argument(
+        "--fa3-timeout",
+        type=float,
+        default=0,
+        metavar="S",
+        help="stop a compile after S seconds; it counts with the CPU used so far (a lower bound)",
+    )
     args = parser.parse_args(argv)
     if args.fa3_list or args.fa3_sample is not None or args.fa3_file:
         if args.fa3_sample is not None and args.fa3_sample < 0:

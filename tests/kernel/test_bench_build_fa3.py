@@ -17,6 +17,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import bench_build
@@ -308,6 +309,24 @@ def test_the_projection_is_stratum_means_times_file_counts(tmp_path):
     only = bench_build.projection(files, [row("host", 30.0)])
     assert only["unprojected"] == ["sm80-bf16", "sm80-fp16", "sm90-bf16"] and not only["complete"]
     assert only["estimated"] == ["cuda-other"] and only["cpu_s"] == 30 * (sizes["host"] + sizes["cuda-other"])
+
+
+def test_a_compile_past_the_timeout_is_stopped_with_its_tree_and_counts_as_a_lower_bound(tmp_path):
+    """A stand-in for nvcc (no compile needed): a shell whose child spins on the CPU, as cicc under nvcc."""
+    pid_file, spinner = tmp_path / "child.pid", tmp_path / "spin.py"
+    spinner.write_text(f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\nwhile True:\n    pass\n")
+    argv = ["sh", "-c", f"{sys.executable} {spinner} & wait"]
+    stats = bench_build.measure(argv, tmp_path / "log", timeout=1.5)
+    assert stats["timed_out"] and stats["rc"] == -9 and 1.5 <= stats["wall_s"] < 10
+    assert stats["cpu_s"] > 0.2  # the child's CPU time, sampled from /proc while it ran
+    child = int(pid_file.read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split(")")[1][:3]
+    row = {"file": "slow.cu", "stratum": "sm90-bf16", **stats}
+    kernel, deps = _tree(tmp_path / "t")
+    files, _ = bench_build.fa3_files(bench_build.read_fa3_build(kernel), kernel, deps)
+    proj = bench_build.projection(files, [row])
+    assert proj["lower_bound"] and proj["timed_out"] == ["slow.cu"] and proj["measured"] == 1
 
 
 # -- the real CMake text of SGLang v0.5.18 and its flash-attention tree ------------------------------------------
