@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up a virtual environment with every extra the tests need (the exact versions of constraints/ci.txt),
 # then run the whole test suite, one pytest-xdist worker per core (at most 4; SM120KIT_TEST_WORKERS=N sets
-# the number, 0 runs in this process). Files are not split between workers (--dist loadfile): their
-# module and session fixtures (patched trees, probe results) are made once.
+# the number, 0 runs in this process). Work units (--dist loadgroup: a test file, or one release of the
+# patched-release audits; tests/support/work_units.py) go out heaviest first (--no-loadscope-reorder keeps
+# that order); a file's module and session fixtures (patched trees, probe results) are made once per worker.
 # Usage: scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +19,5 @@ parallel=()
 for arg in "$@"; do  # the caller's own -n / -p no:xdist / --collect-only win
   case $arg in -n|-n*|--numprocesses*|no:xdist|--co|--collect-only|--pdb) workers=0 ;; esac
 done
-[ "$workers" -le 1 ] || parallel=(-n "$workers" --dist loadfile)
+[ "$workers" -le 1 ] || parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 exec "$VENV/bin/python" -m pytest ${parallel[@]+"${parallel[@]}"} "$@"

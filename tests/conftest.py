@@ -35,6 +35,30 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _work_units(config) -> bool:
+    # a pytest-xdist worker sees --dist as "no" and the group mode as option.loadgroup
+    return getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (scripts/test.sh), order the tests by work unit, heaviest first
+    (tests/support/work_units.py); any other run keeps the collection as it is."""
+    if _work_units(config):
+        import work_units
+
+        work_units.deal(items)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before pytest-xdist's own choice of scheduler
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: the work units of tests/support/work_units.py."""
+    if _work_units(config):
+        import work_units
+
+        return work_units.scheduler(config, log)
+    return None
+
+
 def quick_on_one(versions: tuple[str, ...], quick: str = QUICK_RELEASE) -> list:
     """Parametrize values for ``versions``, every one but ``quick`` marked slow."""
     return [v if v == quick else pytest.param(v, marks=pytest.mark.slow) for v in versions]

@@ -451,14 +451,18 @@ def _probe_env(target: Target, overlay: probe_env.Overlay, env: Mapping[str, str
 def _run_probe(
     target: Target,
     overlay: probe_env.Overlay,
-    capability: str,
+    capabilities: Sequence[str],
     flashinfer: bool,
     deep_gemm: bool,
     jobs: Sequence[_Job],
     env: Mapping[str, str] | None,
-) -> tuple[dict, dict[str, dict]]:
+    parallel: int = 1,
+) -> dict[str, tuple[dict, dict[str, dict]]]:
+    """Resolve ``jobs`` on each capability in one probe interpreter (one SGLang import per capability, each
+    in a process of its own: :mod:`sm120kit.audit.resolve_probe`); capability -> (header, results by job)."""
     request = {
-        "capability": capability,
+        "capabilities": list(capabilities),
+        "parallel": parallel,
         "flashinfer": flashinfer,
         "deep_gemm": deep_gemm,
         "jobs": [{"id": j.key, "model": str(j.path), "args": list(j.args)} for j in jobs],
@@ -472,23 +476,29 @@ def _run_probe(
             check=False,
             timeout=PROBE_TIMEOUT_S,
             cwd=tmp,
-            what=f"argument resolution probe ({capability})",
+            what=f"argument resolution probe ({', '.join(capabilities)})",
         )
         lines = out_path.read_text().splitlines() if out_path.is_file() else []
-    if not lines:
-        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
-        failure = {
-            "status": "not-run",
-            "error_type": "ProbeFailed",
-            "error": f"the resolution probe exited with code {result.returncode} and wrote no result: {tail}",
-        }
-        return {}, {j.key: {"id": j.key, **failure} for j in jobs}
-    header = json.loads(lines[0]).get("header", {})
-    results = {}
-    for line in lines[1:]:
+    found: dict[str, tuple[dict, dict[str, dict]]] = {}
+    results: dict[str, dict] = {}
+    for line in lines:
         data = json.loads(line)
-        results[data["id"]] = data
-    return header, results
+        if "header" in data:
+            results = {}
+            found[data["header"].get("capability")] = (data["header"], results)
+        else:
+            results[data["id"]] = data
+    tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-8:])
+    for capability in capabilities:
+        if capability not in found:
+            failure = {
+                "status": "not-run",
+                "error_type": "ProbeFailed",
+                "error": f"the resolution probe exited with code {result.returncode} and wrote no result "
+                f"for {capability}: {tail}",
+            }
+            found[capability] = ({}, {j.key: {"id": j.key, **failure} for j in jobs})
+    return found
 
 
 # -- reading a result ---------------------------------------------------------------------------------------
@@ -656,6 +666,39 @@ def _overlay(target: Target, release_pins: bool, on_step: Step | None) -> probe_
 # -- public API ---------------------------------------------------------------------------------------------
 
 
+def resolve_across(
+    root: Path | str | Target,
+    requests: Iterable[tuple[str | Path, Sequence[str]]],
+    capabilities: Sequence[str],
+    *,
+    flashinfer: bool = True,
+    deep_gemm: bool = True,
+    env: Mapping[str, str] | None = None,
+    release_pins: bool = True,
+    parallel: int = 1,
+    on_step: Step | None = None,
+) -> dict[str, list[Resolution]]:
+    """Resolve several (model, extra arguments) pairs on each of several capabilities in one probe interpreter:
+    capability -> resolutions in request order. Each capability imports SGLang in a process of its own, so
+    the answers are those of one interpreter per capability; ``parallel`` capabilities are served at once."""
+    target = _target_of(root)
+    caps = list(dict.fromkeys(check_capability(c) for c in capabilities))
+    if not caps:
+        raise UsageError("No capability to resolve on: give at least one (12.0, 12.1, 9.0, 10.0).")
+    overlay = _overlay(target, release_pins, on_step)
+    jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(a)) for i, (m, a) in enumerate(requests)]
+    found = _run_probe(target, overlay, caps, flashinfer, deep_gemm, jobs, env, parallel)
+    return {
+        cap: [
+            _resolution(
+                target, j, cap, flashinfer, deep_gemm, found[cap][0], found[cap][1].get(j.key, {}), overlay, env
+            )
+            for j in jobs
+        ]
+        for cap in caps
+    }
+
+
 def resolve_many(
     root: Path | str | Target,
     requests: Iterable[tuple[str | Path, Sequence[str]]],
@@ -668,15 +711,17 @@ def resolve_many(
     on_step: Step | None = None,
 ) -> list[Resolution]:
     """Resolve several (model, extra arguments) pairs on one capability in one probe interpreter."""
-    target = _target_of(root)
     capability = check_capability(capability)
-    overlay = _overlay(target, release_pins, on_step)
-    jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(a)) for i, (m, a) in enumerate(requests)]
-    header, results = _run_probe(target, overlay, capability, flashinfer, deep_gemm, jobs, env)
-    return [
-        _resolution(target, j, capability, flashinfer, deep_gemm, header, results.get(j.key, {}), overlay, env)
-        for j in jobs
-    ]
+    return resolve_across(
+        root,
+        requests,
+        [capability],
+        flashinfer=flashinfer,
+        deep_gemm=deep_gemm,
+        env=env,
+        release_pins=release_pins,
+        on_step=on_step,
+    )[capability]
 
 
 def resolve(
@@ -738,6 +783,9 @@ def audit_backends(
         raise UsageError("No capability to audit: give at least one (12.0, 12.1, 9.0, 10.0).")
     overlay = _overlay(target, release_pins, on_step)
     combos = [(c, fi) for c in caps for fi in flashinfer]
+    # One interpreter per flashinfer setting, resolving every capability (one SGLang import each, in a process
+    # of its own); together they serve ``workers`` capabilities at once.
+    settings = list(dict.fromkeys(flashinfer))
     workers = max(1, min(len(combos), jobs or os.cpu_count() or 1))
     tell(
         on_step,
@@ -746,21 +794,23 @@ def audit_backends(
     )
     done = 0
     outcome: dict[tuple[str, bool], list[Resolution]] = {}
+    probe_jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(args)) for i, m in enumerate(models)]
+    per_probe = max(1, workers // len(settings))
 
-    def one(combo: tuple[str, bool]) -> tuple[tuple[str, bool], list[Resolution]]:
-        cap, fi = combo
-        probe_jobs = [_Job(f"job{i}", model_label(m), model_dir(m), tuple(args)) for i, m in enumerate(models)]
-        header, results = _run_probe(target, overlay, cap, fi, deep_gemm, probe_jobs, env)
-        return combo, [
-            _resolution(target, j, cap, fi, deep_gemm, header, results.get(j.key, {}), overlay, env) for j in probe_jobs
-        ]
+    def one(fi: bool) -> tuple[bool, dict[str, tuple[dict, dict[str, dict]]]]:
+        return fi, _run_probe(target, overlay, caps, fi, deep_gemm, probe_jobs, env, per_probe)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for combo, found in pool.map(one, combos):
-            outcome[combo] = found
-            done += 1
-            if progress is not None:
-                progress(done, len(combos), f"{combo[0]} flashinfer={'yes' if combo[1] else 'no'}")
+    with ThreadPoolExecutor(max_workers=min(workers, len(settings))) as pool:
+        for fi, found in pool.map(one, settings):
+            for cap in caps:
+                header, results = found[cap]
+                outcome[(cap, fi)] = [
+                    _resolution(target, j, cap, fi, deep_gemm, header, results.get(j.key, {}), overlay, env)
+                    for j in probe_jobs
+                ]
+                done += 1
+                if progress is not None:
+                    progress(done, len(combos), f"{cap} flashinfer={'yes' if fi else 'no'}")
     ordered: list[Resolution] = []
     for index in range(len(models)):
         for combo in combos:
@@ -783,6 +833,7 @@ __all__ = [
     "FlaggedChoice",
     "resolve",
     "resolve_many",
+    "resolve_across",
     "audit_backends",
     "BUNDLED_MODELS",
     "DEFAULT_CAPABILITIES",

@@ -5,11 +5,12 @@ by :mod:`sm120kit.audit.backends` through :func:`sm120kit.runner.run` with ``PYT
 the folder holding the SGLang tree's ``sglang/`` package, so the tree's own code is imported. It never
 imports sglang in the calling process.
 
-One interpreter serves one (tree, capability, flashinfer, deep_gemm) combination, because SGLang reads the
-device and the installed kernel libraries once, at import. The parent imports SGLang once under the faked
-device; each model (and each set of extra arguments) is resolved in a child made by ``os.fork`` so that
-module-level state one resolution writes (environment flags, global server arguments, caches) never
-reaches the next.
+One interpreter serves one (tree, flashinfer, deep_gemm) combination and one or more capabilities. SGLang
+reads the device and the installed kernel libraries once, at import, so each capability imports SGLang in a
+process of its own, forked after the imports that do not depend on the device (torch, transformers, Triton:
+:data:`SHARED_IMPORTS`) are loaded once; each model (and each set of extra arguments) is then resolved in a
+child of that process made by ``os.fork`` so that module-level state one resolution writes (environment
+flags, global server arguments, caches) never reaches the next, nor another capability.
 
 What stands in for what this machine lacks, and only that:
 
@@ -598,35 +599,62 @@ def _run_in_child(job: dict, sglang_dir: str) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    request = json.loads(Path(args[0]).read_text())
-    out = Path(args[1])
-    started = time.perf_counter()
+# Modules that importing SGLang pulls in and whose import reads neither the device nor the libraries a
+# request varies (flashinfer, deep_gemm are settled before): imported once, before the capabilities part, so that
+# each capability's SGLang import (in a process of its own) finds them loaded. Missing ones are skipped.
+SHARED_IMPORTS = (
+    "triton",
+    "transformers",
+    "transformers.activations",
+    "transformers.modeling_layers",
+    "transformers.modeling_gguf_pytorch_utils",
+    "torch._inductor.compile_fx",
+    "torch._dynamo.repro.after_dynamo",
+    "compressed_tensors.config",
+    "aiohttp",
+    "requests",
+    "IPython.display",
+)
 
-    def write(results: list[dict], header: dict) -> None:
-        with open(out, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps({"header": header}, default=str) + "\n")
-            for result in results:
-                handle.write(json.dumps(result, default=str) + "\n")
 
+def import_shared() -> list[str]:
+    """Import :data:`SHARED_IMPORTS` (those installed); returns the ones that could not be imported."""
+    import importlib.util
+
+    failed = []
+    for name in SHARED_IMPORTS:
+        try:
+            if importlib.util.find_spec(name.split(".")[0]) is None:
+                continue
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - SGLang's own import reports it where it matters
+            failed.append(name)
+    return failed
+
+
+def serve_capability(request: dict, capability: str, jobs: list[dict], notes: list[str], states: dict) -> list[str]:
+    """Import the tree's SGLang under the faked ``capability`` device and resolve every job (each in a
+    child of its own); returns the JSONL lines of this capability: its header, then one line per job."""
     import torch
 
     from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 
-    stack = contextlib.ExitStack()
-    notes, states = install_libraries(request.get("flashinfer", True), request.get("deep_gemm", True), stack)
-
-    device = PRESETS[request["capability"]]
+    started = time.perf_counter()
+    device = PRESETS[capability]
     header = {
-        "capability": request["capability"],
+        "capability": capability,
         "device": device.name,
         "stand_ins": notes,
         "libraries": states,
         "python": sys.version.split()[0],
         "torch": torch.__version__,
     }
-    jobs = request["jobs"]
+
+    def lines(results: list[dict]) -> list[str]:
+        return [json.dumps({"header": header}, default=str)] + [
+            json.dumps({**r, "capability": capability}, default=str) for r in results
+        ]
+
     with faked_cuda(device), faked_nvidia_smi(device):
         try:
             import sglang
@@ -650,13 +678,72 @@ def main(argv: list[str] | None = None) -> int:
                 "missing_module": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
             }
             header["import_seconds"] = round(time.perf_counter() - started, 2)
-            write([{"id": job["id"], **failure} for job in jobs], header)
-            return 0
+            return lines([{"id": job["id"], **failure} for job in jobs])
         header["import_seconds"] = round(time.perf_counter() - started, 2)
         sys.stdout.flush()
         sys.stderr.flush()
-        results = [_run_in_child(job, sglang_dir) for job in jobs]
-    write(results, header)
+        return lines([_run_in_child(job, sglang_dir) for job in jobs])
+
+
+def _serve_in_child(request: dict, capability: str, notes: list[str], states: dict, out: Path) -> int:
+    """Fork a process that serves ``capability`` and writes its lines to ``out``; returns its pid. The
+    process importing SGLang under one faked device is thrown away after: nothing it loaded or set reaches
+    another capability."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            text = "\n".join(serve_capability(request, capability, request["jobs"], notes, states)) + "\n"
+            with open(out, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except BaseException:  # noqa: BLE001 - the parent reports the capability as not run
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return pid
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``REQUEST.json RESULT.jsonl``. The request names the capabilities (``capabilities``, or one
+    ``capability``), the libraries (``flashinfer``, ``deep_gemm``), the jobs and how many capabilities to
+    serve at once (``parallel``). The result holds, per capability, a header line and one line per job.
+    With several capabilities, each is served in a forked process of its own after :data:`SHARED_IMPORTS`
+    are loaded once; a capability whose process ends without a result has no lines (the caller reports it)."""
+    args = sys.argv[1:] if argv is None else argv
+    request = json.loads(Path(args[0]).read_text())
+    out = Path(args[1])
+    capabilities = list(request.get("capabilities") or [request["capability"]])
+
+    import torch  # noqa: F401 - loaded before the device is faked, as every capability's import expects
+
+    stack = contextlib.ExitStack()
+    notes, states = install_libraries(request.get("flashinfer", True), request.get("deep_gemm", True), stack)
+    import_shared()
+    if len(capabilities) == 1:
+        text = "\n".join(serve_capability(request, capabilities[0], request["jobs"], notes, states)) + "\n"
+        out.write_text(text, encoding="utf-8")
+        return 0
+    parts = [out.with_name(f"{out.name}.{i}") for i in range(len(capabilities))]
+    parallel = max(1, int(request.get("parallel") or 1))
+    running: dict[int, int] = {}
+    for index, capability in enumerate(capabilities):
+        while len(running) >= parallel:
+            pid, _ = os.wait()
+            running.pop(pid, None)
+        running[_serve_in_child(request, capability, notes, states, parts[index])] = index
+    while running:
+        pid, _ = os.wait()
+        running.pop(pid, None)
+    with open(out, "w", encoding="utf-8") as handle:
+        for part in parts:
+            if part.is_file():
+                handle.write(part.read_text(encoding="utf-8"))
+                part.unlink()
     return 0
 
 

@@ -30,7 +30,7 @@ import pytest
 from conftest import REPO_ROOT, SERIES_RELEASES
 from packaging.version import Version
 
-from sm120kit.audit.backends import resolve_many
+from sm120kit.audit.backends import resolve_across, resolve_many
 from sm120kit.hardware.fake_device import PRESETS, faked_cuda
 from sm120kit.patching.engine import apply_series
 from sm120kit.patching.plan import plan_series
@@ -195,35 +195,42 @@ def _patched_copy(source: Path, dest: Path, series) -> Path:
     return dest
 
 
+OFF_12X = ("9.0", "10.0")
+
+
 @pytest.fixture(scope="session")
 def resolutions(tmp_path_factory, release_dir, gating_series):
-    """Every resolution the tests below read, run two probe interpreters at a time.
+    """Every resolution the tests below read: one probe interpreter per tree, resolving each capability (in a
+    process of its own, :func:`sm120kit.audit.backends.resolve_across`), two interpreters at a time.
 
-    Key: (release, "patched" | "unpatched", capability) -> list of Resolution in request order."""
+    Key: (release, "patched" | "unpatched" | "full-series", capability) -> list of Resolution in request order
+    (the explicit fa3 request after the models on the patched 12.0 only)."""
     work = tmp_path_factory.mktemp("gating-trees")
     patched = {v: _patched_copy(release_dir(v), work / v, gating_series) for v in SERIES_RELEASES}
+    models = [(m, ()) for m in MODELS]
     jobs = []
     for v in SERIES_RELEASES:
-        jobs.append((v, "patched", "12.0", [(m, ()) for m in MODELS] + [("llama-mha", FA3)]))
-        for cap in ("12.1", "9.0", "10.0") if v in SAME_OFF_12X else ():
-            jobs.append((v, "patched", cap, [(m, ()) for m in MODELS]))
-            if cap != "12.1":
-                jobs.append((v, "unpatched", cap, [(m, ()) for m in MODELS]))
-    for v in ("0.5.6.post2", "0.5.8"):  # the regressions the patch fixes, as the release has them
-        jobs.append((v, "unpatched", "12.0", [(m, ()) for m in MODELS]))
+        same = v in SAME_OFF_12X
+        jobs.append((v, "patched", ("12.0", "12.1", *OFF_12X) if same else ("12.0",), [*models, ("llama-mha", FA3)]))
+        # the regressions the patch fixes, as the release has them (12.0); 9.0/10.0 to compare the patched tree to
+        unpatched_caps = (("12.0",) if v in ("0.5.6.post2", "0.5.8") else ()) + (OFF_12X if same else ())
+        if unpatched_caps:
+            jobs.append((v, "unpatched", unpatched_caps, models))
     # The whole bundled series on 0.5.4, whose capability patch widens is_blackwell() to 12.x.
     full = work / "0.5.4-full-series"
     shutil.copytree(release_dir("0.5.4"), full)
     assert apply_series(find_target(full), load_series()).exit_code == 0
-    jobs.append(("0.5.4", "full-series", "12.0", [("qwen3-next-gdn", ())]))
+    jobs.append(("0.5.4", "full-series", ("12.0",), [("qwen3-next-gdn", ())]))
+    jobs.sort(key=lambda job: -len(job[2]))  # the interpreters with the most capabilities first
 
     def run(job):
-        v, kind, cap, requests = job
+        v, kind, caps, requests = job
         root = {"patched": patched.get(v), "full-series": full}.get(kind) or release_dir(v)
-        return (v, kind, cap), resolve_many(root, requests, cap)
+        found = resolve_across(root, requests, caps)
+        return {(v, kind, c): r if c == "12.0" else r[: len(MODELS)] for c, r in found.items()}
 
     with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 1))) as pool:
-        return dict(pool.map(run, jobs))
+        return {key: value for part in pool.map(run, jobs) for key, value in part.items()}
 
 
 def _not_run(results) -> list[str]:
@@ -306,3 +313,23 @@ def test_hybrid_gdn_default_follows_the_release_is_blackwell(resolutions):
     assert gdn.backends["attention_prefill"] == gdn.backends["attention_decode"] == "triton"
     (alone,) = [r for r in resolutions[("0.5.4", "patched", "12.0")] if r.model == "qwen3-next-gdn"]
     assert alone.backends["attention_decode"] == "flashinfer"  # unwidened is_blackwell(): flashinfer runs
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.23"])
+def test_a_capability_resolved_alone_answers_as_in_the_batch(
+    version, resolutions, tmp_path, release_dir, gating_series
+):
+    """The batched probe (every capability of a tree in one interpreter) answers exactly as one interpreter
+    per capability: each resolved field, the arguments read, the Triton decode splits and the findings, on
+    the capabilities served after another in the batch (12.1, 9.0)."""
+    tree = _patched_copy(release_dir(version), tmp_path / version, gating_series)
+
+    def plain(r):
+        return (r.to_json(), r.raw, r.given, r.triton_decode, [str(s) for s in r.slow])
+
+    for cap in ("12.1", "9.0"):
+        (alone,) = resolve_many(tree, [("deepseek-v3-mla", ())], cap)
+        (batched,) = [r for r in resolutions[(version, "patched", cap)] if r.model == "deepseek-v3-mla"]
+        assert alone.status == "resolved", alone.error
+        assert {**plain(alone)[0], "seconds": None} == {**plain(batched)[0], "seconds": None}
+        assert plain(alone)[1:] == plain(batched)[1:]
