@@ -143,6 +143,8 @@ def build_kernel(
     def human() -> None:
         console.info(f"wheel: {result.wheel} ({_size(result.wheel_size)}), built in {result.seconds:.0f} s")
         console.info("objects: " + ", ".join(f"{n} {what}" for what, n in result.launcher))
+        for note in result.interpreter_bound:
+            console.info(f"note: {note}; install the wheel where the build's interpreter runs")
         console.table(
             ["library", "size", "SASS", "PTX", "on 12.x", "check"],
             [
@@ -152,6 +154,18 @@ def build_kernel(
         )
 
     emit(json_mode, result.to_json(), human)
+    if result.driver_unlinked:
+        _fail_after_output(
+            json_mode,
+            CheckFailed(
+                f"The wheel {result.wheel} would not import: {'; '.join(result.driver_unlinked)}. The link used a "
+                "libcuda.so that defines none of these functions (an empty stub), so the linker left the driver "
+                "out.",
+                hint="Link against the toolkit's stub (lib64/stubs/libcuda.so) or a stub that defines the driver "
+                "functions (docs/build-kernel.md, 'A compiler-only toolkit'), delete the .so files in the build "
+                "folder and run build-kernel again: only the libraries are linked again.",
+            ),
+        )
     if not result.ok:
         bad = result.failures or result.checks
         names = ", ".join(f"{c.library.label} ({c.status})" for c in bad) or "no library loaded on 12.x was built"

@@ -29,7 +29,7 @@ from pathlib import Path
 from sm120kit import runner
 from sm120kit.errors import BuildError, IOFailure, MissingDependency, Sm120kitError, UsageError
 from sm120kit.hardware import arch as hw_arch
-from sm120kit.hardware import fatbin
+from sm120kit.hardware import dynlinks, fatbin
 from sm120kit.kernel import deps as deps_mod
 from sm120kit.kernel.source import KernelSource
 from sm120kit.util import regularfile
@@ -732,6 +732,39 @@ def check_libraries(libraries: tuple[fatbin.LibraryArchs, ...], sass: tuple[str,
     return tuple(checks)
 
 
+_CPYTHON_SO = re.compile(r"\.cpython-3(\d{1,2})-[A-Za-z0-9_-]{1,64}\.so$")
+_ABI3_WHEEL = re.compile(r"-cp3\d{1,2}-abi3-[^/]{1,200}\.whl$")
+
+
+def interpreter_bound(wheel: Path, libraries: tuple[fatbin.LibraryArchs, ...]) -> tuple[str, ...]:
+    """Libraries of an ``abi3`` wheel built for one CPython only (``NAME.cpython-311-...so``: not limited API),
+    with the one interpreter they load on. The wheel's tag promises every CPython 3 from its version on; such a
+    library fails to import elsewhere (sglang-kernel 0.4.6.post1's ``infllm_ops`` is one, in the published
+    wheel too, there for CPython 3.10)."""
+    if not _ABI3_WHEEL.search(wheel.name):
+        return ()
+    notes = []
+    for lib in libraries:
+        m = _CPYTHON_SO.search(lib.path.name)
+        if m:
+            notes.append(f"{lib.label}: loads on CPython 3.{m.group(1)} only (not a limited-API module)")
+    return tuple(notes)
+
+
+def driver_unlinked(wheel: Path) -> tuple[str, ...]:
+    """Libraries of the wheel that call CUDA driver functions but do not name ``libcuda.so.1``: linked against
+    a ``libcuda.so`` that defines none of them (an empty stub), which ``--as-needed`` then drops. Such a library
+    fails to import (``undefined symbol: cuPointerGetAttribute``) unless the driver is already loaded globally;
+    the published sglang-kernel wheels name it. Met on the full sglang-kernel 0.4.6.post1 build."""
+    return tuple(
+        f"{links.label} calls {len(links.driver_calls)} CUDA driver function(s) "
+        f"({', '.join(links.driver_calls[:4])}{', ...' if len(links.driver_calls) > 4 else ''}) "
+        f"but does not name {dynlinks.DRIVER_LIBRARY}"
+        for links in dynlinks.wheel_links(wheel)
+        if links.driver_unlinked
+    )
+
+
 @dataclass(frozen=True)
 class BuildResult:
     plan: BuildPlan
@@ -744,10 +777,17 @@ class BuildResult:
     reused: bool  # an existing build folder was reused
     launcher: tuple[tuple[str, int], ...]  # launcher decisions: ("replaced", 12), ("foreign-ptx", 3) ...
     folder: FolderState | None = None  # the build folder as found at the start
+    interpreter_bound: tuple[str, ...] = ()  # libraries of an abi3 wheel that load on one CPython only
+    driver_unlinked: tuple[str, ...] = ()  # libraries that call the CUDA driver but do not name libcuda.so.1
 
     @property
     def ok(self) -> bool:
-        return bool(self.checks) and all(c.ok for c in self.checks) and any(c.loaded_on_sm12x for c in self.checks)
+        return (
+            bool(self.checks)
+            and all(c.ok for c in self.checks)
+            and any(c.loaded_on_sm12x for c in self.checks)
+            and not self.driver_unlinked
+        )
 
     @property
     def failures(self) -> tuple[LibraryCheck, ...]:
@@ -765,6 +805,8 @@ class BuildResult:
             "build_dir_at_start": self.folder.to_json() if self.folder else None,
             "launcher": dict(self.launcher),
             "libraries": [c.to_json() for c in self.checks],
+            "interpreter_bound": list(self.interpreter_bound),
+            "driver_unlinked": list(self.driver_unlinked),
             "plan": self.plan.to_json(),
         }
 
@@ -981,6 +1023,8 @@ def run_build(
         reused=reused,
         launcher=launcher_summary(plan.launcher_log),
         folder=folder,
+        interpreter_bound=interpreter_bound(wheel, libraries),
+        driver_unlinked=driver_unlinked(wheel),
     )
 
 

@@ -564,3 +564,23 @@ def test_the_build_log_holds_each_line_as_soon_as_it_is_read(tmp_path):
         what="two lines",
     )
     assert result.ok and seen_in_log == [True, True]
+
+
+def test_libraries_bound_to_one_cpython_in_an_abi3_wheel_are_named():
+    """A full sglang-kernel 0.4.6.post1 build (and the published wheel) holds ``infllm_ops.cpython-3XY-...so``
+    inside a ``cp310-abi3`` wheel: it imports on that one CPython only. The build result names it with its version;
+    limited-API libraries and wheels that are not abi3 get no note. (Library records as the wheel reader makes
+    them, from names alone: nothing here needs a GPU.)"""
+    from sm120kit.hardware.fatbin import LibraryArchs
+
+    libs = (
+        LibraryArchs(Path("sgl_kernel/sm100/common_ops.abi3.so"), ("sm_120a",), ()),
+        LibraryArchs(Path("sgl_kernel/infllm_ops.cpython-311-x86_64-linux-gnu.so"), ("sm_120a",), ()),
+    )
+    abi3 = Path("out/sglang_kernel-0.4.6.post1-cp310-abi3-linux_x86_64.whl")
+    notes = build.interpreter_bound(abi3, libs)
+    assert notes == (
+        "sgl_kernel/infllm_ops.cpython-311-x86_64-linux-gnu.so: loads on CPython 3.11 only (not a limited-API module)",
+    )
+    assert build.interpreter_bound(Path("out/mini_kernel-0.1.0-cp311-cp311-linux_x86_64.whl"), libs) == ()
+    assert build.interpreter_bound(abi3, libs[:1]) == ()
