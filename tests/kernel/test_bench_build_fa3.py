@@ -186,40 +186,24 @@ def test_a_file_linked_out_of_the_tree_is_refused(tmp_path):
         bench_build.fa3_files(build, kernel, deps)
 
 
+def _fa3_list(kernel: Path, deps: Path) -> subprocess.CompletedProcess:
+    """``bench_build.py --fa3-list`` run as a user runs it."""
+    argv = [sys.executable, str(SCRIPTS_DIR / "bench_build.py"), "--fa3-list", "--source", str(kernel)]
+    return subprocess.run(
+        [*argv, "--deps-dir", str(deps)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+
+
 def test_the_script_reports_bad_input_in_a_paragraph_with_its_exit_code(tmp_path):
     kernel, deps = _tree(tmp_path, CMAKE.replace("if (SGL_KERNEL_ENABLE_FA3)", "if (SOME_OTHER_SWITCH)"))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPTS_DIR / "bench_build.py"),
-            "--fa3-list",
-            "--source",
-            str(kernel),
-            "--deps-dir",
-            str(deps),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-    )
+    proc = _fa3_list(kernel, deps)
     assert proc.returncode == 2, proc.stderr
     assert "holds no top-level 'if (SGL_KERNEL_ENABLE_FA3)' block" in proc.stderr and "Traceback" not in proc.stderr
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPTS_DIR / "bench_build.py"),
-            "--fa3-list",
-            "--source",
-            str(kernel),
-            "--deps-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-    )
+    proc = _fa3_list(kernel, tmp_path)
     assert proc.returncode == 2 and "lacks repo-cutlass/, repo-flash-attention/" in proc.stderr, proc.stderr
 
 
