@@ -396,8 +396,9 @@ _FA3_NAME_RE = re.compile(
 FA3_OTHER_STRATA = ("cuda-other", "host")  # flash_prepare_scheduler.cu, flash_fwd_combine.cu; flash_api.cpp, ...
 
 
-class Fa3SourceError(UsageError):
-    """The CMake text or the flash-attention tree is not what the FA3 mode understands."""
+# The CMake text or the flash-attention tree is not what the FA3 mode understands: a usage error (exit 2). Not a
+# class of its own: every error class of the package has an exit code of its own (tests/cli/test_cli_contract.py).
+Fa3SourceError = UsageError
 
 
 @dataclass(frozen=True)
