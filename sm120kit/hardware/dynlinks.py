@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sm120kit.errors import IOFailure, UsageError
+from sm120kit.hardware import fatbin
 
 _SHT_DYNAMIC, _SHT_DYNSYM = 6, 11
 _DT_NEEDED = 1
@@ -100,7 +101,7 @@ def wheel_links(wheel: Path) -> tuple[DynamicLinks, ...]:
     out = []
     with archive:
         for info in sorted(archive.infolist(), key=lambda i: i.filename):
-            if info.is_dir() or not (info.filename.endswith(".so") or ".so." in info.filename):
+            if info.is_dir() or not fatbin.is_library_member(info.filename):
                 continue
             if info.file_size > _MAX_LIBRARY_BYTES:
                 raise IOFailure(

@@ -321,7 +321,8 @@ def inspect_library(path: Path) -> LibraryArchs:
         raise IOFailure(f"Cannot read {path}: {exc.strerror}.") from exc
 
 
-def _is_library_member(name: str) -> bool:
+def is_library_member(name: str) -> bool:
+    """A shared library by its name (``x.so``, ``x.so.1``), the last path part of a file or wheel member."""
     base = name.rsplit("/", 1)[-1]
     return base.endswith(".so") or ".so." in base
 
@@ -338,7 +339,7 @@ def inspect_wheel(path: Path) -> tuple[LibraryArchs, ...]:
     results = []
     with archive:
         for info in sorted(archive.infolist(), key=lambda i: i.filename):
-            if info.is_dir() or not _is_library_member(info.filename):
+            if info.is_dir() or not is_library_member(info.filename):
                 continue
             with archive.open(info) as member:
                 head = member.read(4)
@@ -360,7 +361,7 @@ def inspect_path(path: Path) -> tuple[LibraryArchs, ...]:
     if path.is_dir():
         found: list[LibraryArchs] = []
         for item in sorted(path.rglob("*")):
-            if item.is_file() and _is_library_member(item.name) and _looks_like_elf(item):
+            if item.is_file() and is_library_member(item.name) and _looks_like_elf(item):
                 found.append(inspect_library(item))
         for wheel in sorted(path.glob("*.whl")):
             found.extend(inspect_wheel(wheel))
