@@ -6,6 +6,7 @@ keeps between steps) and copied into each test's ``tmp_path``; nothing here is a
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import threading
@@ -33,6 +34,12 @@ def pytest_configure(config):
     where 130 is due. With a handler here, each run starts with SIGINT at its default, as from a terminal."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The cubins NVRTC compiles for the MLA CUDA kernels (the kernels' own cache, sm120_mla_nvrtc.py) go where the
+    # audit's probes keep theirs (AuditCache.nvrtc_dir), not into the user's ~/.cache: each distinct build
+    # (source, target, flags) is compiled for real once per cache, and the tests and audits of a run share it.
+    from sm120kit.audit.cache import AuditCache
+
+    os.environ.setdefault("SGLANG_SM120_MLA_CACHE_DIR", str(AuditCache().nvrtc_dir))
 
 
 def _work_units(config) -> bool:

@@ -4,7 +4,9 @@ One JSON file per (case, architecture), named by a key over everything that deci
 compiles: the source of the files that define the kernel and its block-size policy, the shape, the
 Triton and torch versions, the target architecture, the probe's own source and any policy override. A
 warm re-run of an unchanged tree therefore starts no interpreter at all. Triton's own kernel cache for
-the probes lives beside it (``triton/``), as do per-release dependency overlays (``overlays/``).
+the probes lives beside it (``triton/``), as do the cubins NVRTC compiles for the patch's CUDA MLA kernels
+(``nvrtc/``, the kernels' own ``SGLANG_SM120_MLA_CACHE_DIR``) and per-release dependency overlays
+(``overlays/``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class AuditCache:
         return self.root / "triton"
 
     @property
+    def nvrtc_dir(self) -> Path:
+        return self.root / "nvrtc"
+
+    @property
     def overlays_dir(self) -> Path:
         return self.root / "overlays"
 
@@ -72,8 +78,8 @@ class AuditCache:
             raise
 
     def clear(self) -> None:
-        """Forget every result and Triton's compiled kernels (overlays are kept)."""
-        for folder in (self.results_dir, self.triton_dir):
+        """Forget every result and the compiled kernels, Triton's and NVRTC's (overlays are kept)."""
+        for folder in (self.results_dir, self.triton_dir, self.nvrtc_dir):
             shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -271,15 +271,13 @@ class Probe:
             return None
         import hashlib
 
-        from sm120kit.hardware import cubin as cubin_reader
-
         major, minor = self.arch.split(".")
         target = f"sm_{major}{minor}a"
         try:
             binary = mma.compile_cubin(target)
         except mma.CompileError as exc:
             return f"CUDA MLA kernels not compiled: {exc}"
-        usage = cubin_reader.resource_usage(binary) or {}
+        usage = _resource_usage(binary) or {}
         kv_dtype, idx_dtype = args["k_buffer"].dtype, args["kv_indices"].dtype
         # The prefix kernel, the one-launch verify and decode (prefix, draft tail, merge) the launcher may pick
         # instead, and their 16-row programs (ENTRY_NAMES; releases of the patch before it name two tables).
@@ -658,6 +656,22 @@ def _where(exc: BaseException) -> str:
     return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
 
 
+_USAGE: dict[str, Any] = {}
+
+
+def _resource_usage(binary: bytes, tool: str | None = None):
+    """:func:`sm120kit.hardware.cubin.resource_usage`, read once per cubin: the cases of a probe launch the
+    same kernels many times (one shape, several batch sizes), and each read starts cuobjdump."""
+    import hashlib
+
+    from sm120kit.hardware import cubin
+
+    key = hashlib.sha256(binary).hexdigest()
+    if key not in _USAGE:
+        _USAGE[key] = cubin.resource_usage(binary, tool)
+    return _USAGE[key]
+
+
 def _kernel_json(record, usage) -> dict:
     regs = None
     if usage:
@@ -717,9 +731,7 @@ def main(argv: list[str] | None = None) -> int:
                 if record.hash in seen:
                     continue
                 seen.add(record.hash)
-                entry["kernels"].append(
-                    _kernel_json(record, cubin.resource_usage(record.cubin, tool) if tool else None)
-                )
+                entry["kernels"].append(_kernel_json(record, _resource_usage(record.cubin, tool) if tool else None))
             entry["kernels"] += probe.cuda_kernels
             probe.cuda_kernels = []
             entry["seconds"] = round(time.perf_counter() - case_start, 3)

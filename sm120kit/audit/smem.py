@@ -407,6 +407,7 @@ def _run_probe(
         env = {
             "PYTHONPATH": os.pathsep.join(path_parts),
             "TRITON_CACHE_DIR": str(cache.triton_dir),
+            "SGLANG_SM120_MLA_CACHE_DIR": str(cache.nvrtc_dir),
             "PYTHONDONTWRITEBYTECODE": "1",
             "SGLANG_DISABLE_REQUEST_LOGGING": "1",
         }
