@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sm120kit.errors import IOFailure, UsageError
+from sm120kit.hardware import dynlinks, elf
 
 FATBIN_MAGIC = 0xBA55ED50
 _MAGIC_BYTES = struct.pack("<I", FATBIN_MAGIC)
@@ -53,8 +54,6 @@ FLAG_ARCH_SPECIFIC = 0x100000
 FLAG_FAMILY_SPECIFIC = 0x200000
 
 _ENTRY_MIN = 64
-_ELF_MAGIC = b"\x7fELF"
-_TAIL_WINDOW = 1 << 20  # bytes before the section header table kept when reading a compressed member
 
 
 @dataclass(frozen=True)
@@ -101,6 +100,7 @@ class LibraryArchs:
     sass_bytes: tuple[tuple[str, int], ...] = field(default=())  # (arch, bytes its cubins take in the file)
     ptx_bytes: tuple[tuple[str, int], ...] = field(default=())
     fatbin_bytes: int = 0  # size of the .nv_fatbin section(s): all device code, headers included
+    links: dynlinks.DynamicLinks | None = field(default=None, compare=False)  # NEEDED libraries, undefined symbols
 
     @property
     def name(self) -> str:
@@ -133,86 +133,7 @@ class LibraryArchs:
         }
 
 
-# -- random access over a file or a zip member ----------------------------------------------------------
-class _Reader:
-    """``read_at(offset, n)`` over a seekable stream, cheap for forward reads.
-
-    A deflated zip member can only be read forwards (a backward seek decompresses again from the start),
-    so the caller orders its reads: ELF header, section table (with a window before it kept in memory),
-    then one forward pass through ``.nv_fatbin``.
-    """
-
-    def __init__(self, stream: BinaryIO, size: int, label: str) -> None:
-        self.stream = stream
-        self.size = size
-        self.label = label
-        self.window_start = 0
-        self.window = b""
-
-    def keep_window(self, start: int, end: int) -> None:
-        start, end = max(0, start), min(self.size, end)
-        self.window_start = start
-        self.window = self._raw(start, end - start)
-
-    def read_at(self, offset: int, n: int) -> bytes:
-        if self.window and self.window_start <= offset and offset + n <= self.window_start + len(self.window):
-            rel = offset - self.window_start
-            return self.window[rel : rel + n]
-        return self._raw(offset, n)
-
-    def _raw(self, offset: int, n: int) -> bytes:
-        if offset < 0 or offset + n > self.size:
-            raise IOFailure(f"{self.label}: truncated file (wanted bytes {offset}..{offset + n} of {self.size}).")
-        self.stream.seek(offset)
-        data = self.stream.read(n)
-        if len(data) != n:
-            raise IOFailure(f"{self.label}: truncated file (read {len(data)} of {n} bytes at {offset}).")
-        return data
-
-
-@dataclass(frozen=True)
-class _Section:
-    name: str
-    offset: int
-    size: int
-
-
-def _sections(reader: _Reader) -> list[_Section]:
-    ident = reader.read_at(0, min(64, reader.size))
-    if ident[:4] != _ELF_MAGIC or len(ident) < 64:
-        raise UsageError(
-            f"{reader.label} is not an ELF file (a Linux shared library such as common_ops.abi3.so was expected)."
-        )
-    if ident[4] != 2 or ident[5] != 1:
-        raise UsageError(
-            f"{reader.label} is not a 64-bit little-endian ELF file; only x86-64 and aarch64 libraries are read."
-        )
-    (shoff,) = struct.unpack_from("<Q", ident, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
-    if shoff == 0 or shnum == 0:
-        return []
-    if shentsize < 64:
-        raise IOFailure(f"{reader.label}: unexpected ELF section header size {shentsize}.")
-    reader.keep_window(shoff - _TAIL_WINDOW, shoff + shnum * shentsize)
-    table = reader.read_at(shoff, shnum * shentsize)
-    raw = []
-    for i in range(shnum):
-        name_off, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", table, i * shentsize)
-        raw.append((name_off, _type, offset, size))
-    if shstrndx >= shnum:
-        raise IOFailure(f"{reader.label}: ELF section-name table index {shstrndx} is out of range.")
-    str_off, str_size = raw[shstrndx][2], raw[shstrndx][3]
-    names = reader.read_at(str_off, str_size)
-    out = []
-    for name_off, sh_type, offset, size in raw:
-        end = names.find(b"\0", name_off)
-        name = names[name_off : end if end >= 0 else None].decode("ascii", "replace")
-        # SHT_NOBITS (8) occupies no file bytes
-        out.append(_Section(name, offset, 0 if sh_type == 8 else size))
-    return out
-
-
-def _parse_fatbin(reader: _Reader, section: _Section) -> Iterator[tuple[int, FatbinEntry | None]]:
+def _parse_fatbin(reader: elf.Reader, section: elf.Section) -> Iterator[tuple[int, FatbinEntry | None]]:
     """Yield ``(container_index, entry)`` for every entry; ``(index, None)`` for an empty container."""
     pos, end = section.offset, section.offset + section.size
     index = 0
@@ -261,8 +182,10 @@ def _parse_fatbin(reader: _Reader, section: _Section) -> Iterator[tuple[int, Fat
 
 
 def _read_library(stream: BinaryIO, size: int, label: str, path: Path, wheel: Path | None) -> LibraryArchs:
-    reader = _Reader(stream, size, label)
-    sections = [s for s in _sections(reader) if s.name == ".nv_fatbin" and s.size > 0]
+    reader = elf.Reader(stream, size, label)
+    table = elf.read_sections(reader)
+    links = dynlinks.links_of(reader, table)  # .dynamic and .dynsym lie before .nv_fatbin: one forward pass
+    sections = [s for s in table if s.name == ".nv_fatbin" and s.size > 0]
     sass: dict[str, int] = {}
     ptx: set[str] = set()
     sass_bytes: dict[str, int] = {}
@@ -295,6 +218,7 @@ def _read_library(stream: BinaryIO, size: int, label: str, path: Path, wheel: Pa
         sass_bytes=tuple(sorted(sass_bytes.items(), key=lambda kv: arch_sort_key(kv[0]))),
         ptx_bytes=tuple(sorted(ptx_bytes.items(), key=lambda kv: arch_sort_key(kv[0]))),
         fatbin_bytes=sum(s.size for s in sections),
+        links=links,
     )
 
 
@@ -321,12 +245,6 @@ def inspect_library(path: Path) -> LibraryArchs:
         raise IOFailure(f"Cannot read {path}: {exc.strerror}.") from exc
 
 
-def is_library_member(name: str) -> bool:
-    """A shared library by its name (``x.so``, ``x.so.1``), the last path part of a file or wheel member."""
-    base = name.rsplit("/", 1)[-1]
-    return base.endswith(".so") or ".so." in base
-
-
 def inspect_wheel(path: Path) -> tuple[LibraryArchs, ...]:
     """Every shared library inside a wheel, read from the zip without unpacking it to disk."""
     path = Path(path)
@@ -339,11 +257,11 @@ def inspect_wheel(path: Path) -> tuple[LibraryArchs, ...]:
     results = []
     with archive:
         for info in sorted(archive.infolist(), key=lambda i: i.filename):
-            if info.is_dir() or not is_library_member(info.filename):
+            if info.is_dir() or not elf.is_library_member(info.filename):
                 continue
             with archive.open(info) as member:
                 head = member.read(4)
-            if head != _ELF_MAGIC:
+            if head != elf.ELF_MAGIC:
                 continue
             with archive.open(info) as member:
                 stream = member if member.seekable() else io.BytesIO(member.read())
@@ -361,7 +279,7 @@ def inspect_path(path: Path) -> tuple[LibraryArchs, ...]:
     if path.is_dir():
         found: list[LibraryArchs] = []
         for item in sorted(path.rglob("*")):
-            if item.is_file() and is_library_member(item.name) and _looks_like_elf(item):
+            if item.is_file() and elf.is_library_member(item.name) and _looks_like_elf(item):
                 found.append(inspect_library(item))
         for wheel in sorted(path.glob("*.whl")):
             found.extend(inspect_wheel(wheel))
@@ -374,6 +292,6 @@ def inspect_path(path: Path) -> tuple[LibraryArchs, ...]:
 def _looks_like_elf(path: Path) -> bool:
     try:
         with open(path, "rb") as handle:
-            return handle.read(4) == _ELF_MAGIC
+            return handle.read(4) == elf.ELF_MAGIC
     except OSError:
         return False

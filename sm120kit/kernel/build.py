@@ -22,7 +22,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -751,17 +751,18 @@ def interpreter_bound(wheel: Path, libraries: tuple[fatbin.LibraryArchs, ...]) -
     return tuple(notes)
 
 
-def driver_unlinked(wheel: Path) -> tuple[str, ...]:
-    """Libraries of the wheel that call CUDA driver functions but do not name ``libcuda.so.1``: linked against
-    a ``libcuda.so`` that defines none of them (an empty stub), which ``--as-needed`` then drops. Such a library
+def driver_unlinked(libraries: Iterable[fatbin.LibraryArchs]) -> tuple[str, ...]:
+    """Libraries that call CUDA driver functions but do not name ``libcuda.so.1``: linked against a
+    ``libcuda.so`` that defines none of them (an empty stub), which ``--as-needed`` then drops. Such a library
     fails to import (``undefined symbol: cuPointerGetAttribute``) unless the driver is already loaded globally;
-    the published sglang-kernel wheels name it. Met on the full sglang-kernel 0.4.6.post1 build."""
+    the published sglang-kernel wheels name it. Met on the full sglang-kernel 0.4.6.post1 build. Read from the
+    same pass over the wheel as the architectures (:attr:`fatbin.LibraryArchs.links`)."""
     return tuple(
-        f"{links.label} calls {len(links.driver_calls)} CUDA driver function(s) "
-        f"({', '.join(links.driver_calls[:4])}{', ...' if len(links.driver_calls) > 4 else ''}) "
+        f"{lib.label} calls {len(lib.links.driver_calls)} CUDA driver function(s) "
+        f"({', '.join(lib.links.driver_calls[:4])}{', ...' if len(lib.links.driver_calls) > 4 else ''}) "
         f"but does not name {dynlinks.DRIVER_LIBRARY}"
-        for links in dynlinks.wheel_links(wheel)
-        if links.driver_unlinked
+        for lib in libraries
+        if lib.links is not None and lib.links.driver_unlinked
     )
 
 
@@ -1024,7 +1025,7 @@ def run_build(
         launcher=launcher_summary(plan.launcher_log),
         folder=folder,
         interpreter_bound=interpreter_bound(wheel, libraries),
-        driver_unlinked=driver_unlinked(wheel),
+        driver_unlinked=driver_unlinked(libraries),
     )
 
 

@@ -16,7 +16,10 @@ The set CI runs holds the newest release of the matrix in each MoE config era: e
 series' ``sm120-moe-configs`` patch (the config-selection code differs between them: no ``_down`` files
 before 0.5.4.post2, the configs folder moved with the runner in 0.5.11), the newest release included. All
 of them are marked slow (minutes each with an empty cache); the other releases run with
-SM120KIT_AUDIT_EVERY_RELEASE=1.
+SM120KIT_AUDIT_EVERY_RELEASE=1. The newest release is audited as a user runs it, for 12.0 and 12.1; the other
+era releases for 12.0 only (``--arch 12.0``), what their era is in the set for. 12.1 is a different input, not
+a repeat: its 48 SMs give other KV split counts, and its name (NVIDIA GB10) matches no tuned MoE file, so
+SGLang's default configs run; SM120KIT_AUDIT_EVERY_RELEASE=1 audits every release for both.
 """
 
 from __future__ import annotations
@@ -51,13 +54,14 @@ def moe_config_eras() -> dict[str, str]:
     return newest
 
 
-QUICK = set(moe_config_eras().values()) | {max(AUDIT_RELEASES, key=Version)}
+NEWEST = max(AUDIT_RELEASES, key=Version)
+QUICK = set(moe_config_eras().values()) | {NEWEST}
 
 
 def test_the_quick_set_covers_every_moe_config_era():
     eras = moe_config_eras()
     assert len(eras) == len(SERIES.get("sm120-moe-configs").variants) >= 3, eras
-    assert max(AUDIT_RELEASES, key=Version) in QUICK and len(QUICK) == len(eras)
+    assert NEWEST in QUICK and len(QUICK) == len(eras)
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +100,9 @@ EVERY_RELEASE = os.environ.get("SM120KIT_AUDIT_EVERY_RELEASE") == "1"
 def test_audit_of_the_patched_release_exits_0(patched_tree, capsys, version):
     tree = patched_tree(version)
     capsys.readouterr()
+    both = EVERY_RELEASE or version == NEWEST
     with pytest.raises(SystemExit) as audited:
-        cli_main(["audit", str(tree), "--json"])
+        cli_main(["audit", str(tree), "--json"] + ([] if both else ["--arch", "12.0"]))
     out, err = capsys.readouterr()
     doc = json.loads(out)
     failed = [
@@ -108,7 +113,7 @@ def test_audit_of_the_patched_release_exits_0(patched_tree, capsys, version):
     assert audited.value.code == 0 and doc["ok"] is True, (failed[:10], err[-2000:])
     summary = doc["summary"]
     assert summary["over_limit"] == 0 and summary["errors"] == 0
-    assert doc["archs"] == ["12.0", "12.1"]
+    assert doc["archs"] == (["12.0", "12.1"] if both else ["12.0"])
     assert {c["launcher"] for c in doc["cases"]} >= {"extend", "decode", "prefill", "moe"}
     # The series' own config files are loaded under the device names they are named for.
     tuned = {c["params"].get("device_name") for c in doc["cases"] if c["model"].startswith("tuned-")}

@@ -3,7 +3,8 @@
 The full sglang-kernel 0.4.6.post1 build on a compiler-only toolkit linked its libraries against an empty
 ``libcuda.so`` stub: ``--as-needed`` dropped the driver from ``NEEDED`` and ``common_ops`` failed to import
 (``undefined symbol: cuPointerGetAttribute``). These tests link the same way, with the empty stub and with a stub
-that defines the function, and check that the reader and ``build.driver_unlinked`` tell the two apart.
+that defines the function, and check that the reader and ``build.driver_unlinked`` (from the same pass over the
+wheel as the architectures, ``fatbin.inspect_wheel``) tell the two apart.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sm120kit.errors import IOFailure, UsageError
-from sm120kit.hardware import dynlinks
+from sm120kit.hardware import dynlinks, fatbin
 from sm120kit.kernel import build
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (nvcc's host compiler)")
@@ -57,7 +58,7 @@ def test_an_empty_driver_stub_leaves_the_driver_out_and_the_check_names_the_libr
     links = dynlinks.read_links(lib.read_bytes(), lib.name)
     assert "cuPointerGetAttribute" in links.undefined and links.driver_calls == ("cuPointerGetAttribute",)
     assert dynlinks.DRIVER_LIBRARY not in links.needed and links.driver_unlinked
-    (message,) = build.driver_unlinked(_wheel(tmp_path, lib))
+    (message,) = build.driver_unlinked(fatbin.inspect_wheel(_wheel(tmp_path, lib)))
     assert message.startswith("mini_kernel/sm100/common_ops.abi3.so calls 1 CUDA driver function(s)")
     assert "cuPointerGetAttribute" in message and "libcuda.so.1" in message
 
@@ -66,7 +67,7 @@ def test_a_stub_that_defines_the_function_links_the_driver(tmp_path):
     lib = _link(tmp_path, "int cuPointerGetAttribute(void) { return 999; }\n")
     links = dynlinks.read_links(lib.read_bytes(), lib.name)
     assert dynlinks.DRIVER_LIBRARY in links.needed and not links.driver_unlinked
-    assert build.driver_unlinked(_wheel(tmp_path, lib)) == ()
+    assert build.driver_unlinked(fatbin.inspect_wheel(_wheel(tmp_path, lib))) == ()
 
 
 def test_damaged_libraries_are_errors_not_tracebacks(tmp_path):
