@@ -16,6 +16,7 @@ import ctypes
 import glob
 import hashlib
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -120,7 +121,7 @@ def _read_cached(path: str) -> bytes | None:
         return None
     try:
         info = os.fstat(fd)
-        if not (info.st_mode & 0o170000 == 0o100000) or info.st_size > _CACHE_MAX_BYTES:
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _CACHE_MAX_BYTES:
             return None
         with os.fdopen(fd, "rb") as f:
             fd = -1

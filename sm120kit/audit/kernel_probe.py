@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import inspect
 import json
@@ -656,20 +657,13 @@ def _where(exc: BaseException) -> str:
     return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
 
 
-_USAGE: dict[str, Any] = {}
-
-
+@functools.cache
 def _resource_usage(binary: bytes, tool: str | None = None):
     """:func:`sm120kit.hardware.cubin.resource_usage`, read once per cubin: the cases of a probe launch the
     same kernels many times (one shape, several batch sizes), and each read starts cuobjdump."""
-    import hashlib
-
     from sm120kit.hardware import cubin
 
-    key = hashlib.sha256(binary).hexdigest()
-    if key not in _USAGE:
-        _USAGE[key] = cubin.resource_usage(binary, tool)
-    return _USAGE[key]
+    return cubin.resource_usage(binary, tool)
 
 
 def _kernel_json(record, usage) -> dict:

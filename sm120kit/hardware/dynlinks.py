@@ -54,8 +54,8 @@ def read_links(data: bytes, label: str) -> DynamicLinks:
 
 
 def links_of(reader: elf.Reader, sections: list[elf.Section]) -> DynamicLinks:
-    """:func:`read_links` through a reader whose section table is read already (the sections in file order, so
-    each section once, in file order: a compressed zip member is read forwards)."""
+    """:func:`read_links` through a reader whose section table is read already; each section it needs is read
+    once, in file order, so a compressed zip member is read forwards."""
     label = reader.label
     tables = [s for s in sections if s.type in (elf.SHT_DYNAMIC, elf.SHT_DYNSYM)]
     wanted = {s.index for s in tables} | {s.link for s in tables}
