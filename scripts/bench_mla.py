@@ -73,7 +73,7 @@ def _mm_kernel(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.cons
 
 # The instruction peaks: each warp runs four independent chains of one mma.sync shape on register operands
 # only (no memory in the loop), so the time is the tensor cores' alone. KIND 0: bf16 m16n8k16, 1: f16
-# m16n8k16, 2: e4m3 m16n8k32; every form accumulates in fp32.
+# m16n8k16, 2: e4m3 m16n8k32, 3: f16 m16n8k8; every form accumulates in fp32.
 MMA_PEAK_SOURCE = r"""
 typedef unsigned int u32;
 template <int KIND>
@@ -86,10 +86,14 @@ __device__ __forceinline__ void step(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                      "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    else
+    else if (KIND == 2)
         asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                      "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                     "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(b0));
 }
 template <int KIND> __device__ void loop(float* out, int iters) {
     const u32 x = threadIdx.x * 2654435761u;
@@ -106,8 +110,10 @@ template <int KIND> __device__ void loop(float* out, int iters) {
 extern "C" __global__ void mma_peak_bf16(float* out, int iters) { loop<0>(out, iters); }
 extern "C" __global__ void mma_peak_f16(float* out, int iters) { loop<1>(out, iters); }
 extern "C" __global__ void mma_peak_e4m3(float* out, int iters) { loop<2>(out, iters); }
+extern "C" __global__ void mma_peak_f16k8(float* out, int iters) { loop<3>(out, iters); }
 """
-MMA_PEAK_SHAPES = {"bf16": 16 * 8 * 16, "f16": 16 * 8 * 16, "e4m3": 16 * 8 * 32}  # multiply-adds an mma
+# multiply-adds an mma; f16k8: m16n8k8, the value pass of the 16-row programs (8 tokens a warp pair)
+MMA_PEAK_SHAPES = {"bf16": 16 * 8 * 16, "f16": 16 * 8 * 16, "e4m3": 16 * 8 * 32, "f16k8": 16 * 8 * 8}
 
 
 # GPUs whose mma.sync e4m3 is a tensor-core instruction of its own (QMMA.16832 in the SASS): Ada (8.9) and
@@ -115,6 +121,85 @@ MMA_PEAK_SHAPES = {"bf16": 16 * 8 * 16, "f16": 16 * 8 * 16, "e4m3": 16 * 8 * 32}
 # register-only loop, whose operands never change, it computes each product once and adds it with FADD: a
 # figure timed there is neither an instruction's rate nor the kernels' (docs/benchmarks.md, the fp8-mma path).
 E4M3_NATIVE = {(8, 9), (12, 0), (12, 1)}
+
+
+# The rate of each way the 16-row fp8 programs turn fp8 e4m3 into f16 in registers (FP8_UNPACK16 in the kernels):
+# each thread turns 8 independent words (4 fp8 values each) into two f16 pairs per step, by the conversion
+# instruction (KIND 0: cvt.rn.f16x2.e4m3x2, the F2FP unit), by integer operations (1: the kernels' f8s_even and
+# f8s_odd), or half of the words each way (2: whether the two run side by side). One three-input xor a word feeds
+# each result back into its word, so no step can be hoisted; it is the same in every form.
+UNPACK_RATE_SOURCE = r"""
+typedef unsigned int u32;
+typedef unsigned short u16;
+__device__ __forceinline__ u32 cvt2(u16 v) { u32 r; asm volatile("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v)); return r; }
+__device__ __forceinline__ u32 odd(u32 w) { return (w & 0x80008000u) | ((w >> 1) & 0x3f803f80u); }
+__device__ __forceinline__ u32 even(u32 w) { return odd(w << 8); }
+template <int KIND> __device__ void loop(u32* out, int iters) {
+    u32 w[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = (threadIdx.x + 977u * k) * 2654435761u;
+    for (int i = 0; i < iters; ++i) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const bool conv = KIND == 0 || (KIND == 2 && k % 2 == 0);
+            const u32 a = conv ? cvt2((u16)(w[k] & 0xffffu)) : even(w[k]);
+            const u32 b = conv ? cvt2((u16)(w[k] >> 16)) : odd(w[k]);
+            w[k] ^= a ^ b;
+        }
+    }
+    u32 t = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) t ^= w[k];
+    if (t == 0x12345u) out[blockIdx.x] = t;  // keeps the loop
+}
+extern "C" __global__ void unpack_cvt(u32* out, int iters) { loop<0>(out, iters); }
+extern "C" __global__ void unpack_int(u32* out, int iters) { loop<1>(out, iters); }
+extern "C" __global__ void unpack_both(u32* out, int iters) { loop<2>(out, iters); }
+"""
+
+
+def unpack_rates(iters=4096):
+    """Words (4 fp8 values to 2 f16 pairs) a second per SM, in G/s, of each way of UNPACK_RATE_SOURCE:
+    register-only loops compiled by NVRTC for this GPU, best of 4/8/16 warps (4 programs an SM) and 5 runs."""
+    from sm120_attention import sm120_mla_nvrtc as nvrtc
+
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+    try:
+        module = nvrtc.Module(nvrtc.compile_cubin(UNPACK_RATE_SOURCE, "unpack_rate.cu", arch, ("--std=c++17",)))
+    except nvrtc.CompileError as exc:
+        return {"error": str(exc)[:200]}
+    import ctypes
+
+    out = torch.zeros(4096, dtype=torch.int32, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    stream = torch.cuda.current_stream().cuda_stream
+    rates = {}
+    for kind in ("cvt", "int", "both"):
+        function = module.function(f"unpack_{kind}", 0)
+        best = 0.0
+        for warps in (4, 8, 16):
+            blocks = 4 * sms
+            module.launch(
+                function, (blocks, 1, 1), 32 * warps, 0, stream, (ctypes.c_uint64(out.data_ptr()), ctypes.c_int(16))
+            )
+            for _ in range(5):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                module.launch(
+                    function,
+                    (blocks, 1, 1),
+                    32 * warps,
+                    0,
+                    stream,
+                    (ctypes.c_uint64(out.data_ptr()), ctypes.c_int(iters)),
+                )
+                b.record()
+                b.synchronize()
+                words = blocks * 32 * warps * iters * 8
+                best = max(best, words / (a.elapsed_time(b) * 1e-3) / sms / 1e9)
+        rates[kind] = round(best, 2)
+    return rates
 
 
 def mma_peaks(iters=4096):
@@ -1564,6 +1649,12 @@ def main():
         + (f"; {PROXY}" if SM120_MODE else ""),
         flush=True,
     )
+    unpack = unpack_rates()
+    print(
+        f"# fp8 -> f16 in registers, G words (4 values) a second per SM, register-only loops: {json.dumps(unpack)}"
+        + (f"; {PROXY}" if SM120_MODE else ""),
+        flush=True,
+    )
     result = {
         "gpu": name,
         "capability": list(cap),
@@ -1571,6 +1662,7 @@ def main():
         "roofline_read_gbs": round(roof[0]),
         "roofline_tflops": round(roof[1]),
         "mma_peaks_tflops": dict(PEAKS),
+        "unpack_gwords_per_sm": unpack,
         "rows": [],
         "sweep": [],
         "timing": TIMING,

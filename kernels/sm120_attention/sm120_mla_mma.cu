@@ -261,6 +261,30 @@ __device__ __forceinline__ u32 f8_hi(u32 w) {
     return e4m3x2_to_f16x2((u16)(w >> 16));
 }
 
+// e4m3 to f16 by integer operations, scaled by 2^-8: an e4m3 byte s.eeee.mmm placed as the f16 bits s.0eeee.mmm0000000
+// is its value times 2^-8 for every finite value, normal (2^(e-15) against 2^(e-7)) and subnormal (2^-14 m / 8
+// against 2^-6 m / 8) alike, so the products are exact and the 2^8 goes into the scale of the sum (the e4m3 NaN
+// byte, which SGLang's caches do not hold, becomes 480). Bytes 1 and 3 of w (odd) or 0 and 2 (even) as an f16 pair,
+// the lower byte in the low half, in three or four integer operations. On the H200 they are slower than the
+// conversion instruction and do not run beside it (docs/benchmarks.md, 2026-12-05), so they are off by default; the
+// flag below lets an SM120 card, whose rates were not measured, time them.
+__device__ __forceinline__ u32 f8s_odd(u32 w) {
+    return (w & 0x80008000u) | ((w >> 1) & 0x3f803f80u);
+}
+__device__ __forceinline__ u32 f8s_even(u32 w) {
+    return f8s_odd(w << 8);
+}
+
+// 16-row programs with fp8 KV: how the keys (scores) and the values (P x V) become f16 in registers. 0: the
+// conversion instruction for both; 1: the integer operations above for both; 2: integer keys, converted values;
+// 3: converted keys, integer values. A -D flag may set it (benchmarks compare them).
+#ifndef FP8_UNPACK16
+#define FP8_UNPACK16 0
+#endif
+static_assert(FP8_UNPACK16 >= 0 && FP8_UNPACK16 <= 3, "FP8_UNPACK16 is 0, 1, 2 or 3");
+constexpr bool KEYS16_INT = FP8_UNPACK16 == 1 || FP8_UNPACK16 == 2;
+constexpr bool VALUES16_INT = FP8_UNPACK16 == 1 || FP8_UNPACK16 == 3;
+
 // A register of ldmatrix.trans over an fp8 tile (16-bit elements = fp8 pairs) holds tokens t, t + 1 of dims
 // d, d + 1 as bytes (t, d), (t, d + 1), (t + 1, d), (t + 1, d + 1); regrouped by dim: bytes 0-1 dim d's two
 // tokens, bytes 2-3 dim d + 1's.
@@ -335,6 +359,12 @@ static_assert(STAGES16_FP8 >= 2 && STAGES16_FP8 <= 4, "16-row fp8 programs keep 
 // scores (true: the scores read the fp8 stage, so they need not wait for it) or before them (false).
 constexpr bool Q8_SYNC_AFTER_SCORES = true;
 
+// 16-row programs: the end's sums skip rows 8-15 where the program holds none of them (1) or not (0). A -D flag
+// may set it (benchmarks compare both).
+#ifndef STORE16_LIVE
+#define STORE16_LIVE 1
+#endif
+
 #define OB_STRIDE 520  // floats a row of a 16-row sum in shared memory: a warp's 8 rows 2-way in banks
 static_assert((2 * 16 * OB_STRIDE + 2 * 64) * 4 <= SMEM_BYTES_BF16 &&
                   (2 * 16 * OB_STRIDE + 2 * 64) * 4 <= SMEM_BYTES_FP8,
@@ -389,21 +419,30 @@ __device__ __forceinline__ void store16(float (*o)[4], float m0, float m1, float
         o[i][3] *= f1;
     }
     const int at0 = g * OB_STRIDE + hf * DV_WARP + c4 * 2, at1 = at0 + 8 * OB_STRIDE;
+    // Rows 8-15 are summed only where the program has one of them (STORE16_LIVE; 8 heads of one token have none).
+    const bool upper = !STORE16_LIVE || n_rows - row0 > 8;
     auto put = [&](float* buf) {
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            *(float2*)(buf + at0 + i * 8) = make_float2(o[i][0], o[i][1]);
-            *(float2*)(buf + at1 + i * 8) = make_float2(o[i][2], o[i][3]);
+        for (int i = 0; i < 32; ++i) *(float2*)(buf + at0 + i * 8) = make_float2(o[i][0], o[i][1]);
+        if (upper) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) *(float2*)(buf + at1 + i * 8) = make_float2(o[i][2], o[i][3]);
         }
     };
     auto add = [&](const float* buf) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
-            const float2 a = *(const float2*)(buf + at0 + i * 8), c = *(const float2*)(buf + at1 + i * 8);
+            const float2 a = *(const float2*)(buf + at0 + i * 8);
             o[i][0] += a.x;
             o[i][1] += a.y;
-            o[i][2] += c.x;
-            o[i][3] += c.y;
+        }
+        if (upper) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                const float2 c = *(const float2*)(buf + at1 + i * 8);
+                o[i][2] += c.x;
+                o[i][3] += c.y;
+            }
         }
     };
     float* const ob1 = ob + 16 * OB_STRIDE;
@@ -507,6 +546,8 @@ __device__ __forceinline__ void prefix_body(
     // in the tail, where the mask may drop a row's every token of a tile, a finite stand-in, so the
     // running max stays finite (such a row's result and log-sum-exp are outweighed in the merge).
     const float DROPPED = TAIL ? -1e30f : -__int_as_float(0x7f800000);
+    // The scores' scale; the 16-row programs' integer unpack of the keys leaves them 2^-8 of their value.
+    const float qk = KV8 && R16 && !Q8 && KEYS16_INT ? qk_scale * 256.f : qk_scale;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int rg = warp & 3, hf = warp >> 2;
@@ -686,7 +727,11 @@ __device__ __forceinline__ void prefix_body(
             const unsigned char* q_row = smem + Q_OFF + g * SROW + (hf * DHALF + c4 * 4) * 2;
 #pragma unroll
             for (int s = 0; s < 18; ++s) {
-                const uint2 x = *(const uint2*)(q_row + s * 32), y = *(const uint2*)(q_row + 8 * SROW + s * 32);
+                uint2 x = *(const uint2*)(q_row + s * 32), y = *(const uint2*)(q_row + 8 * SROW + s * 32);
+                if constexpr (R16 && KEYS16_INT) {  // the integer unpack pairs dims 0 and 2, 1 and 3 of four
+                    x = make_uint2(__byte_perm(x.x, x.y, 0x5410), __byte_perm(x.x, x.y, 0x7632));
+                    y = make_uint2(__byte_perm(y.x, y.y, 0x5410), __byte_perm(y.x, y.y, 0x7632));
+                }
                 qa[s][0] = q_pair<true>(x.x);
                 qa[s][1] = q_pair<true>(y.x);
                 qa[s][2] = q_pair<true>(x.y);
@@ -796,7 +841,11 @@ __device__ __forceinline__ void prefix_body(
         float s[NT][4];
 #pragma unroll
         for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-        if constexpr (Q8 && R16) {
+        if constexpr (false) {
+#if defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_SCORES)
+        } else if constexpr (KV8 && R16) {  // timeline probe: the loop without the scores' loads and products
+#endif
+        } else if constexpr (Q8 && R16) {
             // e4m3 m16n8k32: two k32 steps a load (the last one); even and odd steps in two accumulators.
             float s2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -829,7 +878,10 @@ __device__ __forceinline__ void prefix_body(
                 ldsm_x4(st + (k4 < 4 ? k8_lane + k4 * 64 : k8_last), r[0], r[1], r[2], r[3]);
 #pragma unroll
                 for (int m = 0; m < (k4 < 4 ? 4 : 2); ++m)
-                    mma16<true>(m % 2 == 0 ? s[0] : s2, qa[4 * k4 + m], f8_lo(r[m]), f8_hi(r[m]));
+                    if constexpr (KEYS16_INT)
+                        mma16<true>(m % 2 == 0 ? s[0] : s2, qa[4 * k4 + m], f8s_even(r[m]), f8s_odd(r[m]));
+                    else
+                        mma16<true>(m % 2 == 0 ? s[0] : s2, qa[4 * k4 + m], f8_lo(r[m]), f8_hi(r[m]));
             }
 #pragma unroll
             for (int j = 0; j < 4; ++j) s[0][j] += s2[j];
@@ -891,8 +943,8 @@ __device__ __forceinline__ void prefix_body(
                     valid0 = valid0 && (!ok0 || mask0[col] != 0);
                     valid1 = valid1 && (!ok1 || mask1[col] != 0);
                 }
-                s[i][j] = valid0 ? s[i][j] * qk_scale : DROPPED;
-                s[i][2 + j] = valid1 ? s[i][2 + j] * qk_scale : DROPPED;
+                s[i][j] = valid0 ? s[i][j] * qk : DROPPED;
+                s[i][2 + j] = valid1 ? s[i][2 + j] * qk : DROPPED;
                 mx0 = fmaxf(mx0, s[i][j]);
                 mx1 = fmaxf(mx1, s[i][2 + j]);
             }
@@ -962,16 +1014,25 @@ __device__ __forceinline__ void prefix_body(
         if constexpr (Q8 && !R16 && Q8_SYNC_AFTER_SCORES) __syncthreads();  // the tile's f16 values are in
         // This warp's 256 value dims: o += p @ v. fp8: each register of a load holds two dims (an even and
         // an odd n8 tile of the 16-dim block, fp8_to_bf16_layout below).
-        if constexpr (KV8 && R16) {
+        if constexpr (false) {
+#if defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_VALUES)
+        } else if constexpr (KV8 && R16) {  // timeline probe: the loop without the values' loads and products
+#endif
+        } else if constexpr (KV8 && R16) {
 #pragma unroll
             for (int dq = 0; dq < 4; ++dq) {
                 u32 r[4];
                 ldsm_x4_t(st + v8_lane + dq * 64, r[0], r[1], r[2], r[3]);
 #pragma unroll
                 for (int m = 0; m < 4; ++m) {
-                    const u32 w = by_dim(r[m]);
-                    mma8<true>(o[2 * (4 * dq + m)], pa[0][0], pa[0][1], f8_lo(w));
-                    mma8<true>(o[2 * (4 * dq + m) + 1], pa[0][0], pa[0][1], f8_hi(w));
+                    if constexpr (VALUES16_INT) {  // bytes 0 and 2: dim d's two tokens; 1 and 3: dim d + 1's
+                        mma8<true>(o[2 * (4 * dq + m)], pa[0][0], pa[0][1], f8s_even(r[m]));
+                        mma8<true>(o[2 * (4 * dq + m) + 1], pa[0][0], pa[0][1], f8s_odd(r[m]));
+                    } else {
+                        const u32 w = by_dim(r[m]);
+                        mma8<true>(o[2 * (4 * dq + m)], pa[0][0], pa[0][1], f8_lo(w));
+                        mma8<true>(o[2 * (4 * dq + m) + 1], pa[0][0], pa[0][1], f8_hi(w));
+                    }
                 }
             }
         } else if constexpr (R16) {
@@ -1012,8 +1073,8 @@ __device__ __forceinline__ void prefix_body(
     TL(4);
     if constexpr (R16) {
         static_assert(P16, "16-row programs write bf16 partial results (the one launch)");
-        store16(o, m0, m1, l0, l1, v_scale, O_part, L_part, q_start, n_rows, heads, rb * RB, split, stride_ot,
-                stride_oh, stride_os, stride_lt, stride_lh);
+        store16(o, m0, m1, l0, l1, KV8 && VALUES16_INT ? v_scale * 256.f : v_scale, O_part, L_part, q_start, n_rows,
+                heads, rb * RB, split, stride_ot, stride_oh, stride_os, stride_lt, stride_lh);
         return;
     }
     const float sc0 = v_scale / l0, sc1 = v_scale / l1;

@@ -416,8 +416,12 @@ def test_bench_instruction_peak_loops_compile_for_each_form(arch):
     assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
     assert set(usage) == {f"mma_peak_{kind}" for kind in bench.MMA_PEAK_SHAPES}
     assert bench.MMA_PEAK_SHAPES["e4m3"] == 2 * bench.MMA_PEAK_SHAPES["bf16"]  # k32 against k16
-    for form in ("f32.bf16.bf16.f32", "f32.f16.f16.f32", "m16n8k32.row.col.f32.e4m3.e4m3.f32"):
+    for form in ("f32.bf16.bf16.f32", "f32.f16.f16.f32", "m16n8k32.row.col.f32.e4m3.e4m3.f32", "m16n8k8.row.col.f32.f16"):
         assert form in bench.MMA_PEAK_SOURCE
+    # the fp8 unpack loops: one entry point a way, the conversion instruction in the cvt form only
+    cubin = nvrtc.compile_cubin(bench.UNPACK_RATE_SOURCE, "unpack_rate.cu", arch, ("--std=c++17",))
+    assert set(resource_usage(cubin)) == {"unpack_cvt", "unpack_int", "unpack_both"}
+    assert "cvt.rn.f16x2.e4m3x2" in bench.UNPACK_RATE_SOURCE
 
 
 def test_bench_fp8_cases_are_the_issue_set():
@@ -467,9 +471,76 @@ def test_the_16_row_fp8_pair_barriers_are_a_flag_and_the_probes_touch_only_the_t
     assert len(fused16_fp8) == 4 and all(usage[name].registers <= 255 for name in fused16_fp8)
     source = Path(mma.SOURCE_PATH).read_text()
     assert "#define PAIRS16_FP8 1" in source
-    for probe in ("SM120_PROBE_NO_KV_LOADS", "SM120_PROBE_NO_MATH"):
+    for probe in ("SM120_PROBE_NO_KV_LOADS", "SM120_PROBE_NO_MATH", "SM120_PROBE_NO_SCORES", "SM120_PROBE_NO_VALUES"):
         uses = [line.strip() for line in source.splitlines() if probe in line]
         assert uses and all(re.search(r"defined\(SM120_TIMELINE\) && defined\(" + probe + r"\)", u) for u in uses), uses
+
+
+def _c_expression(source, function):
+    """The expression a one-line CUDA function of the source returns, as Python (hex literals lose their u)."""
+    import re
+
+    body = re.search(r"u32 " + function + r"\(u32 w\) \{\s*return ([^;]{1,200});", source)
+    assert body, function
+    expression = re.sub(r"(0x[0-9a-fA-F]{1,8})u", r"\1", body.group(1))
+    assert re.fullmatch(r"[\sw0-9a-fA-Fx&|()<>+]{1,200}", expression), expression  # bits and shifts of w alone
+    return expression
+
+
+def test_the_integer_fp8_unpack_is_exact_at_two_to_the_minus_8():
+    """The 16-row programs' integer e4m3 -> f16 unpack (FP8_UNPACK16 1-3), evaluated as the source writes it, gives
+    every finite e4m3 byte, normal and subnormal, in both byte positions of a pair, as its value times 2^-8 exactly
+    (torch's float8_e4m3fn is the reference); the two NaN bytes become +-480, which the source's comment names."""
+    import torch
+
+    source = Path(_mma_source_path()).read_text()
+    odd = _c_expression(source, "f8s_odd")
+    assert "u32 f8s_even(u32 w) {\n    return f8s_odd(w << 8);" in source
+
+    def unpack_odd(w):
+        return eval(odd, {"w": w}) & 0xFFFFFFFF
+
+    def unpack_even(w):
+        return unpack_odd((w << 8) & 0xFFFFFFFF)
+
+    def halves(bits):
+        pair = torch.tensor([bits & 0xFFFF, bits >> 16], dtype=torch.int32).to(torch.int16)
+        return pair.view(torch.float16).float().tolist()
+
+    values = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    for lo in range(256):
+        hi = (lo * 37 + 11) % 256  # every byte in each position, against another byte
+        w = lo | (hi << 8) | (hi << 16) | (lo << 24)  # bytes lo, hi, hi, lo
+        for got, byte in zip(halves(unpack_even(w)) + halves(unpack_odd(w)), (lo, hi, hi, lo)):
+            want = values[byte].item()
+            if byte & 0x7F == 0x7F:
+                assert got * 256 == (480.0 if byte < 128 else -480.0)
+            else:
+                assert got * 256 == want, (byte, got, want)
+
+
+def _mma_source_path():
+    from sm120_attention import sm120_mla_mma
+
+    return sm120_mla_mma.SOURCE_PATH
+
+
+def test_the_16_row_fp8_unpack_and_store_flags_compile_and_are_checked(mma):
+    """FP8_UNPACK16 (0: the conversion instruction, 1-3: integer unpack of keys and/or values) and STORE16_LIVE
+    (the end's sums skip rows 8-15 a program does not hold) compile for sm_120a within 255 registers at their other
+    values, and an unpack value out of range is refused with its message."""
+    from sm120kit.hardware.cubin import resource_usage
+
+    fused16 = [name for name in mma.FUSED16_NAMES.values()]
+    source = Path(mma.SOURCE_PATH).read_text()
+    for default in ("#define FP8_UNPACK16 0", "#define STORE16_LIVE 1"):
+        assert default in source
+    for defines in (("FP8_UNPACK16=1",), ("FP8_UNPACK16=2", "STORE16_LIVE=0")):
+        usage = resource_usage(mma.compile_cubin("sm_120a", defines=defines))
+        assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+        assert all(usage[name].registers <= 255 for name in fused16), defines
+    with pytest.raises(mma.CompileError, match="FP8_UNPACK16 is 0, 1, 2 or 3"):
+        mma.compile_cubin("sm_120a", defines=("FP8_UNPACK16=4",))
 
 
 GATHER_CHECK = """
