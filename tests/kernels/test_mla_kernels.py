@@ -416,7 +416,12 @@ def test_bench_instruction_peak_loops_compile_for_each_form(arch):
     assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
     assert set(usage) == {f"mma_peak_{kind}" for kind in bench.MMA_PEAK_SHAPES}
     assert bench.MMA_PEAK_SHAPES["e4m3"] == 2 * bench.MMA_PEAK_SHAPES["bf16"]  # k32 against k16
-    for form in ("f32.bf16.bf16.f32", "f32.f16.f16.f32", "m16n8k32.row.col.f32.e4m3.e4m3.f32", "m16n8k8.row.col.f32.f16"):
+    for form in (
+        "f32.bf16.bf16.f32",
+        "f32.f16.f16.f32",
+        "m16n8k32.row.col.f32.e4m3.e4m3.f32",
+        "m16n8k8.row.col.f32.f16",
+    ):
         assert form in bench.MMA_PEAK_SOURCE
     # the fp8 unpack loops: one entry point a way, the conversion instruction in the cvt form only
     cubin = nvrtc.compile_cubin(bench.UNPACK_RATE_SOURCE, "unpack_rate.cu", arch, ("--std=c++17",))
