@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${SM120KIT_VENV:-.venv}
 export SM120KIT_CACHE_DIR=${SM120KIT_CACHE_DIR:-$PWD/.cache/sm120kit}
+# The cached releases are read-only input: importing SGLang from them must not leave __pycache__ folders there
+# (a damaged-cache test counts the folder's contents), so no bytecode is written by imports (tests that need .pyc
+# files make them explicitly).
+export PYTHONDONTWRITEBYTECODE=1
 
 # Free disk first: a run that fills its disk fails hundreds of tests at once with "No space left on device" after
 # minutes of work. What a clean-clone run took (docs/benchmarks.md, "CI time"): at most TMP_MB at once in the

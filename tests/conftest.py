@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import git
@@ -110,14 +111,53 @@ def _git_templates(tmp_path_factory, release_dir):
 
 @pytest.fixture
 def installed_tree(tmp_path, release_dir):
-    """``installed_tree("0.5.23")`` -> a fresh ``site-packages`` folder holding ``sglang/`` + dist-info."""
+    """``installed_tree("0.5.23")`` -> a fresh ``site-packages`` folder holding ``sglang/`` + dist-info.
 
-    def make(version: str) -> Path:
+    ``link=True``: the files are hard links to the cached release instead of copies (0.1 s instead of 1-5 s for
+    the 135 MB of 0.5.23 on the 2-core machine), for a test that writes to the tree's files only through the
+    patch manager, which replaces each file it writes (temporary file + rename), never writing into a link, or
+    into files the patch manager wrote first; ``copy=`` names the release's files (relative to site-packages)
+    the test edits itself, which are copies. A write into a linked file would change the cached release: the
+    test then fails at teardown, naming the file."""
+    linked: list[tuple[Path, dict[str, tuple[int, int, int]]]] = []
+
+    def make(version: str, *, link: bool = False, copy: Iterable[str] = ()) -> Path:
         site = tmp_path / f"site-packages-{version}"
-        shutil.copytree(release_dir(version), site)
+        source = release_dir(version)
+        if not link:
+            shutil.copytree(source, site)
+            return site / "sglang"
+        own = {str(site / rel) for rel in copy}
+        seen: dict[str, tuple[int, int, int]] = {}
+
+        def link_or_copy(src: str, dst: str) -> str:
+            if dst not in own:
+                try:
+                    os.link(src, dst)
+                except OSError:  # another file system than the cache: a copy
+                    pass
+                else:
+                    info = os.stat(src)
+                    seen[src] = (info.st_size, info.st_mode, info.st_mtime_ns)
+                    return dst
+            return shutil.copy2(src, dst)
+
+        shutil.copytree(source, site, copy_function=link_or_copy)
+        linked.append((source, seen))
         return site / "sglang"
 
-    return make
+    yield make
+    for source, seen in linked:
+        changed = []
+        for src, before in seen.items():
+            info = os.stat(src)
+            if (info.st_size, info.st_mode, info.st_mtime_ns) != before:
+                changed.append(src)
+        assert not changed, (
+            f"the test wrote into {len(changed)} hard-linked file(s) of the cached release {source}, changing the "
+            f"cache itself: {changed[:5]}. Delete {source} (the next run unpacks it again from the cached wheel) "
+            "and name the files the test edits in installed_tree(..., copy=...)."
+        )
 
 
 @pytest.fixture

@@ -183,7 +183,7 @@ def test_quiet_patches_prints_the_list():
 def test_quiet_status_prints_the_result(installed_tree):
     from apply_support import DEMO_SERIES
 
-    package = installed_tree("0.5.6")
+    package = installed_tree("0.5.6", link=True)  # status only reads it
     quiet = _invoke("-q", "status", str(package), "--series", str(DEMO_SERIES))
     loud = _invoke("status", str(package), "--series", str(DEMO_SERIES))
     assert quiet.exit_code == loud.exit_code == 0, quiet.output

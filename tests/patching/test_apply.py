@@ -27,7 +27,7 @@ def series():
 def _tree(layout: str, version: str, installed_tree, git_clone_tree):
     """(path to hand to sm120kit, folder to hash)"""
     if layout == "installed":
-        package = installed_tree(version)
+        package = installed_tree(version, link=True)  # only the patch manager writes to it
         return package, package.parent
     clone = git_clone_tree(version)
     return clone, clone
@@ -110,7 +110,7 @@ def _plant_conflict(package_dir, version: str) -> str:
 
 @pytest.mark.parametrize("version", quick_on_one(CORE_RELEASES))
 def test_planted_conflict_writes_nothing_and_reports_the_hunk(version, series, installed_tree):
-    package = installed_tree(version)
+    package = installed_tree(version, link=True, copy=DEMO_FILES[version])  # _plant_conflict edits one of them
     rel = _plant_conflict(package, version)
     before = tree_hashes(package.parent)
     result = apply_series(find_target(package), series)

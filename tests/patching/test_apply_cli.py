@@ -16,7 +16,7 @@ S = ("--series", str(DEMO_SERIES))
 
 
 def test_json_for_every_command_and_dry_run_changes_nothing(installed_tree):
-    package = installed_tree("0.5.6")
+    package = installed_tree("0.5.6", link=True)  # only the patch manager writes to it
     before = tree_hashes(package.parent)
 
     code, data = run_json("patches", *S, "--release", "0.5.6")
@@ -86,7 +86,7 @@ def test_exit_code_per_error_class(case, tmp_path, installed_tree, git_clone_tre
             .replace('"demo-capability-helper"', '"only-old"')
             .replace("is_sm120_supported\\b", "never_present_anywhere")
         )
-        package = installed_tree("0.5.23")
+        package = installed_tree("0.5.23", link=True)  # only the patch manager writes to it
         assert run_cli("apply", str(package), "--series", str(series)).returncode == 0
         proc = run_cli("apply", str(package), "--series", str(series), "--strict")
         assert proc.returncode == 14 and "not applicable" in proc.stderr
@@ -97,7 +97,7 @@ def test_exit_code_per_error_class(case, tmp_path, installed_tree, git_clone_tre
         code, data = run_json("apply", str(clone), *S)
         assert code == 5 and data["error"] == "dirty-tree" and "python/sglang/srt/utils.py" in data["message"]
     elif case == "state":
-        package = installed_tree("0.5.2")
+        package = installed_tree("0.5.2", link=True)  # the test edits only the state record apply creates
         assert run_cli("apply", str(package), *S).returncode == 0
         (package / ".sm120kit" / "state.json").write_text("{not json")
         proc = run_cli("revert", str(package))
@@ -151,7 +151,7 @@ def test_bundled_series_default_and_missing_working_copy(tmp_path):
 
 def test_no_path_means_the_importable_sglang(installed_tree):
     """With no PATH the target is the sglang this interpreter would import (found, never imported)."""
-    package = installed_tree("0.5.17")
+    package = installed_tree("0.5.17", link=True)  # a dry run: nothing writes to it
     env = {"PYTHONPATH": str(package.parent)}
     code, data = run_json("apply", *S, "--dry-run", env=env)
     assert code == 0, data

@@ -94,7 +94,7 @@ def test_killed_mid_write_in_a_git_clone(series, git_clone_tree):
 
 
 def test_second_run_waits_then_names_the_lock_holder(series, installed_tree):
-    package = installed_tree("0.5.2")
+    package = installed_tree("0.5.2", link=True)  # only the patch manager writes to it
     store = StateStore(package.parent)
     store.ensure()
     with TreeLock(store.lock_path, command="apply (held by the test)"):
@@ -148,7 +148,7 @@ def test_read_only_tree_is_an_io_failure_naming_the_path(series, installed_tree)
 
 
 def test_edit_after_apply_is_refused_then_kept_on_force(series, installed_tree):
-    package = installed_tree("0.5.10")
+    package = installed_tree("0.5.10", link=True)  # the test edits only the module apply creates
     root = package.parent
     pristine = tree_hashes(root)
     apply_series(find_target(package), series)
@@ -211,7 +211,7 @@ def test_patched_file_deleted_after_apply_is_named_not_kept(tmp_path):
 
 
 def test_damaged_state_record_is_reported_not_trusted(series, installed_tree):
-    package = installed_tree("0.5.6")
+    package = installed_tree("0.5.6", link=True)  # the test edits only the state record apply creates
     apply_series(find_target(package), series)
     state = package / STATE_DIR / "state.json"
     state.write_text(state.read_text()[:40])
@@ -226,7 +226,7 @@ def test_damaged_state_record_is_reported_not_trusted(series, installed_tree):
 
 def test_already_applied_is_found_without_a_state_record(series, installed_tree):
     """Reverse-apply detection: the patched files alone tell which patches are in."""
-    package = installed_tree("0.5.23")
+    package = installed_tree("0.5.23", link=True)  # only the patch manager writes to it
     apply_series(find_target(package), series)
     shutil.rmtree(package / STATE_DIR)
     plan = plan_series(package.parent, series, version="0.5.23")
@@ -239,7 +239,7 @@ def test_already_applied_is_found_without_a_state_record(series, installed_tree)
 
 
 def test_patch_leaving_a_syntax_error_is_a_conflict(tmp_path, installed_tree):
-    package = installed_tree("0.5.2")
+    package = installed_tree("0.5.2", link=True)  # only the patch manager writes to it
     rel = "sglang/srt/utils.py"
     diff = make_diff(package.parent, rel, lambda t: t.replace("def is_sm90_supported(", "def is_sm90_supported(("))
     folder = write_series(
@@ -256,9 +256,9 @@ def test_patch_leaving_a_syntax_error_is_a_conflict(tmp_path, installed_tree):
 
 def test_patches_touching_one_file_in_sequence(tmp_path, installed_tree):
     """The second patch's diff is made on top of the first; both apply, revert undoes both exactly."""
-    package = installed_tree("0.5.6")
-    root = package.parent
     rel = "sglang/srt/utils/common.py"
+    package = installed_tree("0.5.6", link=True, copy=[rel])  # the test edits rel itself
+    root = package.parent
     first = make_diff(root, rel, lambda t: t.replace("def is_sm90_supported(", "def is_sm90_supported(  # one\n    "))
     original = (root / rel).read_text()
     (root / rel).write_text(original.replace("def is_sm90_supported(", "def is_sm90_supported(  # one\n    "))
@@ -365,7 +365,7 @@ def test_plan_on_a_git_worktree_python_folder(series, git_clone_tree, tmp_path):
 
 def test_recorded_patch_whose_lines_were_edited_is_a_conflict_not_upstream(series, installed_tree):
     """Its own marker still matches, but the state record says sm120kit put those lines there."""
-    package = installed_tree("0.5.23")
+    package = installed_tree("0.5.23", link=True, copy=DEMO_FILES["0.5.23"])  # the test edits one of them
     apply_series(find_target(package), series)
     path = package / "kernels/ops/attention/extend_attention.py"
     path.write_text(path.read_text().replace("# sm120kit demo note: the block sizes", "# edited note: the block"))
@@ -377,9 +377,9 @@ def test_recorded_patch_whose_lines_were_edited_is_a_conflict_not_upstream(serie
 
 def test_apply_refuses_to_rewrite_a_file_edited_after_apply(tmp_path, installed_tree):
     """A new patch on a file the user edited after apply would hide the edit from a later revert."""
-    package = installed_tree("0.5.2")
-    root = package.parent
     rel = "sglang/srt/utils.py"
+    package = installed_tree("0.5.2", link=True, copy=[rel])  # the test edits rel itself
+    root = package.parent
     one = make_diff(root, rel, lambda t: t.replace("def is_sm90_supported(", "def is_sm90_supported(  # one\n    "))
     folder = write_series(
         tmp_path / "s1", [{"id": "one", "diffs": {"a.diff": one}, "variants": [("a.diff", ">=0.5.2", "0.5.2")]}]

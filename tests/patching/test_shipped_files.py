@@ -107,7 +107,7 @@ releases = ">=0.5.2"
 
 def test_a_shipped_file_is_planned_applied_and_reverted_like_a_created_file(tmp_path, installed_tree):
     series = load_series(_series_copy(tmp_path, GOOD))
-    package = installed_tree("0.5.2")
+    package = installed_tree("0.5.2", link=True)  # only the patch manager writes to it
     pristine = tree_hashes(package.parent)
     result = apply_series(find_target(package), series)
     assert result.exit_code == 0, result.message

@@ -13,7 +13,7 @@ from sm120kit.sglang.target import find_target
 
 
 def test_installed_tree_is_detected_with_its_version(installed_tree):
-    pkg = installed_tree("0.5.23")
+    pkg = installed_tree("0.5.23", link=True)  # only read
     for path in (pkg, pkg.parent):
         target = find_target(path)
         assert target.kind == "installed"

@@ -243,7 +243,7 @@ def test_refuses_a_gpu_of_another_family(release_dir, fake_script):
 def test_run_writes_measured_file_where_the_series_puts_configs(
     installed_tree, fake_script, tmp_path, monkeypatch, capsys
 ):
-    package = installed_tree("0.5.23")
+    package = installed_tree("0.5.23", link=True)  # tune-moe adds new files (write_atomic), edits none
     monkeypatch.setattr(tune_moe, "probe_gpu", _stand_in_for_sm120_gpu)
     with pytest.raises(SystemExit) as stop:
         main(
@@ -282,7 +282,7 @@ def test_run_writes_measured_file_where_the_series_puts_configs(
 
 def test_run_stops_when_the_script_writes_another_shape(installed_tree, fake_script, tmp_path, monkeypatch):
     """The model the script read disagrees with the shape options: nothing is written into the tree."""
-    package = installed_tree("0.5.23")
+    package = installed_tree("0.5.23", link=True)  # tune-moe adds new files (write_atomic), edits none
     monkeypatch.setenv("FAKE_GPU_NAME", "NVIDIA GeForce RTX 5090")  # the script sees another card than the probe
     plan = tune_moe.plan_tuning(
         find_target(package), script=fake_script, shape=_shape(), batch_sizes=(8,), probe=_stand_in_for_sm120_gpu

@@ -311,10 +311,22 @@ def test_each_reason_to_fall_back_to_nccl_is_named(tmp_path, release_dir):
     assert any(f.severity == INFO and "2, 4 or 8 ranks" in f.message for f in six)
 
 
-def test_a_patched_0518_tree_counts_as_having_it(tmp_path, release_dir):
-    site = tmp_path / "site"
-    shutil.copytree(release_dir("0.5.18"), site)
+@pytest.fixture(scope="module")
+def patched_0518(tmp_path_factory, release_dir) -> Path:
+    """0.5.18 with the whole series applied (the PCIe all-reduce backport among it), made once for the tests of
+    this file, which only read it: the folder holding ``sglang/``."""
+    site = tmp_path_factory.mktemp("patched-0518") / "site"
+    try:  # the patch manager replaces files (temporary file + rename), so hard links are safe
+        shutil.copytree(release_dir("0.5.18"), site, copy_function=os.link)
+    except OSError:
+        shutil.rmtree(site, ignore_errors=True)
+        shutil.copytree(release_dir("0.5.18"), site)
     assert apply_series(find_target(site / "sglang"), load_series()).exit_code == 0
+    return site
+
+
+def test_a_patched_0518_tree_counts_as_having_it(tmp_path, release_dir, patched_0518):
+    site = patched_0518
     assert pcie_allreduce.tree_has(site / "sglang") == "backport"
     got = info(
         tmp_path,
@@ -356,7 +368,7 @@ def _found(ctx) -> dict:
     return {f.rule: f for f in slow_settings.find(ctx)}
 
 
-def test_rules_name_every_multi_gpu_12x_case_with_its_fix(tmp_path, release_dir):
+def test_rules_name_every_multi_gpu_12x_case_with_its_fix(release_dir, patched_0518):
     on = {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "1"}
     tree = release_dir("0.5.23") / "sglang"
     off = _found(_ctx(tree, release="0.5.23", given={"tp_size": 8}))
@@ -380,10 +392,8 @@ def test_rules_name_every_multi_gpu_12x_case_with_its_fix(tmp_path, release_dir)
     assert not _found(_ctx(tree, release="0.5.23", given={"tp_size": 1}))
     assert not _found(_ctx(tree, release="0.5.23", given={"tp_size": 8}, capability="9.0"))
     assert not _found(_ctx(None, release="0.5.23", given={"tp_size": 8}))
-    # with the backport applied, 0.5.18 behaves as 0.5.23
-    site = tmp_path / "site"
-    shutil.copytree(release_dir("0.5.18"), site)
-    assert apply_series(find_target(site / "sglang"), load_series()).exit_code == 0
+    # with the backport applied (patched_0518: the whole series applies, exit code 0), 0.5.18 behaves as 0.5.23
+    site = patched_0518
     patched = _found(_ctx(site / "sglang", release="0.5.18", given={"tp_size": 8}))
     assert list(patched) == ["pcie-allreduce-off"]
     assert "sm120_pcie_ipc_ar.py" in patched["pcie-allreduce-off"].source
