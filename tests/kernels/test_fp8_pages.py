@@ -56,12 +56,13 @@ def _helpers(text: str) -> dict:
         "from __future__ import annotations\nimport torch\nimport triton as _sm120_triton\n"
         "import triton.language as tl\n\n" + ast.unparse(ast.Module(body=keep, type_ignores=[])) + "\n"
     )
-    folder = Path(tempfile.mkdtemp(prefix="fp8-pages-"))
-    path = folder / "fp8_pages_under_test.py"  # Triton reads a kernel's source from its file
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(f"fp8_pages_under_test_{abs(hash(text))}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # Triton reads a kernel's source from its file when the module defines it; the folder goes once it is loaded
+    with tempfile.TemporaryDirectory(prefix="fp8-pages-") as folder:
+        path = Path(folder) / "fp8_pages_under_test.py"
+        path.write_text(source, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(f"fp8_pages_under_test_{abs(hash(text))}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
     return vars(module)
 
 

@@ -86,7 +86,11 @@ def run_case(torch, device_name: str, case: str) -> None:
             tuning = _first(mod.__name__.rsplit(".", 1)[0] + ".lora_tuning_config")
             import triton
 
-            folder = Path(tempfile.mkdtemp()) / "csgmv_configs" / f"triton_{triton.__version__.replace('.', '_')}"
+            folder = (
+                Path(tempfile.mkdtemp(dir=_WORK[0]))
+                / "csgmv_configs"
+                / f"triton_{triton.__version__.replace('.', '_')}"
+            )
             folder.mkdir(parents=True)
             name = f"lora_shrink,K={K},R=64,S=3,device={device_name.replace(' ', '_')}.json"
             (folder / name).write_text(json.dumps({str(chunk): {"BLOCK_N": 16, "BLOCK_K": values[1]}}))
@@ -146,7 +150,16 @@ def run_case(torch, device_name: str, case: str) -> None:
         raise SystemExit(f"unknown case kind {kind!r}")
 
 
+_WORK: list[str] = []  # the run's temporary folder (main), under which each tuned case writes its config folder
+
+
 def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="sm120kit-lora-probe-") as work:
+        _WORK.append(work)
+        return _main()
+
+
+def _main() -> int:
     root, cases = sys.argv[1], sys.argv[2:]
     sys.path.insert(0, root)
     os.environ.setdefault("SGLANG_IS_IN_CI", "false")
