@@ -359,6 +359,19 @@ static_assert(STAGES16_FP8 >= 2 && STAGES16_FP8 <= 4, "16-row fp8 programs keep 
 // scores (true: the scores read the fp8 stage, so they need not wait for it) or before them (false).
 constexpr bool Q8_SYNC_AFTER_SCORES = true;
 
+// Timeline probes (the SM120_TIMELINE build only): the 16-row fp8 loop without its scores' loads and products, or
+// without its values'.
+#if defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_SCORES)
+constexpr bool PROBE_NO_SCORES = true;
+#else
+constexpr bool PROBE_NO_SCORES = false;
+#endif
+#if defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_VALUES)
+constexpr bool PROBE_NO_VALUES = true;
+#else
+constexpr bool PROBE_NO_VALUES = false;
+#endif
+
 // 16-row programs: the end's sums skip rows 8-15 where the program holds none of them (1) or not (0). A -D flag
 // may set it (benchmarks compare both).
 #ifndef STORE16_LIVE
@@ -841,10 +854,7 @@ __device__ __forceinline__ void prefix_body(
         float s[NT][4];
 #pragma unroll
         for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-        if constexpr (false) {
-#if defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_SCORES)
-        } else if constexpr (KV8 && R16) {  // timeline probe: the loop without the scores' loads and products
-#endif
+        if constexpr (PROBE_NO_SCORES && KV8 && R16) {
         } else if constexpr (Q8 && R16) {
             // e4m3 m16n8k32: two k32 steps a load (the last one); even and odd steps in two accumulators.
             float s2[4] = {0.f, 0.f, 0.f, 0.f};
@@ -1014,10 +1024,7 @@ __device__ __forceinline__ void prefix_body(
         if constexpr (Q8 && !R16 && Q8_SYNC_AFTER_SCORES) __syncthreads();  // the tile's f16 values are in
         // This warp's 256 value dims: o += p @ v. fp8: each register of a load holds two dims (an even and
         // an odd n8 tile of the 16-dim block, fp8_to_bf16_layout below).
-        if constexpr (false) {
-#if defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_VALUES)
-        } else if constexpr (KV8 && R16) {  // timeline probe: the loop without the values' loads and products
-#endif
+        if constexpr (PROBE_NO_VALUES && KV8 && R16) {
         } else if constexpr (KV8 && R16) {
 #pragma unroll
             for (int dq = 0; dq < 4; ++dq) {
