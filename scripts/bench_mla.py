@@ -158,73 +158,30 @@ extern "C" __global__ void unpack_both(u32* out, int iters) { loop<2>(out, iters
 """
 
 
-def unpack_rates(iters=4096):
-    """Words (4 fp8 values to 2 f16 pairs) a second per SM, in G/s, of each way of UNPACK_RATE_SOURCE:
-    register-only loops compiled by NVRTC for this GPU, best of 4/8/16 warps (4 programs an SM) and 5 runs."""
+def _register_loop_rates(source, file_name, kernels, iters=4096):
+    """Thread steps a second (one step: one pass of the loop body, per thread) of each register-only loop of
+    ``source`` (entry points ``kernels``, each taking ``(out, iters)``), compiled by NVRTC for this GPU: best of
+    4/8/16 warps (4 programs an SM) and 5 runs each. Returns ({name: steps/s}, SMs), or ({"error": ...}, SMs)."""
     from sm120_attention import sm120_mla_nvrtc as nvrtc
 
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}" + ("a" if major >= 9 else "")
-    try:
-        module = nvrtc.Module(nvrtc.compile_cubin(UNPACK_RATE_SOURCE, "unpack_rate.cu", arch, ("--std=c++17",)))
-    except nvrtc.CompileError as exc:
-        return {"error": str(exc)[:200]}
-    import ctypes
-
-    out = torch.zeros(4096, dtype=torch.int32, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    stream = torch.cuda.current_stream().cuda_stream
-    rates = {}
-    for kind in ("cvt", "int", "both"):
-        function = module.function(f"unpack_{kind}", 0)
-        best = 0.0
-        for warps in (4, 8, 16):
-            blocks = 4 * sms
-            module.launch(
-                function, (blocks, 1, 1), 32 * warps, 0, stream, (ctypes.c_uint64(out.data_ptr()), ctypes.c_int(16))
-            )
-            for _ in range(5):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                module.launch(
-                    function,
-                    (blocks, 1, 1),
-                    32 * warps,
-                    0,
-                    stream,
-                    (ctypes.c_uint64(out.data_ptr()), ctypes.c_int(iters)),
-                )
-                b.record()
-                b.synchronize()
-                words = blocks * 32 * warps * iters * 8
-                best = max(best, words / (a.elapsed_time(b) * 1e-3) / sms / 1e9)
-        rates[kind] = round(best, 2)
-    return rates
-
-
-def mma_peaks(iters=4096):
-    """TFLOP/s of each mma.sync form the kernels use (bf16 and f16 m16n8k16, e4m3 m16n8k32), register-only
-    loops compiled by NVRTC for this GPU, best of block shapes (4 programs an SM, 4/8/16 warps) and 5 runs."""
-    from sm120_attention import sm120_mla_nvrtc as nvrtc
-
-    major, minor = torch.cuda.get_device_capability()
-    arch = f"sm_{major}{minor}" + ("a" if major >= 9 else "")
     try:
-        module = nvrtc.Module(nvrtc.compile_cubin(MMA_PEAK_SOURCE, "mma_peak.cu", arch, ("--std=c++17",)))
+        module = nvrtc.Module(nvrtc.compile_cubin(source, file_name, arch, ("--std=c++17",)))
     except nvrtc.CompileError as exc:
-        return {"error": str(exc)[:200]}
+        return {"error": str(exc)[:200]}, sms
     import ctypes
 
     out = torch.zeros(4096, dtype=torch.float32, device="cuda")
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     stream = torch.cuda.current_stream().cuda_stream
-    peaks = {}
 
     def args(n):
         return ctypes.c_uint64(out.data_ptr()), ctypes.c_int(n)
 
-    for kind, macs in MMA_PEAK_SHAPES.items():
-        function = module.function(f"mma_peak_{kind}", 0)
+    rates = {}
+    for name in kernels:
+        function = module.function(name, 0)
         best = 0.0
         for warps in (4, 8, 16):
             blocks = 4 * sms
@@ -235,10 +192,30 @@ def mma_peaks(iters=4096):
                 module.launch(function, (blocks, 1, 1), 32 * warps, 0, stream, args(iters))
                 b.record()
                 b.synchronize()
-                mmas = blocks * warps * iters * 4
-                best = max(best, 2 * macs * mmas / (a.elapsed_time(b) * 1e-3) / 1e12)
-        peaks[kind] = round(best, 1)
-    if (major, minor) not in E4M3_NATIVE:
+                best = max(best, blocks * 32 * warps * iters / (a.elapsed_time(b) * 1e-3))
+        rates[name] = best
+    return rates, sms
+
+
+def unpack_rates():
+    """Words (4 fp8 values to 2 f16 pairs) a second per SM, in G/s, of each way of UNPACK_RATE_SOURCE (8 words a
+    thread step)."""
+    kinds = ("cvt", "int", "both")
+    rates, sms = _register_loop_rates(UNPACK_RATE_SOURCE, "unpack_rate.cu", [f"unpack_{k}" for k in kinds])
+    if "error" in rates:
+        return rates
+    return {k: round(rates[f"unpack_{k}"] * 8 / sms / 1e9, 2) for k in kinds}
+
+
+def mma_peaks():
+    """TFLOP/s of each mma.sync form the kernels use (bf16 and f16 m16n8k16, e4m3 m16n8k32, f16 m16n8k8), from the
+    register-only loops of MMA_PEAK_SOURCE (four mma a warp step, so 4 / 32 a thread step)."""
+    names = {kind: f"mma_peak_{kind}" for kind in MMA_PEAK_SHAPES}
+    rates, _ = _register_loop_rates(MMA_PEAK_SOURCE, "mma_peak.cu", list(names.values()))
+    if "error" in rates:
+        return rates
+    peaks = {kind: round(2 * macs * rates[names[kind]] * 4 / 32 / 1e12, 1) for kind, macs in MMA_PEAK_SHAPES.items()}
+    if torch.cuda.get_device_capability() not in E4M3_NATIVE:
         peaks["e4m3_emulated"] = True  # no share of it is reported (instruction_shares)
     return peaks
 

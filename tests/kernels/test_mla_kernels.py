@@ -492,13 +492,13 @@ def _c_expression(source, function):
     return expression
 
 
-def test_the_integer_fp8_unpack_is_exact_at_two_to_the_minus_8():
+def test_the_integer_fp8_unpack_is_exact_at_two_to_the_minus_8(mma):
     """The 16-row programs' integer e4m3 -> f16 unpack (FP8_UNPACK16 1-3), evaluated as the source writes it, gives
     every finite e4m3 byte, normal and subnormal, in both byte positions of a pair, as its value times 2^-8 exactly
     (torch's float8_e4m3fn is the reference); the two NaN bytes become +-480, which the source's comment names."""
     import torch
 
-    source = Path(_mma_source_path()).read_text()
+    source = Path(mma.SOURCE_PATH).read_text()
     odd = _c_expression(source, "f8s_odd")
     assert "u32 f8s_even(u32 w) {\n    return f8s_odd(w << 8);" in source
 
@@ -524,19 +524,13 @@ def test_the_integer_fp8_unpack_is_exact_at_two_to_the_minus_8():
                 assert got * 256 == want, (byte, got, want)
 
 
-def _mma_source_path():
-    from sm120_attention import sm120_mla_mma
-
-    return sm120_mla_mma.SOURCE_PATH
-
-
 def test_the_16_row_fp8_unpack_and_store_flags_compile_and_are_checked(mma):
     """FP8_UNPACK16 (0: the conversion instruction, 1-3: integer unpack of keys and/or values) and STORE16_LIVE
     (the end's sums skip rows 8-15 a program does not hold) compile for sm_120a within 255 registers at their other
     values, and an unpack value out of range is refused with its message."""
     from sm120kit.hardware.cubin import resource_usage
 
-    fused16 = [name for name in mma.FUSED16_NAMES.values()]
+    fused16 = list(mma.FUSED16_NAMES.values())
     source = Path(mma.SOURCE_PATH).read_text()
     for default in ("#define FP8_UNPACK16 0", "#define STORE16_LIVE 1"):
         assert default in source
