@@ -1100,7 +1100,13 @@ def rows16_numerics(mla):
     lengths), verify with one or two draft tokens a request (a mask row with no draft column), and a
     replay from a CUDA graph."""
     out = []
-    for kvd, idx64, heads in (("bf16", False, 16), ("fp8", True, 16), ("bf16", True, 4), ("fp8", False, 4)):
+    for kvd, idx64, heads in (
+        ("bf16", False, 16),
+        ("fp8", True, 16),
+        ("bf16", True, 4),
+        ("fp8", False, 4),
+        ("fp8", True, 8),
+    ):
         scale = 0.5 if kvd == "fp8" else 1.0
         d = ref.make_decode_case(
             [3000, 517, 40, 1], heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, device="cuda", seed=heads + idx64
@@ -1111,7 +1117,11 @@ def rows16_numerics(mla):
         if idx64:
             d["kv_indices"] = d["kv_indices"].to(torch.int64)
         res = {}
-        for prefix, table in (("auto", None), ("triton", routes.force(routes.TRITON))):
+        for prefix, table in (
+            ("auto", None),
+            ("cuda16", routes.force(routes.CUDA16_ONE_LAUNCH)),
+            ("triton", routes.force(routes.TRITON)),
+        ):
             o = torch.zeros(4, heads, LV, dtype=torch.bfloat16, device="cuda")
             lse = torch.zeros(4, heads, 8, dtype=torch.float32, device="cuda")
 
@@ -1128,8 +1138,11 @@ def rows16_numerics(mla):
                 "kv_indices": "int64" if idx64 else "int32",
                 "heads": heads,
                 "max_abs_diff_cuda": round((res["auto"][0].float() - ref_o).abs().max().item(), 5),
+                "max_abs_diff_cuda16": round((res["cuda16"][0].float() - ref_o).abs().max().item(), 5),
                 "max_abs_diff_triton": round((res["triton"][0].float() - ref_o).abs().max().item(), 5),
                 "lse_cuda_vs_triton": round((res["auto"][1] - res["triton"][1]).abs().max().item(), 6),
+                "lse_cuda16_vs_triton": round((res["cuda16"][1] - res["triton"][1]).abs().max().item(), 6),
+                "graph_replay_vs_eager_cuda16": round(res["cuda16"][2], 6),
                 "graph_replay_vs_eager": round(res["auto"][2], 6),
             }
         )

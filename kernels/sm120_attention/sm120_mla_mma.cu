@@ -38,6 +38,10 @@
 // The grid barrier is one word that every program adds to with release semantics and polls with acquire,
 // its top bit flipping once all have arrived.
 //
+// Their programs with fp8 KV on the exact path that hold 8 query rows or fewer (decode with 8 heads, as Kimi-K2 at
+// TP8 runs) take a transposed body instead (decode8_body): KV tokens as the 16 rows of each mma and the query rows
+// as its 8 columns, so no product is spent on rows the program does not hold, and the values are m16n8k16.
+//
 // The fp8-mma entry points (names ending fp8q; Q8 below) score fp8 KV with e4m3 m16n8k32 mma.sync: each warp
 // quantizes its half of each query row to e4m3 at amax / 448 once, the keys' B fragments come straight from the
 // fp8 tile (ldmatrix gives a lane 4 consecutive fp8 dims of one token, a B register of m16n8k32), and each
@@ -1123,6 +1127,314 @@ __device__ __forceinline__ void prefix_body(
     }
 }
 
+// 16-row programs that hold 8 query rows or fewer (decode with 8 heads or fewer, and the prefix programs of a
+// verify with as few rows) with fp8 KV on the exact path: the products transposed, so that the 16 rows of an
+// mma are KV tokens and its 8 columns the query rows (1 on, 0: such programs run the 16-row body above). The
+// 16-row body spends half of each m16 product on rows it does not hold and its values on m16n8k8; here the scores
+// are m16n8k16 (16 tokens x 8 rows) with the keys as the A operand and the queries (B) in registers, and the values
+// m16n8k16 (16 value dims x 8 rows over 16 tokens) with the values as the A operand (ldmatrix.trans of the fp8
+// tile) and the probabilities as B, which movmatrix turns from the scores' accumulator layout (tokens x rows) into
+// (rows x tokens). Warps 0-3 and 4-7 form two groups, each on its own 16 tokens of a 32-token tile: a warp takes a
+// quarter of the dims (144 of the keys', 128 of the values'), the four partial scores meet through shared memory
+// at the group's barrier, and each group copies its own rows of the four fp8 stages and waits at its own barrier
+// (128 threads), so the pipeline is the 16-row one's with 16-token halves. The two groups' results meet at one max
+// at the end. A warp holds its queries in 18 registers and its output in 32.
+#ifndef DECODE8
+#define DECODE8 1
+#endif
+#if (defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_KV_LOADS)) || \
+    (defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_MATH))
+constexpr bool PROBE_LOOP = true;  // the probes time the 16-row body's loop
+#else
+constexpr bool PROBE_LOOP = false;
+#endif
+constexpr bool USE_DECODE8 = DECODE8 && FP8_UNPACK16 == 0 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
+
+// Whether this program of a 16-row launch takes decode8_body below: fp8 KV on the exact path, 8 rows or fewer.
+template <bool KV8, bool R16, bool Q8>
+__device__ __forceinline__ bool takes_decode8(const int* __restrict__ q_indptr, int heads) {
+    if constexpr (USE_DECODE8 && KV8 && R16 && !Q8) {
+        const int b = blockIdx.z;
+        return (q_indptr[b + 1] - q_indptr[b]) * heads - (int)blockIdx.x * ROWS16 <= 8;
+    } else {
+        return false;
+    }
+}
+
+__device__ __forceinline__ void group_sync(int grp) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + grp));
+}
+
+__device__ __forceinline__ void ldsm_x2(u32 addr, u32& r0, u32& r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+
+// The transpose of an 8 x 8 matrix of 16-bit values in the mma accumulator layout (lane 4 i + j: row i, columns
+// 2 j and 2 j + 1), in the same layout.
+__device__ __forceinline__ u32 movmatrix_t(u32 a) {
+    u32 d;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+    return d;
+}
+
+template <typename IdxT>
+__device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8* __restrict__ KV,
+                                             const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr,
+                                             const IdxT* __restrict__ kv_indices, float* __restrict__ O_part,
+                                             float* __restrict__ L_part, float qk, float v_scale, float rescale_slack,
+                                             long long stride_qt, long long stride_qh, long long stride_kt,
+                                             long long stride_ot, long long stride_oh, long long stride_os,
+                                             long long stride_lt, long long stride_lh, int heads, int num_splits,
+                                             int min_split) {
+    static_assert(4 * TILE8_BYTES + THREADS * 16 <= SMEM_BYTES_FP8, "the fp8 stages and the exchange do not fit");
+    static_assert((2 * 8 * OB_STRIDE + 32) * 4 <= SMEM_BYTES_FP8, "the two groups' sums do not fit");
+    extern __shared__ __align__(16) unsigned char smem[];
+    TL(0);
+    TL(1);
+    const float NEG_INF = -__int_as_float(0x7f800000);
+    const int rb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+    const int q_start = q_indptr[b], q_end = q_indptr[b + 1];
+    const int kv_start = kv_indptr[b], kv_end = kv_indptr[b + 1];
+    const int n_rows = (q_end - q_start) * heads, row0 = rb * ROWS16;
+    const int kv_len = kv_end - kv_start;
+    int chunk = ((kv_len + num_splits - 1) / num_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
+    chunk = chunk > min_split ? chunk : min_split;
+    const int start = split * chunk, end = kv_len < start + chunk ? kv_len : start + chunk;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int grp = warp >> 2, wq = warp & 3;  // the group (half of each tile) and the quarter of the dims
+    const int g = lane >> 2, c4 = lane & 3;
+    if (row0 >= n_rows) return;
+    if (start >= end) {
+        if (warp == 0 && c4 == 0 && row0 + g < n_rows) {
+            const int r = row0 + g;
+            L_part[(q_start + r / heads) * (long long)stride_lt + (r % heads) * stride_lh + split] = NEG_INF;
+        }
+        return;
+    }
+    const int n_tiles = (end - start + BLOCK_N - 1) / BLOCK_N;
+    const u32 kv_base = smem_addr(smem);
+
+    // Each KV row is copied by 8 threads of the group that scores it (rows 16 grp .. 16 grp + 15 of a tile), its
+    // slot read into a register a tile ahead (tiles 0-3 at the start).
+    const int ld_row = 16 * grp + ((tid & 127) >> 3);
+    auto slot_of = [&](int tile) -> IdxT {
+        const int col = start + tile * BLOCK_N + ld_row;
+        return col < end ? kv_indices[kv_start + col] : (IdxT)0;
+    };
+    const IdxT slot0 = slot_of(0), slot1 = slot_of(1), slot2 = slot_of(2);
+    IdxT slot_next = slot_of(3);
+
+    // The queries as the B operand of the scores: column g = query row row0 + g (zeros past the request's end),
+    // k step s of this warp's 144 key dims: dims 4 c4 .. 4 c4 + 3 of its 16 (the order the fp8 keys arrive in).
+    uint2 qv[9];
+    {
+        const int r = row0 + g;
+        const bool ok = r < n_rows;
+        const u16* src =
+            Q + (q_start + (ok ? r / heads : 0)) * stride_qt + (ok ? r % heads : 0) * stride_qh + wq * 144 + c4 * 4;
+#pragma unroll
+        for (int s = 0; s < 9; ++s) qv[s] = ok ? *(const uint2*)(src + s * 16) : make_uint2(0u, 0u);
+    }
+    TL(2);
+    const u32 ld_dst = kv_base + ld_row * SROW8 + (tid & 7) * 16;
+    auto load_tile_at = [&](int tile, int stage, IdxT slot) {
+        const bool valid = start + tile * BLOCK_N + ld_row < end;
+        const u8* src = KV + (long long)slot * stride_kt + (tid & 7) * 16;
+#pragma unroll
+        for (int i = 0; i < 5; ++i)  // 36 chunks a row: 4 threads copy a fifth
+            if (i < 4 || (tid & 7) < 4)
+                cp_async16(ld_dst + stage * TILE8_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
+    };
+    load_tile_at(0, 0, slot0);
+    cp_commit();
+    if (n_tiles > 1) load_tile_at(1, 1, slot1);
+    cp_commit();
+    if (n_tiles > 2) load_tile_at(2, 2, slot2);
+    cp_commit();
+    u32 qb[9][2];
+#pragma unroll
+    for (int s = 0; s < 9; ++s) {
+        qb[s][0] = q_pair<true>(qv[s].x);
+        qb[s][1] = q_pair<true>(qv[s].y);
+    }
+
+    // ldmatrix rows of this lane: matrix mi = tokens 8 (mi & 1) onward of the group's 16, bytes 16 (mi >> 1) onward.
+    const int mi = lane >> 3, mr = lane & 7;
+    const u32 row_lane = (16 * grp + mr + 8 * (mi & 1)) * SROW8 + 16 * (mi >> 1);
+    const u32 k_lane = row_lane + wq * 144, v_lane = row_lane + wq * 128;
+    float4* const xch = (float4*)(smem + 4 * TILE8_BYTES);  // [8 warps][32 lanes] partial scores
+
+    // o[2 j] / o[2 j + 1]: value dims 128 wq + 32 (j / 2) + 2 g (+ 1) in c[0..1], + 16 in c[2..3]; columns (query
+    // rows) 2 c4 and 2 c4 + 1.
+    float o[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;  // query rows 2 c4 and 2 c4 + 1
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        const int stage = tile & 3;
+        asm volatile("cp.async.wait_group 2;\n" ::);  // tile t (t + 1 and t + 2 may be in flight)
+        group_sync(grp);
+        if (tile == 0) TL(3);
+        // tile t + 3 into the stage of tile t - 1, which the group's warps have read (the barrier above)
+        if (tile + 3 < n_tiles) load_tile_at(tile + 3, (tile + 3) & 3, slot_next);
+        cp_commit();
+        slot_next = slot_of(tile + 4);
+        const u32 st = kv_base + stage * TILE8_BYTES;
+
+        // Scores: 16 tokens (rows g and g + 8) x 8 query rows (columns 2 c4, 2 c4 + 1) over 144 dims, two k16
+        // steps a load, even and odd steps in two accumulators.
+        float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int k2 = 0; k2 < 4; ++k2) {
+            u32 r[4];
+            ldsm_x4(st + k_lane + k2 * 32, r[0], r[1], r[2], r[3]);
+            const u32 a0[4] = {f8_lo(r[0]), f8_lo(r[1]), f8_hi(r[0]), f8_hi(r[1])};
+            const u32 a1[4] = {f8_lo(r[2]), f8_lo(r[3]), f8_hi(r[2]), f8_hi(r[3])};
+            mma16<true>(s, a0, qb[2 * k2][0], qb[2 * k2][1]);
+            mma16<true>(s2, a1, qb[2 * k2 + 1][0], qb[2 * k2 + 1][1]);
+        }
+        {
+            u32 r0, r1;
+            ldsm_x2(st + k_lane + 128, r0, r1);
+            const u32 a0[4] = {f8_lo(r0), f8_lo(r1), f8_hi(r0), f8_hi(r1)};
+            mma16<true>(s, a0, qb[8][0], qb[8][1]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) s[j] += s2[j];
+        // The group's four quarters, summed in the same order in every warp (so all four agree on each max).
+        xch[warp * 32 + lane] = make_float4(s[0], s[1], s[2], s[3]);
+        group_sync(grp);
+        {
+            float4 x = xch[(4 * grp) * 32 + lane];
+#pragma unroll
+            for (int j = 1; j < 4; ++j) {
+                const float4 y = xch[(4 * grp + j) * 32 + lane];
+                x.x += y.x;
+                x.y += y.y;
+                x.z += y.z;
+                x.w += y.w;
+            }
+            s[0] = x.x;
+            s[1] = x.y;
+            s[2] = x.z;
+            s[3] = x.w;
+        }
+
+        // Online softmax (base 2) of each query row over the 16 tokens: a column's max over the lanes of g.
+        const int col = start + tile * BLOCK_N + 16 * grp + g;
+        const bool va = col < end, vb = col + 8 < end;
+        s[0] = va ? s[0] * qk : NEG_INF;
+        s[1] = va ? s[1] * qk : NEG_INF;
+        s[2] = vb ? s[2] * qk : NEG_INF;
+        s[3] = vb ? s[3] * qk : NEG_INF;
+        float mx0 = fmaxf(m0, fmaxf(s[0], s[2])), mx1 = fmaxf(m1, fmaxf(s[1], s[3]));
+#pragma unroll
+        for (int d = 4; d < 32; d *= 2) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, d));
+        }
+        if (__any_sync(0xffffffffu, mx0 > m0 + rescale_slack || mx1 > m1 + rescale_slack)) {
+            const float alpha0 = exp2f(m0 - mx0), alpha1 = exp2f(m1 - mx1);
+            m0 = mx0;
+            m1 = mx1;
+            l0 *= alpha0;
+            l1 *= alpha1;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                o[i][0] *= alpha0;
+                o[i][1] *= alpha1;
+                o[i][2] *= alpha0;
+                o[i][3] *= alpha1;
+            }
+        }
+        // A group may have seen no token of its split yet (a split shorter than 16 tokens): its max is still
+        // -inf, its scores are all dropped and count as 0.
+        const float mu0 = m0 == NEG_INF ? 0.f : m0, mu1 = m1 == NEG_INF ? 0.f : m1;
+        s[0] = exp2f(s[0] - mu0);
+        s[1] = exp2f(s[1] - mu1);
+        s[2] = exp2f(s[2] - mu0);
+        s[3] = exp2f(s[3] - mu1);
+        l0 += s[0] + s[2];
+        l1 += s[1] + s[3];
+        // P as the B operand of the values: (tokens 2 c4, 2 c4 + 1 | + 8, + 9) x query row g.
+        const u32 pb0 = movmatrix_t(pack2<true>(s[0], s[1])), pb1 = movmatrix_t(pack2<true>(s[2], s[3]));
+
+        // Values: 32 dims a load; the even dims of each pair of the load in o[2 j], the odd ones in o[2 j + 1]
+        // (by_dim: a register's bytes regrouped so that each half holds one dim's two tokens).
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            u32 r[4];
+            ldsm_x4_t(st + v_lane + j * 32, r[0], r[1], r[2], r[3]);
+            const u32 w0 = by_dim(r[0]), w1 = by_dim(r[1]), w2 = by_dim(r[2]), w3 = by_dim(r[3]);
+            const u32 ae[4] = {f8_lo(w0), f8_lo(w2), f8_lo(w1), f8_lo(w3)};
+            const u32 ao[4] = {f8_hi(w0), f8_hi(w2), f8_hi(w1), f8_hi(w3)};
+            mma16<true>(o[2 * j], ae, pb0, pb1);
+            mma16<true>(o[2 * j + 1], ao, pb0, pb1);
+        }
+    }
+    // Each column's sum over the lanes of g.
+#pragma unroll
+    for (int d = 4; d < 32; d *= 2) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, d);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, d);
+    }
+    TL(4);
+
+    // The end: the two groups' results at one max through shared memory, then bf16 partial results, 16 bytes a
+    // store.
+    float* ob = (float*)smem;            // [2 groups][8 rows][OB_STRIDE]
+    float* mx = ob + 2 * 8 * OB_STRIDE;  // [2 groups][8 rows] running max
+    float* ls = mx + 16;                 // [2 groups][8 rows] sum of probabilities
+    cp_wait_all();
+    __syncthreads();  // every warp is done with the KV tiles
+    if (wq == 0 && g == 0) {
+        mx[grp * 8 + 2 * c4] = m0;
+        mx[grp * 8 + 2 * c4 + 1] = m1;
+        ls[grp * 8 + 2 * c4] = l0;
+        ls[grp * 8 + 2 * c4 + 1] = l1;
+    }
+    __syncthreads();
+    auto row_total = [&](int row, float& M, float& L) {
+        const float a = mx[row], c = mx[8 + row];
+        M = fmaxf(a, c);
+        L = (a == NEG_INF ? 0.f : ls[row] * exp2f(a - M)) + (c == NEG_INF ? 0.f : ls[8 + row] * exp2f(c - M));
+    };
+    float M0, L0, M1, L1;
+    row_total(2 * c4, M0, L0);
+    row_total(2 * c4 + 1, M1, L1);
+    const float f0 = (m0 == NEG_INF || L0 <= 0.f) ? 0.f : exp2f(m0 - M0) * v_scale / L0;
+    const float f1 = (m1 == NEG_INF || L1 <= 0.f) ? 0.f : exp2f(m1 - M1) * v_scale / L1;
+    float* const mine = ob + grp * 8 * OB_STRIDE + wq * 128 + 2 * g;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        float* at = mine + 32 * j;
+        *(float2*)(at + 2 * c4 * OB_STRIDE) = make_float2(o[2 * j][0] * f0, o[2 * j + 1][0] * f0);
+        *(float2*)(at + (2 * c4 + 1) * OB_STRIDE) = make_float2(o[2 * j][1] * f1, o[2 * j + 1][1] * f1);
+        *(float2*)(at + 2 * c4 * OB_STRIDE + 16) = make_float2(o[2 * j][2] * f0, o[2 * j + 1][2] * f0);
+        *(float2*)(at + (2 * c4 + 1) * OB_STRIDE + 16) = make_float2(o[2 * j][3] * f1, o[2 * j + 1][3] * f1);
+    }
+    __syncthreads();
+    for (int k = tid; k < 8 * 64; k += THREADS) {
+        const int rw = k >> 6, ch = k & 63, r = row0 + rw;
+        if (r >= n_rows) continue;
+        const long long t = q_start + r / heads, h = r % heads;
+        const float* a = ob + rw * OB_STRIDE + ch * 8;
+        const float* c = a + 8 * OB_STRIDE;
+        const float4 a0 = *(const float4*)a, a1 = *(const float4*)(a + 4);
+        const float4 c0 = *(const float4*)c, c1 = *(const float4*)(c + 4);
+        *(uint4*)((u16*)O_part + t * stride_ot + h * stride_oh + split * stride_os + ch * 8) =
+            make_uint4(pack2<false>(a0.x + c0.x, a0.y + c0.y), pack2<false>(a0.z + c0.z, a0.w + c0.w),
+                       pack2<false>(a1.x + c1.x, a1.y + c1.y), pack2<false>(a1.z + c1.z, a1.w + c1.w));
+    }
+    if (tid < 8 && row0 + tid < n_rows) {
+        const int r = row0 + tid;
+        float M, L;
+        row_total(tid, M, L);
+        L_part[(q_start + r / heads) * stride_lt + (r % heads) * stride_lh + split] = L > 0.f ? M + log2f(L) : NEG_INF;
+    }
+}
+
 #define PREFIX_ARGS(IdxT)                                                                                        \
     const u16 *__restrict__ Q, const void *__restrict__ KV, const int *__restrict__ q_indptr,                    \
         const int *__restrict__ kv_indptr, const IdxT *__restrict__ kv_indices, float *__restrict__ O_part,      \
@@ -1180,47 +1492,104 @@ __device__ __forceinline__ void grid_barrier(unsigned int* bar) {
 
 #define MERGE_ROUND 20  // slots a half-warp loads in one round: the 17 of 8 drafts x 8 or 16 heads, with room
 
-// The merge of every slot of every query row after the barrier. A program takes a row's 512 value dims
-// (or a half or a quarter of them, where there are fewer rows than programs): each warp 128 dims, each of
-// its half-warps every (2 sgroups)-th slot, eight bf16 partial values a lane (16-byte loads from L2,
+// Where a program's share of the merge lies (MergeShare): a program takes a row's 512 value dims (or a half or
+// a quarter of them, where there are fewer rows than programs), its first row u = its index. Worked out before the
+// grid barrier, while the program waits there, so that the merge's loads go out as soon as it passes
+// (MERGE_EARLY 1; 0: after the barrier, as before; a -D flag may set it, benchmarks compare both).
+#ifndef MERGE_EARLY
+#define MERGE_EARLY 1
+#endif
+struct MergeShare {
+    int dsplit, dims, dg, sgroups, sg, half, hl, streams, stream;
+    int part;           // of the first row's dims
+    long long t, h;     // the first row's token and head
+    const float* lrow;  // the first row's log-sum-exps
+    long long ooff;     // the first row's partial results, this lane's 8 dims
+};
+
+// Keeps a value computed where it stands (the compiler may not move its work past this point).
+template <typename T>
+__device__ __forceinline__ void pin(T& v) {
+    if constexpr (sizeof(T) == 8)
+        asm volatile("" : "+l"(v));
+    else
+        asm volatile("" : "+r"(v));
+}
+
+__device__ __forceinline__ MergeShare merge_share(const float* __restrict__ L_part, int heads, int total_rows,
+                                                  long long stride_ot, long long stride_oh, long long stride_lt,
+                                                  long long stride_lh) {
+    MergeShare m;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n_ctas = gridDim.x * gridDim.y * gridDim.z;
+    const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    m.dsplit = 1;
+    while (m.dsplit < 4 && total_rows * m.dsplit * 2 <= n_ctas) m.dsplit *= 2;
+    const int dgroups = 4 / m.dsplit;  // warps across the dims (the others across the slots)
+    m.sgroups = 8 / dgroups;
+    m.dims = 128 * dgroups;  // value dims of one program's share
+    m.dg = warp % dgroups;
+    m.sg = warp / dgroups;
+    m.half = lane >> 4;
+    m.hl = lane & 15;
+    m.streams = 2 * m.sgroups;  // a half-warp takes every streams-th slot
+    m.stream = 2 * m.sg + m.half;
+    const int r = cta / m.dsplit;
+    m.part = cta % m.dsplit;
+    m.t = r / heads;
+    m.h = r % heads;
+    pin(m.t);
+    pin(m.h);
+    const long long t = m.t, h = m.h;
+    m.lrow = L_part + t * stride_lt + h * stride_lh;
+    m.ooff = t * stride_ot + h * stride_oh + m.part * m.dims + m.dg * 128 + m.hl * 8;
+    long long lrow = (long long)m.lrow;
+    pin(lrow);
+    pin(m.ooff);
+    m.lrow = (const float*)lrow;
+    return m;
+}
+
+// The merge of every slot of every query row after the barrier, each program its share (above): each warp 128
+// dims, each of its half-warps every (2 sgroups)-th slot, eight bf16 partial values a lane (16-byte loads from L2,
 // ld.global.cg, MERGE_ROUND slots a round), weighed at the half-warp's own max; the halves then meet
 // through a shuffle, and the warps' sums in shared memory, at the row's max.
-__device__ __forceinline__ void merge_slots(const u16* __restrict__ O_part, const float* __restrict__ L_part,
-                                            u16* __restrict__ O, int n_slots, int heads, int total_rows,
-                                            long long stride_ot, long long stride_oh, long long stride_os,
-                                            long long stride_lt, long long stride_lh, long long stride_out_t,
-                                            long long stride_out_h, float* __restrict__ lse_out, long long stride_lse_t,
-                                            long long stride_lse_h) {
+__device__ __forceinline__ void merge_slots(const MergeShare& ms, const u16* __restrict__ O_part,
+                                            const float* __restrict__ L_part, u16* __restrict__ O, int n_slots,
+                                            int heads, int total_rows, long long stride_ot, long long stride_oh,
+                                            long long stride_os, long long stride_lt, long long stride_lh,
+                                            long long stride_out_t, long long stride_out_h, float* __restrict__ lse_out,
+                                            long long stride_lse_t, long long stride_lse_h) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x;
     const int n_ctas = gridDim.x * gridDim.y * gridDim.z;
     const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     const float NEG_INF = -__int_as_float(0x7f800000);
-    int dsplit = 1;
-    while (dsplit < 4 && total_rows * dsplit * 2 <= n_ctas) dsplit *= 2;
-    const int dgroups = 4 / dsplit, sgroups = 8 / dgroups;  // warps across the dims, across the slots
-    const int dims = 128 * dgroups;                         // value dims of one program's share
-    const int dg = warp % dgroups, sg = warp / dgroups;
-    const int half = lane >> 4, hl = lane & 15;
-    const int streams = 2 * sgroups, stream = 2 * sg + half;  // a half-warp takes every streams-th slot
+    const int dsplit = ms.dsplit, dims = ms.dims, dg = ms.dg, sgroups = ms.sgroups, sg = ms.sg, half = ms.half;
+    const int streams = ms.streams, stream = ms.stream, hl = ms.hl, lane = tid & 31;
     float* red = (float*)smem;  // [sgroups][dims] sums, then [sgroups] weights and [sgroups] maxes
     for (int u = cta; u < total_rows * dsplit; u += n_ctas) {
-        const int r = u / dsplit, part = u % dsplit;
-        const long long t = r / heads, h = r % heads;
+        const int r = u / dsplit, part = u == cta ? ms.part : u % dsplit;
+        const long long t = u == cta ? ms.t : r / heads, h = u == cta ? ms.h : r % heads;
         const int d0 = part * dims;
-        const float* lrow = L_part + t * stride_lt + h * stride_lh;
-        const long long ooff = t * stride_ot + h * stride_oh + d0 + dg * 128 + hl * 8;
+        const float* lrow = u == cta ? ms.lrow : L_part + t * stride_lt + h * stride_lh;
+        const long long ooff = u == cta ? ms.ooff : t * stride_ot + h * stride_oh + d0 + dg * 128 + hl * 8;
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         float den = 0.f, mw = NEG_INF;
         for (int s0 = stream; s0 < n_slots; s0 += MERGE_ROUND * streams) {
             uint4 p[MERGE_ROUND];
             float l[MERGE_ROUND];
+            // Slot s0 + j streams: the addresses by steps (one add a slot, not a multiply).
+            const float* lp = lrow + s0;
+            const u16* pp = O_part + ooff + s0 * stride_os;
+            const long long pstep = streams * stride_os;
 #pragma unroll
             for (int j = 0; j < MERGE_ROUND; ++j) {
-                const int s = s0 + j * streams;
-                const bool ok = s < n_slots;
-                l[j] = ok ? __ldcg(lrow + s) : NEG_INF;
-                p[j] = ok ? __ldcg((const uint4*)(O_part + ooff + s * stride_os)) : make_uint4(0u, 0u, 0u, 0u);
+                const bool ok = s0 + j * streams < n_slots;
+                l[j] = ok ? __ldcg(lp) : NEG_INF;
+                p[j] = ok ? __ldcg((const uint4*)pp) : make_uint4(0u, 0u, 0u, 0u);
+                lp += streams;
+                pp += pstep;
             }
             // The half-warp's max over its slots so far (its lanes loaded the same log-sum-exps).
             float mr = mw;
@@ -1308,15 +1677,22 @@ __device__ __forceinline__ void merge_slots(const u16* __restrict__ O_part, cons
                                                   tail_scale, 1.f, rescale_slack, stride_qt, stride_qh, stride_et,     \
                                                   stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads,        \
                                                   num_splits, min_split, mask, mask_indptr, V_ext, stride_vt);         \
+    else if (takes_decode8<KV8, R16, Q8>(q_indptr, heads))                                                             \
+        decode8_body<IdxT>(Q, (const u8*)KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale,       \
+                           rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt, \
+                           stride_lh, heads, num_splits, min_split);                                                   \
     else                                                                                                               \
         prefix_body<IdxT, KV8, false, true, R16, Q8>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, \
                                                      v_scale, rescale_slack, stride_qt, stride_qh, stride_kt,          \
                                                      stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads,     \
                                                      num_splits, min_split, nullptr, nullptr, nullptr, 0);             \
     TL(5);                                                                                                             \
+    MergeShare share_;                                                                                                 \
+    if (MERGE_EARLY) share_ = merge_share(L_part, heads, total_rows, stride_ot, stride_oh, stride_lt, stride_lh);      \
     grid_barrier(bar);                                                                                                 \
     TL(6);                                                                                                             \
-    merge_slots((const u16*)O_part, L_part, O, num_splits + has_tail, heads, total_rows, stride_ot, stride_oh,         \
+    if (!MERGE_EARLY) share_ = merge_share(L_part, heads, total_rows, stride_ot, stride_oh, stride_lt, stride_lh);     \
+    merge_slots(share_, (const u16*)O_part, L_part, O, num_splits + has_tail, heads, total_rows, stride_ot, stride_oh, \
                 stride_os, stride_lt, stride_lh, stride_out_t, stride_out_h, lse_out, stride_lse_t, stride_lse_h);     \
     TL(8);                                                                                                             \
     TL(9)

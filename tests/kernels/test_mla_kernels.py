@@ -349,34 +349,62 @@ def test_mma_prefix_kernel_compiles_within_the_limit(mma, arch):
         assert mma.SMEM_BYTES[kv_dtype] > 48 * 1024  # so the launcher must raise the dynamic shared-memory cap
 
 
-def test_fp8_mma_entry_points_score_with_the_sm120_e4m3_instruction(mma):
-    """For sm_120a the fp8-mma entry points compile their scores to the native e4m3 tensor-core instruction
-    (QMMA.16832.F32.E4M3.E4M3 in the SASS, 36 a 64-row or 16-row tile loop: 9 k32 steps x 4 n8 tiles, or x 1
-    over 5 loads) and the exact entry points to none; for sm_90a (the H200 the benchmarks run on) the same PTX
-    becomes unpacks to f16 and HMMA, so the H200 times an emulation of this path (docs/benchmarks.md)."""
+def _sass(mma, arch: str, defines: tuple[str, ...] = ()) -> dict[str, str]:
+    """The SASS of each entry point of a build (cuobjdump over the cubin NVRTC compiles; no GPU needed)."""
+    import tempfile
+
     from sm120kit import runner
     from sm120kit.hardware.cubin import find_cuobjdump
 
     tool = find_cuobjdump()
     assert tool is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
-
-    def sass(cubin: bytes, tmp: Path) -> dict[str, str]:
-        path = tmp / "kernels.cubin"
-        path.write_bytes(cubin)
-        text = runner.run([tool, "-sass", str(path)], what="cuobjdump", timeout=300).stdout
-        return {part.split("\n", 1)[0].strip(): part for part in text.split("Function : ")[1:]}
-
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
-        sm120 = sass(mma.compile_cubin("sm_120a"), Path(tmp))
-        sm90 = sass(mma.compile_cubin("sm_90a"), Path(tmp))
+        path = Path(tmp) / "kernels.cubin"
+        path.write_bytes(mma.compile_cubin(arch, defines=defines))
+        text = runner.run([tool, "-sass", str(path)], what="cuobjdump", timeout=300).stdout
+    return {part.split("\n", 1)[0].strip(): part for part in text.split("Function : ")[1:]}
+
+
+@pytest.fixture(scope="module")
+def sass(mma):
+    """The SASS of the launchers' build for sm_120a and for sm_90a (the H200 the benchmarks run on)."""
+    return {arch: _sass(mma, arch) for arch in ("sm_120a", "sm_90a")}
+
+
+def test_fp8_mma_entry_points_score_with_the_sm120_e4m3_instruction(mma, sass):
+    """For sm_120a the fp8-mma entry points compile their scores to the native e4m3 tensor-core instruction
+    (QMMA.16832.F32.E4M3.E4M3 in the SASS, 36 a 64-row or 16-row tile loop: 9 k32 steps x 4 n8 tiles, or x 1
+    over 5 loads) and the exact entry points to none; for sm_90a (the H200 the benchmarks run on) the same PTX
+    becomes unpacks to f16 and HMMA, so the H200 times an emulation of this path (docs/benchmarks.md)."""
+    sm120, sm90 = sass["sm_120a"], sass["sm_90a"]
     for (kv_dtype, _, fp8_mma), name in (item for names in mma.ENTRY_NAMES.values() for item in names.items()):
         qmma = sm120[name].count("QMMA.16832.F32.E4M3.E4M3")
         assert (qmma > 0) == fp8_mma, (name, qmma)
         assert "QMMA" not in sm90[name], name
         if fp8_mma:
             assert "F2FP.F16.E4M3.UNPACK_B" in sm90[name], name
+
+
+def test_the_8_row_decode_body_is_in_the_fused16_exact_fp8_entry_points_only(mma, sass):
+    """The transposed body for 16-row programs of 8 query rows or fewer (decode8_body: tokens as the m16 rows of
+    the products, the probabilities moved into the B operand by movmatrix) is compiled into the 16-row one-launch
+    entry points with fp8 KV on the exact path, for both targets, and into no other; its products are m16n8k16
+    only (no m16n8k8), and DECODE8=0 leaves it out. Which programs take it is decided at run time by their rows
+    (the device benchmarks check its numerics against the float32 reference, docs/benchmarks.md)."""
+    import torch
+
+    exact_fp8 = {
+        name for (kv_dtype, _, q8), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.float8_e4m3fn and not q8
+    }
+    assert len(exact_fp8) == 2
+    for arch in ("sm_120a", "sm_90a"):
+        for name, code in sass[arch].items():
+            assert ("MOVM" in code) == (name in exact_fp8), (arch, name)
+    without = _sass(mma, "sm_120a", ("DECODE8=0",))
+    for name in exact_fp8:
+        assert "MOVM" not in without[name]
+        # the 16-row body's value products are m16n8k8; the build with the 8-row body holds both kinds
+        assert "HMMA.1688.F32" in without[name] and "HMMA.16816.F32" in sass["sm_120a"][name]
 
 
 def test_timeline_build_compiles_with_the_same_entry_points(mma):
