@@ -1381,8 +1381,8 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
     }
     TL(4);
 
-    // The end: the two groups' results at one max through shared memory, then bf16 partial results, 16 bytes a
-    // store.
+    // The end: the two groups' results, each as it stands with its max and sum, through shared memory, then added
+    // at one max as the bf16 partial results are stored, 16 bytes a store.
     float* ob = (float*)smem;            // [2 groups][8 rows][OB_STRIDE]
     float* mx = ob + 2 * 8 * OB_STRIDE;  // [2 groups][8 rows] running max
     float* ls = mx + 16;                 // [2 groups][8 rows] sum of probabilities
@@ -1394,43 +1394,47 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
         ls[grp * 8 + 2 * c4] = l0;
         ls[grp * 8 + 2 * c4 + 1] = l1;
     }
-    __syncthreads();
-    auto row_total = [&](int row, float& M, float& L) {
-        const float a = mx[row], c = mx[8 + row];
-        M = fmaxf(a, c);
-        L = (a == NEG_INF ? 0.f : ls[row] * exp2f(a - M)) + (c == NEG_INF ? 0.f : ls[8 + row] * exp2f(c - M));
-    };
-    float M0, L0, M1, L1;
-    row_total(2 * c4, M0, L0);
-    row_total(2 * c4 + 1, M1, L1);
-    const float f0 = (m0 == NEG_INF || L0 <= 0.f) ? 0.f : exp2f(m0 - M0) * v_scale / L0;
-    const float f1 = (m1 == NEG_INF || L1 <= 0.f) ? 0.f : exp2f(m1 - M1) * v_scale / L1;
     float* const mine = ob + grp * 8 * OB_STRIDE + wq * 128 + 2 * g;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         float* at = mine + 32 * j;
-        *(float2*)(at + 2 * c4 * OB_STRIDE) = make_float2(o[2 * j][0] * f0, o[2 * j + 1][0] * f0);
-        *(float2*)(at + (2 * c4 + 1) * OB_STRIDE) = make_float2(o[2 * j][1] * f1, o[2 * j + 1][1] * f1);
-        *(float2*)(at + 2 * c4 * OB_STRIDE + 16) = make_float2(o[2 * j][2] * f0, o[2 * j + 1][2] * f0);
-        *(float2*)(at + (2 * c4 + 1) * OB_STRIDE + 16) = make_float2(o[2 * j][3] * f1, o[2 * j + 1][3] * f1);
+        *(float2*)(at + 2 * c4 * OB_STRIDE) = make_float2(o[2 * j][0], o[2 * j + 1][0]);
+        *(float2*)(at + (2 * c4 + 1) * OB_STRIDE) = make_float2(o[2 * j][1], o[2 * j + 1][1]);
+        *(float2*)(at + 2 * c4 * OB_STRIDE + 16) = make_float2(o[2 * j][2], o[2 * j + 1][2]);
+        *(float2*)(at + (2 * c4 + 1) * OB_STRIDE + 16) = make_float2(o[2 * j][3], o[2 * j + 1][3]);
     }
     __syncthreads();
+    // A row's max and sum over the two groups, and the weight of each group's result (a group with no token of
+    // the split, -inf, weighs 0).
+    auto row_total = [&](int row, float& M, float& L, float& fa, float& fc) {
+        const float a = mx[row], c = mx[8 + row];
+        M = fmaxf(a, c);
+        const float ea = a == NEG_INF ? 0.f : exp2f(a - M), ec = c == NEG_INF ? 0.f : exp2f(c - M);
+        L = ls[row] * ea + ls[8 + row] * ec;
+        const float inv = L > 0.f ? v_scale / L : 0.f;
+        fa = ea * inv;
+        fc = ec * inv;
+    };
     for (int k = tid; k < 8 * 64; k += THREADS) {
         const int rw = k >> 6, ch = k & 63, r = row0 + rw;
         if (r >= n_rows) continue;
+        float M, L, fa, fc;
+        row_total(rw, M, L, fa, fc);
         const long long t = q_start + r / heads, h = r % heads;
         const float* a = ob + rw * OB_STRIDE + ch * 8;
         const float* c = a + 8 * OB_STRIDE;
         const float4 a0 = *(const float4*)a, a1 = *(const float4*)(a + 4);
         const float4 c0 = *(const float4*)c, c1 = *(const float4*)(c + 4);
         *(uint4*)((u16*)O_part + t * stride_ot + h * stride_oh + split * stride_os + ch * 8) =
-            make_uint4(pack2<false>(a0.x + c0.x, a0.y + c0.y), pack2<false>(a0.z + c0.z, a0.w + c0.w),
-                       pack2<false>(a1.x + c1.x, a1.y + c1.y), pack2<false>(a1.z + c1.z, a1.w + c1.w));
+            make_uint4(pack2<false>(a0.x * fa + c0.x * fc, a0.y * fa + c0.y * fc),
+                       pack2<false>(a0.z * fa + c0.z * fc, a0.w * fa + c0.w * fc),
+                       pack2<false>(a1.x * fa + c1.x * fc, a1.y * fa + c1.y * fc),
+                       pack2<false>(a1.z * fa + c1.z * fc, a1.w * fa + c1.w * fc));
     }
     if (tid < 8 && row0 + tid < n_rows) {
         const int r = row0 + tid;
-        float M, L;
-        row_total(tid, M, L);
+        float M, L, fa, fc;
+        row_total(tid, M, L, fa, fc);
         L_part[(q_start + r / heads) * stride_lt + (r % heads) * stride_lh + split] = L > 0.f ? M + log2f(L) : NEG_INF;
     }
 }
