@@ -1151,10 +1151,14 @@ constexpr bool PROBE_LOOP = false;
 constexpr bool USE_DECODE8 = DECODE8 && FP8_UNPACK16 == 0 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
 
 // Whether this program of a 16-row launch takes decode8_body below: fp8 KV on the exact path, 8 rows or fewer.
+// The KV row pointers are asked into L1 beside the query row pointers, so either body finds both there (one round
+// trip before the KV slots, as without the choice).
 template <bool KV8, bool R16, bool Q8>
-__device__ __forceinline__ bool takes_decode8(const int* __restrict__ q_indptr, int heads) {
+__device__ __forceinline__ bool takes_decode8(const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr,
+                                              int heads) {
     if constexpr (USE_DECODE8 && KV8 && R16 && !Q8) {
         const int b = blockIdx.z;
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(kv_indptr + b));
         return (q_indptr[b + 1] - q_indptr[b]) * heads - (int)blockIdx.x * ROWS16 <= 8;
     } else {
         return false;
@@ -1681,7 +1685,7 @@ __device__ __forceinline__ void merge_slots(const MergeShare& ms, const u16* __r
                                                   tail_scale, 1.f, rescale_slack, stride_qt, stride_qh, stride_et,     \
                                                   stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads,        \
                                                   num_splits, min_split, mask, mask_indptr, V_ext, stride_vt);         \
-    else if (takes_decode8<KV8, R16, Q8>(q_indptr, heads))                                                             \
+    else if (takes_decode8<KV8, R16, Q8>(q_indptr, kv_indptr, heads))                                                  \
         decode8_body<IdxT>(Q, (const u8*)KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale,       \
                            rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt, \
                            stride_lh, heads, num_splits, min_split);                                                   \
