@@ -498,6 +498,16 @@ __device__ __forceinline__ void store16(float (*o)[4], float m0, float m1, float
     }
 }
 
+// A request's row pointers (its query tokens and its KV slots), the four asked for at once: one round trip before
+// the KV slots.
+struct RowPtrs {
+    int q_start, q_end, kv_start, kv_end;
+};
+__device__ __forceinline__ RowPtrs row_ptrs(const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr,
+                                            int b) {
+    return {q_indptr[b], q_indptr[b + 1], kv_indptr[b], kv_indptr[b + 1]};
+}
+
 // One program: ROWS query rows of one request against one split of its prefix.
 // Grid (row blocks, splits, requests), 256 threads. KV8: the KV rows are fp8 e4m3 (576 bytes), copied as
 // they are, and both dots run on f16 operands: 64-row programs convert each tile to f16 in shared memory once
@@ -509,13 +519,16 @@ __device__ __forceinline__ void store16(float (*o)[4], float m0, float m1, float
 // 8 (w % 4) .. 8 (w % 4) + 7 of each tile (each KV tile read from shared memory once, for rows that are
 // too few to fill four 16-row groups); the four pairs' results meet in shared memory at the end.
 template <typename IdxT, bool KV8, bool TAIL, bool P16 = false, bool R16 = false, bool Q8 = false>
-__device__ __forceinline__ void prefix_body(
-    const u16* __restrict__ Q, const void* __restrict__ KV_, const int* __restrict__ q_indptr,
-    const int* __restrict__ kv_indptr, const IdxT* __restrict__ kv_indices, float* __restrict__ O_part,
-    float* __restrict__ L_part, float qk_scale, float v_scale, float rescale_slack, long long stride_qt,
-    long long stride_qh, long long stride_kt, long long stride_ot, long long stride_oh, long long stride_os,
-    long long stride_lt, long long stride_lh, int heads, int num_splits, int min_split, const u8* __restrict__ mask,
-    const long long* __restrict__ mask_indptr, const u16* __restrict__ V_ext, long long stride_vt) {
+__device__ __forceinline__ void prefix_body(const u16* __restrict__ Q, const void* __restrict__ KV_,
+                                            const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr,
+                                            const IdxT* __restrict__ kv_indices, float* __restrict__ O_part,
+                                            float* __restrict__ L_part, float qk_scale, float v_scale,
+                                            float rescale_slack, long long stride_qt, long long stride_qh,
+                                            long long stride_kt, long long stride_ot, long long stride_oh,
+                                            long long stride_os, long long stride_lt, long long stride_lh, int heads,
+                                            int num_splits, int min_split, const u8* __restrict__ mask,
+                                            const long long* __restrict__ mask_indptr, const u16* __restrict__ V_ext,
+                                            long long stride_vt, const RowPtrs* pre = nullptr) {
     constexpr int STAGE_BYTES = KV8 ? TILE8_BYTES : TILE_BYTES;  // what one cp.async stage holds
     constexpr int STAGE_OFF = KV8 ? TILE_BYTES : 0;              // where the stages start
     constexpr int IDX_OFF = STAGE_OFF + 2 * STAGE_BYTES;
@@ -540,14 +553,15 @@ __device__ __forceinline__ void prefix_body(
     constexpr int ELEM = KV8 ? 1 : 2;
 
     extern __shared__ __align__(16) unsigned char smem[];
-    TL(0);
-    TL(1);
+    if (pre == nullptr) {  // else the caller has read the row pointers (and the clock)
+        TL(0);
+        TL(1);
+    }
     constexpr int RB = R16 ? ROWS16 : ROWS;  // query rows a program holds
     constexpr int NT = R16 ? 1 : 4;          // 8-token score tiles a warp takes per step
     const int rb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
-    // The request's row pointers, all four asked for at once (one round trip before the KV slots).
-    const int q_start = q_indptr[b], q_end = q_indptr[b + 1];
-    const int kv_start = kv_indptr[b], kv_end = kv_indptr[b + 1];
+    const RowPtrs rp = pre != nullptr ? *pre : row_ptrs(q_indptr, kv_indptr, b);
+    const int q_start = rp.q_start, q_end = rp.q_end, kv_start = rp.kv_start, kv_end = rp.kv_end;
     const int n_rows = (q_end - q_start) * heads;
     if (rb * RB >= n_rows) return;
     const int kv_len = kv_end - kv_start;
@@ -1151,18 +1165,12 @@ constexpr bool PROBE_LOOP = false;
 constexpr bool USE_DECODE8 = DECODE8 && FP8_UNPACK16 == 0 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
 
 // Whether this program of a 16-row launch takes decode8_body below: fp8 KV on the exact path, 8 rows or fewer.
-// The KV row pointers are asked into L1 beside the query row pointers, so either body finds both there (one round
-// trip before the KV slots, as without the choice).
 template <bool KV8, bool R16, bool Q8>
-__device__ __forceinline__ bool takes_decode8(const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr,
-                                              int heads) {
-    if constexpr (USE_DECODE8 && KV8 && R16 && !Q8) {
-        const int b = blockIdx.z;
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(kv_indptr + b));
-        return (q_indptr[b + 1] - q_indptr[b]) * heads - (int)blockIdx.x * ROWS16 <= 8;
-    } else {
+__device__ __forceinline__ bool takes_decode8(const RowPtrs& rp, int heads) {
+    if constexpr (USE_DECODE8 && KV8 && R16 && !Q8)
+        return (rp.q_end - rp.q_start) * heads - (int)blockIdx.x * ROWS16 <= 8;
+    else
         return false;
-    }
 }
 
 __device__ __forceinline__ void group_sync(int grp) {
@@ -1189,16 +1197,13 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
                                              long long stride_qt, long long stride_qh, long long stride_kt,
                                              long long stride_ot, long long stride_oh, long long stride_os,
                                              long long stride_lt, long long stride_lh, int heads, int num_splits,
-                                             int min_split) {
+                                             int min_split, const RowPtrs& rp) {
     static_assert(4 * TILE8_BYTES + THREADS * 16 <= SMEM_BYTES_FP8, "the fp8 stages and the exchange do not fit");
     static_assert((2 * 8 * OB_STRIDE + 32) * 4 <= SMEM_BYTES_FP8, "the two groups' sums do not fit");
     extern __shared__ __align__(16) unsigned char smem[];
-    TL(0);
-    TL(1);
     const float NEG_INF = -__int_as_float(0x7f800000);
-    const int rb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
-    const int q_start = q_indptr[b], q_end = q_indptr[b + 1];
-    const int kv_start = kv_indptr[b], kv_end = kv_indptr[b + 1];
+    const int rb = blockIdx.x, split = blockIdx.y;
+    const int q_start = rp.q_start, q_end = rp.q_end, kv_start = rp.kv_start, kv_end = rp.kv_end;
     const int n_rows = (q_end - q_start) * heads, row0 = rb * ROWS16;
     const int kv_len = kv_end - kv_start;
     int chunk = ((kv_len + num_splits - 1) / num_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
@@ -1685,15 +1690,20 @@ __device__ __forceinline__ void merge_slots(const MergeShare& ms, const u16* __r
                                                   tail_scale, 1.f, rescale_slack, stride_qt, stride_qh, stride_et,     \
                                                   stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads,        \
                                                   num_splits, min_split, mask, mask_indptr, V_ext, stride_vt);         \
-    else if (takes_decode8<KV8, R16, Q8>(q_indptr, kv_indptr, heads))                                                  \
-        decode8_body<IdxT>(Q, (const u8*)KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale,       \
-                           rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt, \
-                           stride_lh, heads, num_splits, min_split);                                                   \
-    else                                                                                                               \
-        prefix_body<IdxT, KV8, false, true, R16, Q8>(Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, \
-                                                     v_scale, rescale_slack, stride_qt, stride_qh, stride_kt,          \
-                                                     stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads,     \
-                                                     num_splits, min_split, nullptr, nullptr, nullptr, 0);             \
+    else {                                                                                                             \
+        TL(0);                                                                                                         \
+        TL(1);                                                                                                         \
+        const RowPtrs rp_ = row_ptrs(q_indptr, kv_indptr, blockIdx.z);                                                 \
+        if (takes_decode8<KV8, R16, Q8>(rp_, heads))                                                                   \
+            decode8_body<IdxT>(Q, (const u8*)KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale,   \
+                               rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os,        \
+                               stride_lt, stride_lh, heads, num_splits, min_split, rp_);                               \
+        else                                                                                                           \
+            prefix_body<IdxT, KV8, false, true, R16, Q8>(                                                              \
+                Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, rescale_slack, stride_qt,   \
+                stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt, stride_lh, heads, num_splits,        \
+                min_split, nullptr, nullptr, nullptr, 0, &rp_);                                                        \
+    }                                                                                                                  \
     TL(5);                                                                                                             \
     MergeShare share_;                                                                                                 \
     if (MERGE_EARLY) share_ = merge_share(L_part, heads, total_rows, stride_ot, stride_oh, stride_lt, stride_lh);      \
