@@ -51,9 +51,9 @@
 // The figures come from the launcher's table (sm120_mla_mma.FIGURES) as -D flags, none is written here:
 // ROWS, ROWS16 (query rows a program), BLOCK_N (KV tokens a step), HEAD_DIM, V_DIM, THREADS, SROW and
 // SROW8 (bytes a row of a 16-bit and of an fp8 KV tile takes in shared memory), TILE_BYTES, TILE8_BYTES,
-// IDX_BYTES, XCH_BYTES (the regions of shared memory), SMEM_BYTES_BF16 and SMEM_BYTES_FP8 (the dynamic
-// shared memory the launcher asks for) and SMEM_LIMIT (SM120's per-block limit). The checks below refuse
-// to compile where the layout and the figures disagree.
+// IDX_BYTES, XCH_BYTES, STAGES8, XCH8_BYTES (the regions of shared memory), SMEM_BYTES_BF16 and SMEM_BYTES_FP8 (the
+// dynamic shared memory the launcher asks for) and SMEM_LIMIT (SM120's per-block limit). The checks below refuse to
+// compile where the layout and the figures disagree.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -77,7 +77,11 @@ static_assert(IDX_BYTES == 3 * BLOCK_N * 8, "shared memory layout: three slots o
 static_assert(XCH_BYTES == THREADS * 16 * 4, "shared memory layout: the score exchange is 16 floats a thread");
 static_assert(2 * TILE_BYTES + IDX_BYTES + XCH_BYTES == SMEM_BYTES_BF16,
               "shared memory layout differs from the launcher's (bf16 KV)");
-static_assert(TILE_BYTES + 2 * TILE8_BYTES + IDX_BYTES + XCH_BYTES == SMEM_BYTES_FP8,
+static_assert(XCH8_BYTES == THREADS * 16 && STAGES8 >= 4, "shared memory layout: the 8-row programs' figures");
+#define FP8_LAYOUT_BYTES (TILE_BYTES + 2 * TILE8_BYTES + IDX_BYTES + XCH_BYTES)  // the 64- and 16-row programs'
+static_assert((FP8_LAYOUT_BYTES > STAGES8 * TILE8_BYTES + XCH8_BYTES
+                   ? FP8_LAYOUT_BYTES
+                   : STAGES8 * TILE8_BYTES + XCH8_BYTES) == SMEM_BYTES_FP8,
               "shared memory layout differs from the launcher's (fp8 KV)");
 static_assert(SMEM_BYTES_BF16 <= SMEM_LIMIT && SMEM_BYTES_FP8 <= SMEM_LIMIT,
               "shared memory layout: over SM120's 101376 bytes a block");
@@ -533,7 +537,7 @@ __device__ __forceinline__ void prefix_body(const u16* __restrict__ Q, const voi
     constexpr int STAGE_OFF = KV8 ? TILE_BYTES : 0;              // where the stages start
     constexpr int IDX_OFF = STAGE_OFF + 2 * STAGE_BYTES;
     constexpr int XCH_OFF = IDX_OFF + IDX_BYTES;
-    static_assert(XCH_OFF + XCH_BYTES == (KV8 ? SMEM_BYTES_FP8 : SMEM_BYTES_BF16),
+    static_assert(XCH_OFF + XCH_BYTES == (KV8 ? FP8_LAYOUT_BYTES : SMEM_BYTES_BF16),
                   "shared memory layout differs from the launcher's");
     static_assert(!Q8 || (KV8 && !TAIL), "the fp8-mma path scores fp8 KV");
     // 16-row fp8 programs: a third stage at offset 0, where the queries were copied (free once they are in
@@ -1150,11 +1154,17 @@ __device__ __forceinline__ void prefix_body(const u16* __restrict__ Q, const voi
 // tile) and the probabilities as B, which movmatrix turns from the scores' accumulator layout (tokens x rows) into
 // (rows x tokens). Warps 0-3 and 4-7 form two groups, each on its own 16 tokens of a 32-token tile: a warp takes a
 // quarter of the dims (144 of the keys', 128 of the values'), the four partial scores meet through shared memory
-// at the group's barrier, and each group copies its own rows of the four fp8 stages and waits at its own barrier
-// (128 threads), so the pipeline is the 16-row one's with 16-token halves. The two groups' results meet at one max
-// at the end. A warp holds its queries in 18 registers and its output in 32.
+// at the group's barrier, and each group copies its own rows of the fp8 stages and waits at its own barrier (128
+// threads), so the pipeline is the 16-row one's with 16-token halves, with STAGES8 stages (five: four tiles in
+// flight while one is scored; the launcher's fp8 shared memory is sized for them). The two groups' results meet at
+// one max at the end. A warp holds its queries in 18 registers and its output in 32.
 #ifndef DECODE8
 #define DECODE8 1
+#endif
+// Stages of the fp8 tile in these programs: STAGES8 (the launcher's figure, which sizes the shared memory), or
+// fewer where a -D flag says so (benchmarks compare the counts).
+#ifndef DECODE8_STAGES
+#define DECODE8_STAGES STAGES8
 #endif
 #if (defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_KV_LOADS)) || \
     (defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_MATH))
@@ -1198,7 +1208,9 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
                                              long long stride_ot, long long stride_oh, long long stride_os,
                                              long long stride_lt, long long stride_lh, int heads, int num_splits,
                                              int min_split, const RowPtrs& rp) {
-    static_assert(4 * TILE8_BYTES + THREADS * 16 <= SMEM_BYTES_FP8, "the fp8 stages and the exchange do not fit");
+    constexpr int S = DECODE8_STAGES;
+    static_assert(S >= 3 && S * TILE8_BYTES + XCH8_BYTES <= SMEM_BYTES_FP8,
+                  "the fp8 stages and the exchange do not fit");
     static_assert((2 * 8 * OB_STRIDE + 32) * 4 <= SMEM_BYTES_FP8, "the two groups' sums do not fit");
     extern __shared__ __align__(16) unsigned char smem[];
     const float NEG_INF = -__int_as_float(0x7f800000);
@@ -1230,8 +1242,10 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
         const int col = start + tile * BLOCK_N + ld_row;
         return col < end ? kv_indices[kv_start + col] : (IdxT)0;
     };
-    const IdxT slot0 = slot_of(0), slot1 = slot_of(1), slot2 = slot_of(2);
-    IdxT slot_next = slot_of(3);
+    IdxT slot_first[S - 1];  // tiles 0 .. S - 2, asked for before the loop
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) slot_first[i] = slot_of(i);
+    IdxT slot_next = slot_of(S - 1);
 
     // The queries as the B operand of the scores: column g = query row row0 + g (zeros past the request's end),
     // k step s of this warp's 144 key dims: dims 4 c4 .. 4 c4 + 3 of its 16 (the order the fp8 keys arrive in).
@@ -1254,12 +1268,11 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
             if (i < 4 || (tid & 7) < 4)
                 cp_async16(ld_dst + stage * TILE8_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
     };
-    load_tile_at(0, 0, slot0);
-    cp_commit();
-    if (n_tiles > 1) load_tile_at(1, 1, slot1);
-    cp_commit();
-    if (n_tiles > 2) load_tile_at(2, 2, slot2);
-    cp_commit();
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {  // tile i into stage i, a group each
+        if (i < n_tiles) load_tile_at(i, i, slot_first[i]);
+        cp_commit();
+    }
     u32 qb[9][2];
 #pragma unroll
     for (int s = 0; s < 9; ++s) {
@@ -1271,7 +1284,7 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
     const int mi = lane >> 3, mr = lane & 7;
     const u32 row_lane = (16 * grp + mr + 8 * (mi & 1)) * SROW8 + 16 * (mi >> 1);
     const u32 k_lane = row_lane + wq * 144, v_lane = row_lane + wq * 128;
-    float4* const xch = (float4*)(smem + 4 * TILE8_BYTES);  // [8 warps][32 lanes] partial scores
+    float4* const xch = (float4*)(smem + S * TILE8_BYTES);  // [8 warps][32 lanes] partial scores
 
     // o[2 j] / o[2 j + 1]: value dims 128 wq + 32 (j / 2) + 2 g (+ 1) in c[0..1], + 16 in c[2..3]; columns (query
     // rows) 2 c4 and 2 c4 + 1.
@@ -1280,15 +1293,15 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
     for (int i = 0; i < 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;  // query rows 2 c4 and 2 c4 + 1
 
+    int stage = 0, stage_back = S - 1;  // tile t's stage, and tile t - 1's (where tile t + S - 1 goes)
     for (int tile = 0; tile < n_tiles; ++tile) {
-        const int stage = tile & 3;
-        asm volatile("cp.async.wait_group 2;\n" ::);  // tile t (t + 1 and t + 2 may be in flight)
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 2));  // tile t (t + 1 .. t + S - 2 may be in flight)
         group_sync(grp);
         if (tile == 0) TL(3);
-        // tile t + 3 into the stage of tile t - 1, which the group's warps have read (the barrier above)
-        if (tile + 3 < n_tiles) load_tile_at(tile + 3, (tile + 3) & 3, slot_next);
+        // tile t + S - 1 into the stage of tile t - 1, which the group's warps have read (the barrier above)
+        if (tile + S - 1 < n_tiles) load_tile_at(tile + S - 1, stage_back, slot_next);
         cp_commit();
-        slot_next = slot_of(tile + 4);
+        slot_next = slot_of(tile + S);
         const u32 st = kv_base + stage * TILE8_BYTES;
 
         // Scores: 16 tokens (rows g and g + 8) x 8 query rows (columns 2 c4, 2 c4 + 1) over 144 dims, two k16
@@ -1381,6 +1394,8 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
             mma16<true>(o[2 * j], ae, pb0, pb1);
             mma16<true>(o[2 * j + 1], ao, pb0, pb1);
         }
+        stage_back = stage;
+        stage = stage + 1 == S ? 0 : stage + 1;
     }
     // Each column's sum over the lanes of g.
 #pragma unroll

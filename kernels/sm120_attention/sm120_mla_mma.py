@@ -63,11 +63,15 @@ TILE_BYTES = BLOCK_N * SROW  # one 16-bit KV tile
 FP8_TILE_BYTES = BLOCK_N * SROW8  # one fp8 KV tile as copied
 IDX_BYTES = 3 * BLOCK_N * 8  # three slots of KV indices, 8 bytes at most
 XCH_BYTES = THREADS * 16 * 4  # the exchange of partial scores: 16 floats a thread
+STAGES8 = 5  # fp8 stages of the 8-row programs (four tiles in flight while one is scored)
+XCH8_BYTES = THREADS * 16  # their exchange of partial scores: 4 floats a thread
 # bf16 KV: two stages of the tile; fp8 KV: two stages of the fp8 tile and one f16 tile converted from it (the
-# 16-row programs: four fp8 stages in the same bytes).
+# 16-row programs: four fp8 stages in the same bytes), or the 8-row programs' five stages and exchange, the larger.
 SMEM_BYTES = {
     torch.bfloat16: 2 * TILE_BYTES + IDX_BYTES + XCH_BYTES,
-    torch.float8_e4m3fn: TILE_BYTES + 2 * FP8_TILE_BYTES + IDX_BYTES + XCH_BYTES,
+    torch.float8_e4m3fn: max(
+        TILE_BYTES + 2 * FP8_TILE_BYTES + IDX_BYTES + XCH_BYTES, STAGES8 * FP8_TILE_BYTES + XCH8_BYTES
+    ),
 }
 # What the source takes as -D flags: it names these and checks its layout against them (static_assert).
 FIGURES: dict[str, int] = {
@@ -82,6 +86,8 @@ FIGURES: dict[str, int] = {
     "TILE_BYTES": TILE_BYTES,
     "TILE8_BYTES": FP8_TILE_BYTES,
     "IDX_BYTES": IDX_BYTES,
+    "STAGES8": STAGES8,
+    "XCH8_BYTES": XCH8_BYTES,
     "XCH_BYTES": XCH_BYTES,
     "SMEM_BYTES_BF16": SMEM_BYTES[torch.bfloat16],
     "SMEM_BYTES_FP8": SMEM_BYTES[torch.float8_e4m3fn],
