@@ -63,10 +63,10 @@ TILE_BYTES = BLOCK_N * SROW  # one 16-bit KV tile
 FP8_TILE_BYTES = BLOCK_N * SROW8  # one fp8 KV tile as copied
 IDX_BYTES = 3 * BLOCK_N * 8  # three slots of KV indices, 8 bytes at most
 XCH_BYTES = THREADS * 16 * 4  # the exchange of partial scores: 16 floats a thread
-STAGES8 = 5  # fp8 stages of the 8-row programs (four tiles in flight while one is scored)
+STAGES8 = 4  # fp8 stages of the 8-row programs (three tiles in flight while one is scored; five measured no faster)
 XCH8_BYTES = THREADS * 16  # their exchange of partial scores: 4 floats a thread
 # bf16 KV: two stages of the tile; fp8 KV: two stages of the fp8 tile and one f16 tile converted from it (the
-# 16-row programs: four fp8 stages in the same bytes), or the 8-row programs' five stages and exchange, the larger.
+# 16-row programs: four fp8 stages in the same bytes), or the 8-row programs' stages and exchange, the larger.
 SMEM_BYTES = {
     torch.bfloat16: 2 * TILE_BYTES + IDX_BYTES + XCH_BYTES,
     torch.float8_e4m3fn: max(
