@@ -1166,10 +1166,6 @@ __device__ __forceinline__ void prefix_body(const u16* __restrict__ Q, const voi
 #ifndef DECODE8_STAGES
 #define DECODE8_STAGES STAGES8
 #endif
-// 1: tile 0 is asked for alone, the next tiles once the queries are in registers (a -D flag; benchmarks compare).
-#ifndef DECODE8_TILE0_FIRST
-#define DECODE8_TILE0_FIRST 0
-#endif
 #if (defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_KV_LOADS)) || \
     (defined(SM120_TIMELINE) && defined(SM120_PROBE_NO_MATH))
 constexpr bool PROBE_LOOP = true;  // the probes time the 16-row body's loop
@@ -1272,27 +1268,16 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
             if (i < 4 || (tid & 7) < 4)
                 cp_async16(ld_dst + stage * TILE8_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
     };
-    // Tile i into stage i, a group each; DECODE8_TILE0_FIRST: tiles 1 .. S - 2 only once the queries are in.
-    auto load_first = [&](int i) {
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {  // tile i into stage i, a group each
         if (i < n_tiles) load_tile_at(i, i, slot_first[i]);
         cp_commit();
-    };
-    load_first(0);
-    if constexpr (!DECODE8_TILE0_FIRST) {
-#pragma unroll
-        for (int i = 1; i < S - 1; ++i) load_first(i);
     }
     u32 qb[9][2];
 #pragma unroll
     for (int s = 0; s < 9; ++s) {
         qb[s][0] = q_pair<true>(qv[s].x);
         qb[s][1] = q_pair<true>(qv[s].y);
-    }
-    if constexpr (DECODE8_TILE0_FIRST) {
-#pragma unroll
-        for (int s = 0; s < 9; ++s) asm volatile("" ::"r"(qb[s][0]), "r"(qb[s][1]));  // the queries are in
-#pragma unroll
-        for (int i = 1; i < S - 1; ++i) load_first(i);
     }
 
     // ldmatrix rows of this lane: matrix mi = tokens 8 (mi & 1) onward of the group's 16, bytes 16 (mi >> 1) onward.
