@@ -1145,12 +1145,12 @@ __device__ __forceinline__ void prefix_body(const u16* __restrict__ Q, const voi
     }
 }
 
-// 16-row programs that hold 8 query rows or fewer (decode with 8 heads or fewer, and the prefix programs of a
-// verify with as few rows) with fp8 KV on the exact path: the products transposed, so that the 16 rows of an
-// mma are KV tokens and its 8 columns the query rows (1 on, 0: such programs run the 16-row body above). The
-// 16-row body spends half of each m16 product on rows it does not hold and its values on m16n8k8; here the scores
-// are m16n8k16 (16 tokens x 8 rows) with the keys as the A operand and the queries (B) in registers, and the values
-// m16n8k16 (16 value dims x 8 rows over 16 tokens) with the values as the A operand (ldmatrix.trans of the fp8
+// 16-row programs of a decode call that hold 8 query rows or fewer (8 heads or fewer; a verify's programs keep the
+// 16-row body, as the device checks cover decode only) with fp8 KV on the exact path: the products transposed, so that
+// the 16 rows of an mma are KV tokens and its 8 columns the query rows (1 on, 0: such programs run the 16-row body
+// above). The 16-row body spends half of each m16 product on rows it does not hold and its values on m16n8k8; here the
+// scores are m16n8k16 (16 tokens x 8 rows) with the keys as the A operand and the queries (B) in registers, and the
+// values m16n8k16 (16 value dims x 8 rows over 16 tokens) with the values as the A operand (ldmatrix.trans of the fp8
 // tile) and the probabilities as B, which movmatrix turns from the scores' accumulator layout (tokens x rows) into
 // (rows x tokens). Warps 0-3 and 4-7 form two groups, each on its own 16 tokens of a 32-token tile: a warp takes a
 // quarter of the dims (144 of the keys', 128 of the values'), the four partial scores meet through shared memory
@@ -1174,11 +1174,12 @@ constexpr bool PROBE_LOOP = false;
 #endif
 constexpr bool USE_DECODE8 = DECODE8 && FP8_UNPACK16 == 0 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
 
-// Whether this program of a 16-row launch takes decode8_body below: fp8 KV on the exact path, 8 rows or fewer.
+// Whether this program of a 16-row launch takes decode8_body below: decode (no draft tail), fp8 KV on the exact
+// path, 8 rows or fewer.
 template <bool KV8, bool R16, bool Q8>
-__device__ __forceinline__ bool takes_decode8(const RowPtrs& rp, int heads) {
+__device__ __forceinline__ bool takes_decode8(const RowPtrs& rp, int heads, int has_tail) {
     if constexpr (USE_DECODE8 && KV8 && R16 && !Q8)
-        return (rp.q_end - rp.q_start) * heads - (int)blockIdx.x * ROWS16 <= 8;
+        return !has_tail && (rp.q_end - rp.q_start) * heads - (int)blockIdx.x * ROWS16 <= 8;
     else
         return false;
 }
@@ -1709,7 +1710,7 @@ __device__ __forceinline__ void merge_slots(const MergeShare& ms, const u16* __r
         TL(0);                                                                                                         \
         TL(1);                                                                                                         \
         const RowPtrs rp_ = row_ptrs(q_indptr, kv_indptr, blockIdx.z);                                                 \
-        if (takes_decode8<KV8, R16, Q8>(rp_, heads))                                                                   \
+        if (takes_decode8<KV8, R16, Q8>(rp_, heads, has_tail))                                                         \
             decode8_body<IdxT>(Q, (const u8*)KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale,   \
                                rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os,        \
                                stride_lt, stride_lh, heads, num_splits, min_split, rp_);                               \

@@ -386,11 +386,12 @@ def test_fp8_mma_entry_points_score_with_the_sm120_e4m3_instruction(mma, sass):
 
 
 def test_the_8_row_decode_body_is_in_the_fused16_exact_fp8_entry_points_only(mma, sass):
-    """The transposed body for 16-row programs of 8 query rows or fewer (decode8_body: tokens as the m16 rows of
+    """The transposed body for decode programs of 8 query rows or fewer (decode8_body: tokens as the m16 rows of
     the products, the probabilities moved into the B operand by movmatrix) is compiled into the 16-row one-launch
-    entry points with fp8 KV on the exact path, for both targets, and into no other; its products are m16n8k16
-    only (no m16n8k8), and DECODE8=0 leaves it out. Which programs take it is decided at run time by their rows
-    (the device benchmarks check its numerics against the float32 reference, docs/benchmarks.md)."""
+    entry points with fp8 KV on the exact path, for both targets, and into no other; DECODE8=0 leaves it out, and
+    those entry points then hold the 16-row body alone (its value products m16n8k8). Which programs take it is
+    decided at run time by their rows and the call's draft tail (the device benchmarks check its numerics against
+    the float32 reference, docs/benchmarks.md)."""
     import torch
 
     exact_fp8 = {
