@@ -512,6 +512,16 @@ __device__ __forceinline__ RowPtrs row_ptrs(const int* __restrict__ q_indptr, co
     return {q_indptr[b], q_indptr[b + 1], kv_indptr[b], kv_indptr[b + 1]};
 }
 
+// The KV tokens start .. end - 1 of a prefix of kv_len that split `split` of num_splits takes: equal chunks, whole
+// tiles, at least min_split tokens (splits past the prefix are empty).
+__device__ __forceinline__ void split_range(int kv_len, int split, int num_splits, int min_split, int& start,
+                                            int& end) {
+    int chunk = ((kv_len + num_splits - 1) / num_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
+    chunk = chunk > min_split ? chunk : min_split;
+    start = split * chunk;
+    end = kv_len < start + chunk ? kv_len : start + chunk;
+}
+
 // One program: ROWS query rows of one request against one split of its prefix.
 // Grid (row blocks, splits, requests), 256 threads. KV8: the KV rows are fp8 e4m3 (576 bytes), copied as
 // they are, and both dots run on f16 operands: 64-row programs convert each tile to f16 in shared memory once
@@ -572,10 +582,7 @@ __device__ __forceinline__ void prefix_body(const u16* __restrict__ Q, const voi
     const int n_tok = q_end - q_start;
     int start = 0, end = n_tok;
     if constexpr (!TAIL) {
-        int chunk = ((kv_len + num_splits - 1) / num_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
-        chunk = chunk > min_split ? chunk : min_split;
-        start = split * chunk;
-        end = kv_len < start + chunk ? kv_len : start + chunk;
+        split_range(kv_len, split, num_splits, min_split, start, end);
     }
     // Scores a program drops: -inf past the end of a split (every tile of a split has a token of it);
     // in the tail, where the mask may drop a row's every token of a tile, a finite stand-in, so the
@@ -1202,7 +1209,6 @@ __device__ __forceinline__ u32 movmatrix_t(u32 a) {
 
 template <typename IdxT>
 __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8* __restrict__ KV,
-                                             const int* __restrict__ q_indptr, const int* __restrict__ kv_indptr,
                                              const IdxT* __restrict__ kv_indices, float* __restrict__ O_part,
                                              float* __restrict__ L_part, float qk, float v_scale, float rescale_slack,
                                              long long stride_qt, long long stride_qh, long long stride_kt,
@@ -1219,9 +1225,8 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
     const int q_start = rp.q_start, q_end = rp.q_end, kv_start = rp.kv_start, kv_end = rp.kv_end;
     const int n_rows = (q_end - q_start) * heads, row0 = rb * ROWS16;
     const int kv_len = kv_end - kv_start;
-    int chunk = ((kv_len + num_splits - 1) / num_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
-    chunk = chunk > min_split ? chunk : min_split;
-    const int start = split * chunk, end = kv_len < start + chunk ? kv_len : start + chunk;
+    int start, end;
+    split_range(kv_len, split, num_splits, min_split, start, end);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int grp = warp >> 2, wq = warp & 3;  // the group (half of each tile) and the quarter of the dims
     const int g = lane >> 2, c4 = lane & 3;
@@ -1229,7 +1234,7 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
     if (start >= end) {
         if (warp == 0 && c4 == 0 && row0 + g < n_rows) {
             const int r = row0 + g;
-            L_part[(q_start + r / heads) * (long long)stride_lt + (r % heads) * stride_lh + split] = NEG_INF;
+            L_part[(q_start + r / heads) * stride_lt + (r % heads) * stride_lh + split] = NEG_INF;
         }
         return;
     }
@@ -1711,9 +1716,9 @@ __device__ __forceinline__ void merge_slots(const MergeShare& ms, const u16* __r
         TL(1);                                                                                                         \
         const RowPtrs rp_ = row_ptrs(q_indptr, kv_indptr, blockIdx.z);                                                 \
         if (takes_decode8<KV8, R16, Q8>(rp_, heads, has_tail))                                                         \
-            decode8_body<IdxT>(Q, (const u8*)KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale,   \
-                               rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os,        \
-                               stride_lt, stride_lh, heads, num_splits, min_split, rp_);                               \
+            decode8_body<IdxT>(Q, (const u8*)KV, kv_indices, O_part, L_part, qk_scale, v_scale, rescale_slack,         \
+                               stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt, stride_lh, \
+                               heads, num_splits, min_split, rp_);                                                     \
         else                                                                                                           \
             prefix_body<IdxT, KV8, false, true, R16, Q8>(                                                              \
                 Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, rescale_slack, stride_qt,   \
