@@ -39,7 +39,7 @@
 // its top bit flipping once all have arrived.
 //
 // Their programs with fp8 KV on the exact path that hold 8 query rows or fewer (decode with 8 heads, as Kimi-K2 at
-// TP8 runs) take a transposed body instead (decode8_body): KV tokens as the 16 rows of each mma and the query rows
+// TP8 runs) take a transposed body instead (transposed_body): KV tokens as the 16 rows of each mma and the query rows
 // as its 8 columns, so no product is spent on rows the program does not hold, and the values are m16n8k16.
 //
 // The fp8-mma entry points (names ending fp8q; Q8 below) score fp8 KV with e4m3 m16n8k32 mma.sync: each warp
@@ -1164,7 +1164,9 @@ __device__ __forceinline__ void prefix_body(const u16* __restrict__ Q, const voi
 // at the group's barrier, and each group copies its own rows of the fp8 stages and waits at its own barrier (128
 // threads), so the pipeline is the 16-row one's with 16-token halves, with STAGES8 stages (the launcher's figure,
 // four: three tiles in flight while one is scored; the launcher's fp8 shared memory holds them). The two groups'
-// results meet at one max at the end. A warp holds its queries in 18 registers and its output in 32.
+// results meet at one max at the end. A warp holds its queries in 18 registers and its output in 32 (DECODE8).
+// The same body with two blocks of 8 columns (NC = 2: 36 and 64 registers, each key and value fragment used by both
+// blocks) serves the decode programs of 9 to 16 rows where DECODE16 is 1.
 #ifndef DECODE8
 #define DECODE8 1
 #endif
@@ -1180,13 +1182,27 @@ constexpr bool PROBE_LOOP = true;  // the probes time the 16-row body's loop
 constexpr bool PROBE_LOOP = false;
 #endif
 constexpr bool USE_DECODE8 = DECODE8 && FP8_UNPACK16 == 0 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
+// The same body with two blocks of 8 columns for the decode programs of 9 to 16 rows (16 heads): 1 on, 0 (the
+// default, until it is timed against the 16-row body on a device): they run the 16-row body.
+#ifndef DECODE16
+#define DECODE16 0
+#endif
+constexpr bool USE_DECODE16 = USE_DECODE8 && DECODE16;
 
-// Whether this program of a 16-row launch takes decode8_body below: decode (no draft tail), fp8 KV on the exact
-// path, 8 rows or fewer.
+// Whether this program of a 16-row launch takes transposed_body below with one block of 8 columns: decode (no draft
+// tail), fp8 KV on the exact path, 8 rows or fewer.
 template <bool KV8, bool R16, bool Q8>
 __device__ __forceinline__ bool takes_decode8(const RowPtrs& rp, int heads, int has_tail) {
     if constexpr (USE_DECODE8 && KV8 && R16 && !Q8)
         return !has_tail && (rp.q_end - rp.q_start) * heads - (int)blockIdx.x * ROWS16 <= 8;
+    else
+        return false;
+}
+// ... with two blocks (asked where takes_decode8 said no: a 16-row program of a decode call holds 9 to 16 rows).
+template <bool KV8, bool R16, bool Q8>
+__device__ __forceinline__ bool takes_decode16(int has_tail) {
+    if constexpr (USE_DECODE16 && KV8 && R16 && !Q8)
+        return !has_tail;
     else
         return false;
 }
@@ -1207,18 +1223,20 @@ __device__ __forceinline__ u32 movmatrix_t(u32 a) {
     return d;
 }
 
-template <typename IdxT>
-__device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8* __restrict__ KV,
-                                             const IdxT* __restrict__ kv_indices, float* __restrict__ O_part,
-                                             float* __restrict__ L_part, float qk, float v_scale, float rescale_slack,
-                                             long long stride_qt, long long stride_qh, long long stride_kt,
-                                             long long stride_ot, long long stride_oh, long long stride_os,
-                                             long long stride_lt, long long stride_lh, int heads, int num_splits,
-                                             int min_split, const RowPtrs& rp) {
+template <typename IdxT, int NC>
+__device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const u8* __restrict__ KV,
+                                                const IdxT* __restrict__ kv_indices, float* __restrict__ O_part,
+                                                float* __restrict__ L_part, float qk, float v_scale,
+                                                float rescale_slack, long long stride_qt, long long stride_qh,
+                                                long long stride_kt, long long stride_ot, long long stride_oh,
+                                                long long stride_os, long long stride_lt, long long stride_lh,
+                                                int heads, int num_splits, int min_split, const RowPtrs& rp) {
     constexpr int S = DECODE8_STAGES;
-    static_assert(S >= 3 && S * TILE8_BYTES + XCH8_BYTES <= SMEM_BYTES_FP8,
+    constexpr int R = 8 * NC;  // query rows: NC blocks of 8 columns
+    static_assert(NC == 1 || NC == 2, "one or two blocks of 8 query rows");
+    static_assert(S >= 3 && S * TILE8_BYTES + NC * XCH8_BYTES <= SMEM_BYTES_FP8,
                   "the fp8 stages and the exchange do not fit");
-    static_assert((2 * 8 * OB_STRIDE + 32) * 4 <= SMEM_BYTES_FP8, "the two groups' sums do not fit");
+    static_assert((2 * R * OB_STRIDE + 4 * R) * 4 <= SMEM_BYTES_FP8, "the two groups' sums do not fit");
     extern __shared__ __align__(16) unsigned char smem[];
     const float NEG_INF = -__int_as_float(0x7f800000);
     const int rb = blockIdx.x, split = blockIdx.y;
@@ -1232,10 +1250,12 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
     const int g = lane >> 2, c4 = lane & 3;
     if (row0 >= n_rows) return;
     if (start >= end) {
-        if (warp == 0 && c4 == 0 && row0 + g < n_rows) {
-            const int r = row0 + g;
-            L_part[(q_start + r / heads) * stride_lt + (r % heads) * stride_lh + split] = NEG_INF;
-        }
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+            if (warp == 0 && c4 == 0 && row0 + 8 * c + g < n_rows) {
+                const int r = row0 + 8 * c + g;
+                L_part[(q_start + r / heads) * stride_lt + (r % heads) * stride_lh + split] = NEG_INF;
+            }
         return;
     }
     const int n_tiles = (end - start + BLOCK_N - 1) / BLOCK_N;
@@ -1253,16 +1273,18 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
     for (int i = 0; i < S - 1; ++i) slot_first[i] = slot_of(i);
     IdxT slot_next = slot_of(S - 1);
 
-    // The queries as the B operand of the scores: column g = query row row0 + g (zeros past the request's end),
-    // k step s of this warp's 144 key dims: dims 4 c4 .. 4 c4 + 3 of its 16 (the order the fp8 keys arrive in).
-    uint2 qv[9];
-    {
-        const int r = row0 + g;
+    // The queries as the B operand of the scores: column g of block c = query row row0 + 8 c + g (zeros past the
+    // request's end), k step s of this warp's 144 key dims: dims 4 c4 .. 4 c4 + 3 of its 16 (the order the fp8 keys
+    // arrive in).
+    uint2 qv[NC][9];
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+        const int r = row0 + 8 * c + g;
         const bool ok = r < n_rows;
         const u16* src =
             Q + (q_start + (ok ? r / heads : 0)) * stride_qt + (ok ? r % heads : 0) * stride_qh + wq * 144 + c4 * 4;
 #pragma unroll
-        for (int s = 0; s < 9; ++s) qv[s] = ok ? *(const uint2*)(src + s * 16) : make_uint2(0u, 0u);
+        for (int s = 0; s < 9; ++s) qv[c][s] = ok ? *(const uint2*)(src + s * 16) : make_uint2(0u, 0u);
     }
     TL(2);
     const u32 ld_dst = kv_base + ld_row * SROW8 + (tid & 7) * 16;
@@ -1279,25 +1301,34 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
         if (i < n_tiles) load_tile_at(i, i, slot_first[i]);
         cp_commit();
     }
-    u32 qb[9][2];
+    u32 qb[NC][9][2];
 #pragma unroll
-    for (int s = 0; s < 9; ++s) {
-        qb[s][0] = q_pair<true>(qv[s].x);
-        qb[s][1] = q_pair<true>(qv[s].y);
-    }
+    for (int c = 0; c < NC; ++c)
+#pragma unroll
+        for (int s = 0; s < 9; ++s) {
+            qb[c][s][0] = q_pair<true>(qv[c][s].x);
+            qb[c][s][1] = q_pair<true>(qv[c][s].y);
+        }
 
     // ldmatrix rows of this lane: matrix mi = tokens 8 (mi & 1) onward of the group's 16, bytes 16 (mi >> 1) onward.
     const int mi = lane >> 3, mr = lane & 7;
     const u32 row_lane = (16 * grp + mr + 8 * (mi & 1)) * SROW8 + 16 * (mi >> 1);
     const u32 k_lane = row_lane + wq * 144, v_lane = row_lane + wq * 128;
-    float4* const xch = (float4*)(smem + S * TILE8_BYTES);  // [8 warps][32 lanes] partial scores
+    float4* const xch = (float4*)(smem + S * TILE8_BYTES);  // [8 warps][NC blocks][32 lanes] partial scores
 
-    // o[2 j] / o[2 j + 1]: value dims 128 wq + 32 (j / 2) + 2 g (+ 1) in c[0..1], + 16 in c[2..3]; columns (query
-    // rows) 2 c4 and 2 c4 + 1.
-    float o[8][4];
+    // o[c][2 j] / o[c][2 j + 1]: value dims 128 wq + 32 (j / 2) + 2 g (+ 1) in c[0..1], + 16 in c[2..3]; columns
+    // (query rows) 8 c + 2 c4 and 8 c + 2 c4 + 1.
+    float o[NC][8][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;  // query rows 2 c4 and 2 c4 + 1
+    for (int c = 0; c < NC; ++c)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) o[c][i][0] = o[c][i][1] = o[c][i][2] = o[c][i][3] = 0.f;
+    float m0[NC], m1[NC], l0[NC], l1[NC];  // query rows 8 c + 2 c4 and 8 c + 2 c4 + 1
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+        m0[c] = m1[c] = NEG_INF;
+        l0[c] = l1[c] = 0.f;
+    }
 
     int stage = 0, stage_back = S - 1;  // tile t's stage, and tile t - 1's (where tile t + S - 1 goes)
     for (int tile = 0; tile < n_tiles; ++tile) {
@@ -1310,83 +1341,109 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
         slot_next = slot_of(tile + S);
         const u32 st = kv_base + stage * TILE8_BYTES;
 
-        // Scores: 16 tokens (rows g and g + 8) x 8 query rows (columns 2 c4, 2 c4 + 1) over 144 dims, two k16
-        // steps a load, even and odd steps in two accumulators.
-        float s[4] = {0.f, 0.f, 0.f, 0.f}, s2[4] = {0.f, 0.f, 0.f, 0.f};
+        // Scores: 16 tokens (rows g and g + 8) x 8 query rows of each block (columns 2 c4, 2 c4 + 1) over 144 dims,
+        // two k16 steps a load, even and odd steps in two accumulators.
+        float s[NC][4], s2[NC][4];
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+            s[c][0] = s[c][1] = s[c][2] = s[c][3] = s2[c][0] = s2[c][1] = s2[c][2] = s2[c][3] = 0.f;
 #pragma unroll
         for (int k2 = 0; k2 < 4; ++k2) {
             u32 r[4];
             ldsm_x4(st + k_lane + k2 * 32, r[0], r[1], r[2], r[3]);
             const u32 a0[4] = {f8_lo(r[0]), f8_lo(r[1]), f8_hi(r[0]), f8_hi(r[1])};
             const u32 a1[4] = {f8_lo(r[2]), f8_lo(r[3]), f8_hi(r[2]), f8_hi(r[3])};
-            mma16<true>(s, a0, qb[2 * k2][0], qb[2 * k2][1]);
-            mma16<true>(s2, a1, qb[2 * k2 + 1][0], qb[2 * k2 + 1][1]);
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                mma16<true>(s[c], a0, qb[c][2 * k2][0], qb[c][2 * k2][1]);
+                mma16<true>(s2[c], a1, qb[c][2 * k2 + 1][0], qb[c][2 * k2 + 1][1]);
+            }
         }
         {
             u32 r0, r1;
             ldsm_x2(st + k_lane + 128, r0, r1);
             const u32 a0[4] = {f8_lo(r0), f8_lo(r1), f8_hi(r0), f8_hi(r1)};
-            mma16<true>(s, a0, qb[8][0], qb[8][1]);
+#pragma unroll
+            for (int c = 0; c < NC; ++c) mma16<true>(s[c], a0, qb[c][8][0], qb[c][8][1]);
         }
 #pragma unroll
-        for (int j = 0; j < 4; ++j) s[j] += s2[j];
+        for (int c = 0; c < NC; ++c)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) s[c][j] += s2[c][j];
         // The group's four quarters, summed in the same order in every warp (so all four agree on each max).
-        xch[warp * 32 + lane] = make_float4(s[0], s[1], s[2], s[3]);
+#pragma unroll
+        for (int c = 0; c < NC; ++c) xch[(warp * NC + c) * 32 + lane] = make_float4(s[c][0], s[c][1], s[c][2], s[c][3]);
         group_sync(grp);
-        {
-            float4 x = xch[(4 * grp) * 32 + lane];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            float4 x = xch[(4 * grp * NC + c) * 32 + lane];
 #pragma unroll
             for (int j = 1; j < 4; ++j) {
-                const float4 y = xch[(4 * grp + j) * 32 + lane];
+                const float4 y = xch[((4 * grp + j) * NC + c) * 32 + lane];
                 x.x += y.x;
                 x.y += y.y;
                 x.z += y.z;
                 x.w += y.w;
             }
-            s[0] = x.x;
-            s[1] = x.y;
-            s[2] = x.z;
-            s[3] = x.w;
+            s[c][0] = x.x;
+            s[c][1] = x.y;
+            s[c][2] = x.z;
+            s[c][3] = x.w;
         }
 
         // Online softmax (base 2) of each query row over the 16 tokens: a column's max over the lanes of g.
         const int col = start + tile * BLOCK_N + 16 * grp + g;
         const bool va = col < end, vb = col + 8 < end;
-        s[0] = va ? s[0] * qk : NEG_INF;
-        s[1] = va ? s[1] * qk : NEG_INF;
-        s[2] = vb ? s[2] * qk : NEG_INF;
-        s[3] = vb ? s[3] * qk : NEG_INF;
-        float mx0 = fmaxf(m0, fmaxf(s[0], s[2])), mx1 = fmaxf(m1, fmaxf(s[1], s[3]));
+        float mx0[NC], mx1[NC];
+        bool moves = false;
 #pragma unroll
-        for (int d = 4; d < 32; d *= 2) {
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, d));
+        for (int c = 0; c < NC; ++c) {
+            s[c][0] = va ? s[c][0] * qk : NEG_INF;
+            s[c][1] = va ? s[c][1] * qk : NEG_INF;
+            s[c][2] = vb ? s[c][2] * qk : NEG_INF;
+            s[c][3] = vb ? s[c][3] * qk : NEG_INF;
+            mx0[c] = fmaxf(m0[c], fmaxf(s[c][0], s[c][2]));
+            mx1[c] = fmaxf(m1[c], fmaxf(s[c][1], s[c][3]));
+#pragma unroll
+            for (int d = 4; d < 32; d *= 2) {
+                mx0[c] = fmaxf(mx0[c], __shfl_xor_sync(0xffffffffu, mx0[c], d));
+                mx1[c] = fmaxf(mx1[c], __shfl_xor_sync(0xffffffffu, mx1[c], d));
+            }
+            moves = moves || mx0[c] > m0[c] + rescale_slack || mx1[c] > m1[c] + rescale_slack;
         }
-        if (__any_sync(0xffffffffu, mx0 > m0 + rescale_slack || mx1 > m1 + rescale_slack)) {
-            const float alpha0 = exp2f(m0 - mx0), alpha1 = exp2f(m1 - mx1);
-            m0 = mx0;
-            m1 = mx1;
-            l0 *= alpha0;
-            l1 *= alpha1;
+        if (__any_sync(0xffffffffu, moves)) {
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                o[i][0] *= alpha0;
-                o[i][1] *= alpha1;
-                o[i][2] *= alpha0;
-                o[i][3] *= alpha1;
+            for (int c = 0; c < NC; ++c) {
+                const float alpha0 = exp2f(m0[c] - mx0[c]), alpha1 = exp2f(m1[c] - mx1[c]);
+                m0[c] = mx0[c];
+                m1[c] = mx1[c];
+                l0[c] *= alpha0;
+                l1[c] *= alpha1;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    o[c][i][0] *= alpha0;
+                    o[c][i][1] *= alpha1;
+                    o[c][i][2] *= alpha0;
+                    o[c][i][3] *= alpha1;
+                }
             }
         }
-        // A group may have seen no token of its split yet (a split shorter than 16 tokens): its max is still
-        // -inf, its scores are all dropped and count as 0.
-        const float mu0 = m0 == NEG_INF ? 0.f : m0, mu1 = m1 == NEG_INF ? 0.f : m1;
-        s[0] = exp2f(s[0] - mu0);
-        s[1] = exp2f(s[1] - mu1);
-        s[2] = exp2f(s[2] - mu0);
-        s[3] = exp2f(s[3] - mu1);
-        l0 += s[0] + s[2];
-        l1 += s[1] + s[3];
-        // P as the B operand of the values: (tokens 2 c4, 2 c4 + 1 | + 8, + 9) x query row g.
-        const u32 pb0 = movmatrix_t(pack2<true>(s[0], s[1])), pb1 = movmatrix_t(pack2<true>(s[2], s[3]));
+        // P as the B operand of the values: (tokens 2 c4, 2 c4 + 1 | + 8, + 9) x query row 8 c + g.
+        u32 pb0[NC], pb1[NC];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            // A group may have seen no token of its split yet (a split shorter than 16 tokens): its max is still
+            // -inf, its scores are all dropped and count as 0.
+            const float mu0 = m0[c] == NEG_INF ? 0.f : m0[c], mu1 = m1[c] == NEG_INF ? 0.f : m1[c];
+            s[c][0] = exp2f(s[c][0] - mu0);
+            s[c][1] = exp2f(s[c][1] - mu1);
+            s[c][2] = exp2f(s[c][2] - mu0);
+            s[c][3] = exp2f(s[c][3] - mu1);
+            l0[c] += s[c][0] + s[c][2];
+            l1[c] += s[c][1] + s[c][3];
+            pb0[c] = movmatrix_t(pack2<true>(s[c][0], s[c][1]));
+            pb1[c] = movmatrix_t(pack2<true>(s[c][2], s[c][3]));
+        }
 
         // Values: 32 dims a load; the even dims of each pair of the load in o[2 j], the odd ones in o[2 j + 1]
         // (by_dim: a register's bytes regrouped so that each half holds one dim's two tokens).
@@ -1397,62 +1454,72 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
             const u32 w0 = by_dim(r[0]), w1 = by_dim(r[1]), w2 = by_dim(r[2]), w3 = by_dim(r[3]);
             const u32 ae[4] = {f8_lo(w0), f8_lo(w2), f8_lo(w1), f8_lo(w3)};
             const u32 ao[4] = {f8_hi(w0), f8_hi(w2), f8_hi(w1), f8_hi(w3)};
-            mma16<true>(o[2 * j], ae, pb0, pb1);
-            mma16<true>(o[2 * j + 1], ao, pb0, pb1);
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                mma16<true>(o[c][2 * j], ae, pb0[c], pb1[c]);
+                mma16<true>(o[c][2 * j + 1], ao, pb0[c], pb1[c]);
+            }
         }
         stage_back = stage;
         stage = stage + 1 == S ? 0 : stage + 1;
     }
     // Each column's sum over the lanes of g.
 #pragma unroll
-    for (int d = 4; d < 32; d *= 2) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, d);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, d);
-    }
+    for (int c = 0; c < NC; ++c)
+#pragma unroll
+        for (int d = 4; d < 32; d *= 2) {
+            l0[c] += __shfl_xor_sync(0xffffffffu, l0[c], d);
+            l1[c] += __shfl_xor_sync(0xffffffffu, l1[c], d);
+        }
     TL(4);
 
     // The end: the two groups' results, each as it stands with its max and sum, through shared memory, then added
     // at one max as the bf16 partial results are stored, 16 bytes a store.
-    float* ob = (float*)smem;            // [2 groups][8 rows][OB_STRIDE]
-    float* mx = ob + 2 * 8 * OB_STRIDE;  // [2 groups][8 rows] running max
-    float* ls = mx + 16;                 // [2 groups][8 rows] sum of probabilities
+    float* ob = (float*)smem;            // [2 groups][R rows][OB_STRIDE]
+    float* mx = ob + 2 * R * OB_STRIDE;  // [2 groups][R rows] running max
+    float* ls = mx + 2 * R;              // [2 groups][R rows] sum of probabilities
     cp_wait_all();
     __syncthreads();  // every warp is done with the KV tiles
-    if (wq == 0 && g == 0) {
-        mx[grp * 8 + 2 * c4] = m0;
-        mx[grp * 8 + 2 * c4 + 1] = m1;
-        ls[grp * 8 + 2 * c4] = l0;
-        ls[grp * 8 + 2 * c4 + 1] = l1;
-    }
-    float* const mine = ob + grp * 8 * OB_STRIDE + wq * 128 + 2 * g;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        float* at = mine + 32 * j;
-        *(float2*)(at + 2 * c4 * OB_STRIDE) = make_float2(o[2 * j][0], o[2 * j + 1][0]);
-        *(float2*)(at + (2 * c4 + 1) * OB_STRIDE) = make_float2(o[2 * j][1], o[2 * j + 1][1]);
-        *(float2*)(at + 2 * c4 * OB_STRIDE + 16) = make_float2(o[2 * j][2], o[2 * j + 1][2]);
-        *(float2*)(at + (2 * c4 + 1) * OB_STRIDE + 16) = make_float2(o[2 * j][3], o[2 * j + 1][3]);
+    for (int c = 0; c < NC; ++c)
+        if (wq == 0 && g == 0) {
+            mx[grp * R + 8 * c + 2 * c4] = m0[c];
+            mx[grp * R + 8 * c + 2 * c4 + 1] = m1[c];
+            ls[grp * R + 8 * c + 2 * c4] = l0[c];
+            ls[grp * R + 8 * c + 2 * c4 + 1] = l1[c];
+        }
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+        float* const mine = ob + (grp * R + 8 * c) * OB_STRIDE + wq * 128 + 2 * g;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float* at = mine + 32 * j;
+            *(float2*)(at + 2 * c4 * OB_STRIDE) = make_float2(o[c][2 * j][0], o[c][2 * j + 1][0]);
+            *(float2*)(at + (2 * c4 + 1) * OB_STRIDE) = make_float2(o[c][2 * j][1], o[c][2 * j + 1][1]);
+            *(float2*)(at + 2 * c4 * OB_STRIDE + 16) = make_float2(o[c][2 * j][2], o[c][2 * j + 1][2]);
+            *(float2*)(at + (2 * c4 + 1) * OB_STRIDE + 16) = make_float2(o[c][2 * j][3], o[c][2 * j + 1][3]);
+        }
     }
     __syncthreads();
     // A row's max and sum over the two groups, and the weight of each group's result (a group with no token of
     // the split, -inf, weighs 0).
     auto row_total = [&](int row, float& M, float& L, float& fa, float& fc) {
-        const float a = mx[row], c = mx[8 + row];
+        const float a = mx[row], c = mx[R + row];
         M = fmaxf(a, c);
         const float ea = a == NEG_INF ? 0.f : exp2f(a - M), ec = c == NEG_INF ? 0.f : exp2f(c - M);
-        L = ls[row] * ea + ls[8 + row] * ec;
+        L = ls[row] * ea + ls[R + row] * ec;
         const float inv = L > 0.f ? v_scale / L : 0.f;
         fa = ea * inv;
         fc = ec * inv;
     };
-    for (int k = tid; k < 8 * 64; k += THREADS) {
+    for (int k = tid; k < R * 64; k += THREADS) {
         const int rw = k >> 6, ch = k & 63, r = row0 + rw;
         if (r >= n_rows) continue;
         float M, L, fa, fc;
         row_total(rw, M, L, fa, fc);
         const long long t = q_start + r / heads, h = r % heads;
         const float* a = ob + rw * OB_STRIDE + ch * 8;
-        const float* c = a + 8 * OB_STRIDE;
+        const float* c = a + R * OB_STRIDE;
         const float4 a0 = *(const float4*)a, a1 = *(const float4*)(a + 4);
         const float4 c0 = *(const float4*)c, c1 = *(const float4*)(c + 4);
         *(uint4*)((u16*)O_part + t * stride_ot + h * stride_oh + split * stride_os + ch * 8) =
@@ -1461,7 +1528,7 @@ __device__ __forceinline__ void decode8_body(const u16* __restrict__ Q, const u8
                        pack2<false>(a1.x * fa + c1.x * fc, a1.y * fa + c1.y * fc),
                        pack2<false>(a1.z * fa + c1.z * fc, a1.w * fa + c1.w * fc));
     }
-    if (tid < 8 && row0 + tid < n_rows) {
+    if (tid < R && row0 + tid < n_rows) {
         const int r = row0 + tid;
         float M, L, fa, fc;
         row_total(tid, M, L, fa, fc);
@@ -1716,9 +1783,13 @@ __device__ __forceinline__ void merge_slots(const MergeShare& ms, const u16* __r
         TL(1);                                                                                                         \
         const RowPtrs rp_ = row_ptrs(q_indptr, kv_indptr, blockIdx.z);                                                 \
         if (takes_decode8<KV8, R16, Q8>(rp_, heads, has_tail))                                                         \
-            decode8_body<IdxT>(Q, (const u8*)KV, kv_indices, O_part, L_part, qk_scale, v_scale, rescale_slack,         \
-                               stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt, stride_lh, \
-                               heads, num_splits, min_split, rp_);                                                     \
+            transposed_body<IdxT, 1>(Q, (const u8*)KV, kv_indices, O_part, L_part, qk_scale, v_scale, rescale_slack,   \
+                                     stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt,      \
+                                     stride_lh, heads, num_splits, min_split, rp_);                                    \
+        else if (takes_decode16<KV8, R16, Q8>(has_tail))                                                               \
+            transposed_body<IdxT, 2>(Q, (const u8*)KV, kv_indices, O_part, L_part, qk_scale, v_scale, rescale_slack,   \
+                                     stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt,      \
+                                     stride_lh, heads, num_splits, min_split, rp_);                                    \
         else                                                                                                           \
             prefix_body<IdxT, KV8, false, true, R16, Q8>(                                                              \
                 Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, rescale_slack, stride_qt,   \

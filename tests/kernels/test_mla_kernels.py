@@ -349,8 +349,8 @@ def test_mma_prefix_kernel_compiles_within_the_limit(mma, arch):
         assert mma.SMEM_BYTES[kv_dtype] > 48 * 1024  # so the launcher must raise the dynamic shared-memory cap
 
 
-def _sass(mma, arch: str, defines: tuple[str, ...] = ()) -> dict[str, str]:
-    """The SASS of each entry point of a build (cuobjdump over the cubin NVRTC compiles; no GPU needed)."""
+def _sass_of(cubin: bytes) -> dict[str, str]:
+    """The SASS of each entry point of a cubin (cuobjdump; no GPU needed)."""
     import tempfile
 
     from sm120kit import runner
@@ -360,9 +360,14 @@ def _sass(mma, arch: str, defines: tuple[str, ...] = ()) -> dict[str, str]:
     assert tool is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernels.cubin"
-        path.write_bytes(mma.compile_cubin(arch, defines=defines))
+        path.write_bytes(cubin)
         text = runner.run([tool, "-sass", str(path)], what="cuobjdump", timeout=300).stdout
     return {part.split("\n", 1)[0].strip(): part for part in text.split("Function : ")[1:]}
+
+
+def _sass(mma, arch: str, defines: tuple[str, ...] = ()) -> dict[str, str]:
+    """The SASS of each entry point of a build NVRTC compiles."""
+    return _sass_of(mma.compile_cubin(arch, defines=defines))
 
 
 @pytest.fixture(scope="module")
@@ -386,8 +391,9 @@ def test_fp8_mma_entry_points_score_with_the_sm120_e4m3_instruction(mma, sass):
 
 
 def test_the_8_row_decode_body_is_in_the_fused16_exact_fp8_entry_points_only(mma, sass):
-    """The transposed body for decode programs of 8 query rows or fewer (decode8_body: tokens as the m16 rows of
-    the products, the probabilities moved into the B operand by movmatrix) is compiled into the 16-row one-launch
+    """The transposed body for decode programs of 8 query rows or fewer (transposed_body with one block of 8
+    columns: tokens as the m16 rows of the products, the probabilities moved into the B operand by movmatrix,
+    two movmatrix a tile) is compiled into the 16-row one-launch
     entry points with fp8 KV on the exact path, for both targets, and into no other; DECODE8=0 leaves it out, and
     those entry points then hold the 16-row body alone (its value products m16n8k8). Which programs take it is
     decided at run time by their rows and the call's draft tail (the device benchmarks check its numerics against
@@ -406,6 +412,32 @@ def test_the_8_row_decode_body_is_in_the_fused16_exact_fp8_entry_points_only(mma
         assert "MOVM" not in without[name]
         # the 16-row body's value products are m16n8k8; the build with the 8-row body holds both kinds
         assert "HMMA.1688.F32" in without[name] and "HMMA.16816.F32" in sass["sm_120a"][name]
+
+
+def test_the_two_block_transposed_body_is_built_only_where_decode16_asks(mma, sass):
+    """DECODE16=1 (default 0 until it is timed on a device) gives the decode programs of 9 to 16 query rows the
+    same transposed body with two blocks of 8 columns: the exact fp8 16-row entry points gain that instance (4 more
+    movmatrix: two a block) and keep the one-block body and the 16-row body (m16n8k8 values, for verify), within
+    255 registers and no local memory; every other entry point compiles to the same SASS as without the flag."""
+    import torch
+
+    from sm120kit.hardware.cubin import resource_usage
+
+    exact_fp8 = {
+        name for (kv_dtype, _, q8), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.float8_e4m3fn and not q8
+    }
+    cubin = mma.compile_cubin("sm_120a", defines=("DECODE16=1",))
+    usage = resource_usage(cubin)
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    with16 = _sass_of(cubin)
+    assert set(with16) == set(sass["sm_120a"])
+    for name, code in with16.items():
+        if name in exact_fp8:
+            assert code.count("MOVM") == sass["sm_120a"][name].count("MOVM") + 4 == 6, name
+            assert "HMMA.1688.F32" in code, name
+            assert usage[name].registers <= 255 and usage[name].local == 0, (name, usage[name])
+        else:
+            assert code == sass["sm_120a"][name], name
 
 
 def test_timeline_build_compiles_with_the_same_entry_points(mma):
