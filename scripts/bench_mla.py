@@ -1205,6 +1205,21 @@ TIMELINE_PHASES = [
 ]
 
 
+def barrier_arrivals(rows, mhz):
+    """When the programs of a one launch reached the grid barrier, from timeline rows (global timer at entry in slot
+    0, SM clock at the body's start in slot 1 and at the barrier in slot 5; ``mhz``: SM clocks a microsecond): each
+    arrival as its program's entry time plus its clocks since, in microseconds from the median arrival to the last
+    and from the first to the last. The median program waits the first figure for the slowest, which balancing the
+    programs' work could save; the rest of its barrier phase is the barrier's own latency."""
+    import statistics
+
+    times = [r[0] + (r[5] - r[1]) / mhz * 1e3 for r in rows if r[5] and r[1]]
+    if not times:
+        return None
+    last = max(times)
+    return [round((last - statistics.median(times)) / 1e3, 2), round((last - min(times)) / 1e3, 2)]
+
+
 def timeline(mla, roof, defines=(), keep=lambda case: True):
     """Each TIMELINE_CASES call once through a build of the CUDA kernels that records, per program, the global
     timer at entry and exit and its SM clock between phases: the median phase times over the programs, the
@@ -1269,6 +1284,7 @@ def timeline(mla, roof, defines=(), keep=lambda case: True):
                     len(merged),
                 ]
             first, final = min(r[0] for r in rows), max(r[9] for r in rows)
+            arrivals = barrier_arrivals(rows, mhz) if last == 8 else None
             out.append(
                 {
                     "case": f"{kind} p{prefix} n{n} h{heads} {kvd}",
@@ -1283,6 +1299,8 @@ def timeline(mla, roof, defines=(), keep=lambda case: True):
                     "phases us [median, max]": phases,
                 }
             )
+            if arrivals:
+                out[-1]["barrier arrivals us [median to last, first to last]"] = arrivals
             print(json.dumps(out[-1]), flush=True)
             del c
     finally:

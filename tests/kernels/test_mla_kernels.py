@@ -509,6 +509,22 @@ def test_bench_fp8_cases_are_the_issue_set():
     assert {("decode", 185000, 1, 8, "fp8", True), ("decode", 185000, 4, 16, "fp8", True)} <= set(bench.TIMELINE_CASES)
 
 
+def test_the_timeline_gives_the_barrier_arrivals_from_entry_time_and_clocks():
+    """bench_mla.py's timeline places each program's arrival at the grid barrier at its entry (global timer, ns)
+    plus its SM clocks since the body's start: three programs that arrive at 11, 12.5 and 13 us (one entering
+    0.5 us late) give 0.5 us from the median to the last and 2 us from the first; a row without the barrier's
+    clock (a program that recorded none) is left out, and no such clock at all gives no figure."""
+    bench = _bench_mla()
+    mhz = 1800.0
+
+    def row(entry_ns, body_clock, barrier_clock):
+        return [entry_ns, body_clock, 0, 0, 0, barrier_clock, 0, 0, 0, entry_ns + 20_000]
+
+    rows = [row(1000, 500, 500 + 18_000), row(1500, 1, 1 + 19_800), row(1000, 7, 7 + 21_600), row(900, 10, 0)]
+    assert bench.barrier_arrivals(rows, mhz) == [0.5, 2.0]
+    assert bench.barrier_arrivals([row(1000, 5, 0)], mhz) is None
+
+
 def test_the_16_row_fp8_stage_count_is_a_checked_flag(mma):
     """STAGES16_FP8 (stages of the fp8 tile in the 16-row programs; four unless a -D flag says otherwise, the
     benchmark's --timeline-also compares three): three compiles for sm_120a within 255 registers, five is refused."""
