@@ -1188,6 +1188,14 @@ constexpr bool USE_DECODE8 = DECODE8 && FP8_UNPACK16 == 0 && !PROBE_NO_SCORES &&
 #define DECODE16 0
 #endif
 constexpr bool USE_DECODE16 = USE_DECODE8 && DECODE16;
+// MLA's values are the first 512 dims of its keys, the same fp8 bytes: with VALUES_FROM_KEYS 1 a warp of the body
+// takes the key dims whose values it owns (latent dims 128 wq .. 128 wq + 127, and rope dims 512 + 16 wq .. + 15),
+// keeps the f16 key fragments of its latent dims, and turns each into the values' A operand with four movmatrix,
+// instead of reading the tile again (ldmatrix.trans), regrouping its bytes and converting them a second time. 0 (the
+// default, until it is timed on a device): the values are read and converted on their own.
+#ifndef VALUES_FROM_KEYS
+#define VALUES_FROM_KEYS 0
+#endif
 
 // Whether this program of a 16-row launch takes transposed_body below with one block of 8 columns: decode (no draft
 // tail), fp8 KV on the exact path, 8 rows or fewer.
@@ -1276,15 +1284,24 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
     // The queries as the B operand of the scores: column g of block c = query row row0 + 8 c + g (zeros past the
     // request's end), k step s of this warp's 144 key dims: dims 4 c4 .. 4 c4 + 3 of its 16 (the order the fp8 keys
     // arrive in).
+    // (VALUES_FROM_KEYS: steps 0-7 the latent dims 128 wq onward, step 8 the rope dims 512 + 16 wq onward.)
     uint2 qv[NC][9];
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
         const int r = row0 + 8 * c + g;
         const bool ok = r < n_rows;
-        const u16* src =
-            Q + (q_start + (ok ? r / heads : 0)) * stride_qt + (ok ? r % heads : 0) * stride_qh + wq * 144 + c4 * 4;
+        if constexpr (VALUES_FROM_KEYS) {
+            const u16* src =
+                Q + (q_start + (ok ? r / heads : 0)) * stride_qt + (ok ? r % heads : 0) * stride_qh + c4 * 4;
 #pragma unroll
-        for (int s = 0; s < 9; ++s) qv[c][s] = ok ? *(const uint2*)(src + s * 16) : make_uint2(0u, 0u);
+            for (int s = 0; s < 9; ++s)
+                qv[c][s] = ok ? *(const uint2*)(src + (s < 8 ? wq * 128 + s * 16 : 512 + wq * 16)) : make_uint2(0u, 0u);
+        } else {
+            const u16* src =
+                Q + (q_start + (ok ? r / heads : 0)) * stride_qt + (ok ? r % heads : 0) * stride_qh + wq * 144 + c4 * 4;
+#pragma unroll
+            for (int s = 0; s < 9; ++s) qv[c][s] = ok ? *(const uint2*)(src + s * 16) : make_uint2(0u, 0u);
+        }
     }
     TL(2);
     const u32 ld_dst = kv_base + ld_row * SROW8 + (tid & 7) * 16;
@@ -1313,7 +1330,8 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
     // ldmatrix rows of this lane: matrix mi = tokens 8 (mi & 1) onward of the group's 16, bytes 16 (mi >> 1) onward.
     const int mi = lane >> 3, mr = lane & 7;
     const u32 row_lane = (16 * grp + mr + 8 * (mi & 1)) * SROW8 + 16 * (mi >> 1);
-    const u32 k_lane = row_lane + wq * 144, v_lane = row_lane + wq * 128;
+    const u32 k_lane = row_lane + wq * (VALUES_FROM_KEYS ? 128 : 144), v_lane = row_lane + wq * 128;
+    const u32 rope_lane = VALUES_FROM_KEYS ? row_lane + 512 + 16 * wq : k_lane + 128;  // the keys' ninth k16 step
     float4* const xch = (float4*)(smem + S * TILE8_BYTES);  // [8 warps][NC blocks][32 lanes] partial scores
 
     // o[c][2 j] / o[c][2 j + 1]: value dims 128 wq + 32 (j / 2) + 2 g (+ 1) in c[0..1], + 16 in c[2..3]; columns
@@ -1347,6 +1365,7 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
 #pragma unroll
         for (int c = 0; c < NC; ++c)
             s[c][0] = s[c][1] = s[c][2] = s[c][3] = s2[c][0] = s2[c][1] = s2[c][2] = s2[c][3] = 0.f;
+        u32 kf[VALUES_FROM_KEYS ? 8 : 1][4];  // VALUES_FROM_KEYS: the latent dims' key fragments, for the values
 #pragma unroll
         for (int k2 = 0; k2 < 4; ++k2) {
             u32 r[4];
@@ -1358,10 +1377,17 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
                 mma16<true>(s[c], a0, qb[c][2 * k2][0], qb[c][2 * k2][1]);
                 mma16<true>(s2[c], a1, qb[c][2 * k2 + 1][0], qb[c][2 * k2 + 1][1]);
             }
+            if constexpr (VALUES_FROM_KEYS) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    kf[2 * k2][i] = a0[i];
+                    kf[2 * k2 + 1][i] = a1[i];
+                }
+            }
         }
         {
             u32 r0, r1;
-            ldsm_x2(st + k_lane + 128, r0, r1);
+            ldsm_x2(st + rope_lane, r0, r1);
             const u32 a0[4] = {f8_lo(r0), f8_lo(r1), f8_hi(r0), f8_hi(r1)};
 #pragma unroll
             for (int c = 0; c < NC; ++c) mma16<true>(s[c], a0, qb[c][8][0], qb[c][8][1]);
@@ -1446,18 +1472,30 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
         }
 
         // Values: 32 dims a load; the even dims of each pair of the load in o[2 j], the odd ones in o[2 j + 1]
-        // (by_dim: a register's bytes regrouped so that each half holds one dim's two tokens).
+        // (by_dim: a register's bytes regrouped so that each half holds one dim's two tokens). VALUES_FROM_KEYS:
+        // key fragment f (16 tokens x 16 dims) transposed block by block is the A operand of dims 16 f onward of
+        // this warp's 128, in the keys' k order: o[f] row i holds dim 4 (i / 2) + i % 2, row i + 8 that dim + 2.
+        if constexpr (VALUES_FROM_KEYS) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            u32 r[4];
-            ldsm_x4_t(st + v_lane + j * 32, r[0], r[1], r[2], r[3]);
-            const u32 w0 = by_dim(r[0]), w1 = by_dim(r[1]), w2 = by_dim(r[2]), w3 = by_dim(r[3]);
-            const u32 ae[4] = {f8_lo(w0), f8_lo(w2), f8_lo(w1), f8_lo(w3)};
-            const u32 ao[4] = {f8_hi(w0), f8_hi(w2), f8_hi(w1), f8_hi(w3)};
+            for (int f = 0; f < 8; ++f) {
+                const u32 av[4] = {movmatrix_t(kf[f][0]), movmatrix_t(kf[f][2]), movmatrix_t(kf[f][1]),
+                                   movmatrix_t(kf[f][3])};
 #pragma unroll
-            for (int c = 0; c < NC; ++c) {
-                mma16<true>(o[c][2 * j], ae, pb0[c], pb1[c]);
-                mma16<true>(o[c][2 * j + 1], ao, pb0[c], pb1[c]);
+                for (int c = 0; c < NC; ++c) mma16<true>(o[c][f], av, pb0[c], pb1[c]);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                u32 r[4];
+                ldsm_x4_t(st + v_lane + j * 32, r[0], r[1], r[2], r[3]);
+                const u32 w0 = by_dim(r[0]), w1 = by_dim(r[1]), w2 = by_dim(r[2]), w3 = by_dim(r[3]);
+                const u32 ae[4] = {f8_lo(w0), f8_lo(w2), f8_lo(w1), f8_lo(w3)};
+                const u32 ao[4] = {f8_hi(w0), f8_hi(w2), f8_hi(w1), f8_hi(w3)};
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    mma16<true>(o[c][2 * j], ae, pb0[c], pb1[c]);
+                    mma16<true>(o[c][2 * j + 1], ao, pb0[c], pb1[c]);
+                }
             }
         }
         stage_back = stage;
@@ -1490,14 +1528,26 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
         }
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-        float* const mine = ob + (grp * R + 8 * c) * OB_STRIDE + wq * 128 + 2 * g;
+        if constexpr (VALUES_FROM_KEYS) {  // o[f]: dims 16 f + 4 (g / 2) + g % 2 and that + 2 of the warp's 128
+            float* const mine = ob + (grp * R + 8 * c) * OB_STRIDE + wq * 128 + 4 * (g >> 1) + (g & 1);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            float* at = mine + 32 * j;
-            *(float2*)(at + 2 * c4 * OB_STRIDE) = make_float2(o[c][2 * j][0], o[c][2 * j + 1][0]);
-            *(float2*)(at + (2 * c4 + 1) * OB_STRIDE) = make_float2(o[c][2 * j][1], o[c][2 * j + 1][1]);
-            *(float2*)(at + 2 * c4 * OB_STRIDE + 16) = make_float2(o[c][2 * j][2], o[c][2 * j + 1][2]);
-            *(float2*)(at + (2 * c4 + 1) * OB_STRIDE + 16) = make_float2(o[c][2 * j][3], o[c][2 * j + 1][3]);
+            for (int f = 0; f < 8; ++f) {
+                float* at = mine + 16 * f;
+                at[2 * c4 * OB_STRIDE] = o[c][f][0];
+                at[(2 * c4 + 1) * OB_STRIDE] = o[c][f][1];
+                at[2 * c4 * OB_STRIDE + 2] = o[c][f][2];
+                at[(2 * c4 + 1) * OB_STRIDE + 2] = o[c][f][3];
+            }
+        } else {
+            float* const mine = ob + (grp * R + 8 * c) * OB_STRIDE + wq * 128 + 2 * g;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float* at = mine + 32 * j;
+                *(float2*)(at + 2 * c4 * OB_STRIDE) = make_float2(o[c][2 * j][0], o[c][2 * j + 1][0]);
+                *(float2*)(at + (2 * c4 + 1) * OB_STRIDE) = make_float2(o[c][2 * j][1], o[c][2 * j + 1][1]);
+                *(float2*)(at + 2 * c4 * OB_STRIDE + 16) = make_float2(o[c][2 * j][2], o[c][2 * j + 1][2]);
+                *(float2*)(at + (2 * c4 + 1) * OB_STRIDE + 16) = make_float2(o[c][2 * j][3], o[c][2 * j + 1][3]);
+            }
         }
     }
     __syncthreads();

@@ -484,10 +484,13 @@ def test_bench_instruction_peak_loops_compile_for_each_form(arch):
         "m16n8k8.row.col.f32.f16",
     ):
         assert form in bench.MMA_PEAK_SOURCE
-    # the fp8 unpack loops: one entry point a way, the conversion instruction in the cvt form only
+    # the fp8 unpack loops: one entry point a way, the conversion instruction in the cvt form only, movmatrix (the
+    # values taken from the keys' fragments) in its own
     cubin = nvrtc.compile_cubin(bench.UNPACK_RATE_SOURCE, "unpack_rate.cu", arch, ("--std=c++17",))
-    assert set(resource_usage(cubin)) == {"unpack_cvt", "unpack_int", "unpack_both"}
+    assert set(resource_usage(cubin)) == {"unpack_cvt", "unpack_int", "unpack_both", "unpack_movm"}
     assert "cvt.rn.f16x2.e4m3x2" in bench.UNPACK_RATE_SOURCE
+    sass = _sass_of(cubin)
+    assert "MOVM" in sass["unpack_movm"] and "MOVM" not in sass["unpack_cvt"] + sass["unpack_both"]
 
 
 def test_bench_fp8_cases_are_the_issue_set():
@@ -507,6 +510,31 @@ def test_bench_fp8_cases_are_the_issue_set():
     # --cases fp8-decode: the same decode cases without the verify ones; the timeline holds fp8 decode at 185k
     assert bench.decode_cases("fp8-decode") == bench.decode_cases("fp8") and not bench.verify_cases("fp8-decode")
     assert {("decode", 185000, 1, 8, "fp8", True), ("decode", 185000, 4, 16, "fp8", True)} <= set(bench.TIMELINE_CASES)
+
+
+def test_values_from_keys_is_a_flag_of_the_transposed_body_only(mma, sass):
+    """VALUES_FROM_KEYS=1 (default 0 until it is timed on a device): the transposed body takes its values' A operand
+    from the keys' f16 fragments of its latent dims, four movmatrix a fragment, instead of reading the tile again
+    (ldmatrix.trans) and converting it a second time. With DECODE16=1 both instances have it: 32 movmatrix more in
+    each loop (8 fragments a warp and tile), the exact fp8 16-row entry points only, within 255 registers and no
+    local memory; every other entry point compiles to the same SASS as the default build."""
+    import torch
+
+    from sm120kit.hardware.cubin import resource_usage
+
+    exact_fp8 = {
+        name for (kv_dtype, _, q8), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.float8_e4m3fn and not q8
+    }
+    cubin = mma.compile_cubin("sm_120a", defines=("DECODE16=1", "VALUES_FROM_KEYS=1"))
+    usage = resource_usage(cubin)
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    code = _sass_of(cubin)
+    for name, text in code.items():
+        if name in exact_fp8:
+            assert text.count("MOVM") == 2 + 4 + 2 * 32, name
+            assert usage[name].registers <= 255 and usage[name].local == 0, (name, usage[name])
+        else:
+            assert text == sass["sm_120a"][name], name
 
 
 def test_the_timeline_gives_the_barrier_arrivals_from_entry_time_and_clocks():
