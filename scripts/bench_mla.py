@@ -1553,6 +1553,17 @@ def fp8_mma_replay_lengths(mla):
     }
 
 
+def merge_defines(*lists):
+    """-D flags ("NAME" or "NAME=VALUE") of several comma-separated lists as one tuple, a later list's value of a
+    name in place of an earlier one's (``--timeline-also`` on top of ``--defines``)."""
+    merged = {}
+    for flags in lists:
+        for flag in (f.strip() for f in flags.split(",")):
+            if flag:
+                merged[flag.split("=", 1)[0]] = flag
+    return tuple(merged.values())
+
+
 def load_revision(path: Path):
     """Another revision of the kernels' sm120_mla.py, loaded from its file (its sibling files beside it)."""
     spec = importlib.util.spec_from_file_location("sm120_mla_baseline", path)
@@ -1595,6 +1606,12 @@ def main():
         action="append",
         default=[],
         help="with --timeline: also time TIMELINE_CASES through a build with these comma-separated -D flags",
+    )
+    ap.add_argument(
+        "--defines",
+        default="",
+        help="comma-separated -D flags of the CUDA kernels' build for the whole run (numerics, times, the timeline, "
+        "under --timeline-also's flags); --compare's revision keeps its own build",
     )
     ap.add_argument("--numerics16-only", action="store_true", help="of the numerics checks, run the 16-row ones only")
     ap.add_argument("--profile", action="store_true", help="GPU time of each kernel of a call, on PROFILE_CASES")
@@ -1642,6 +1659,9 @@ def main():
         sys.exit("bench_mla.py needs a CUDA GPU")
     ext, dec = sglang_kernels()
     mla = sm120_mla
+    base_defines = merge_defines(args.defines)
+    if base_defines:
+        mla.cuda_prefix.install(torch.device("cuda", torch.cuda.current_device()), base_defines)
     other = load_revision(Path(args.compare) / "sm120_mla.py") if args.compare else None
     name = torch.cuda.get_device_name()
     cap = torch.cuda.get_device_capability()
@@ -1653,6 +1673,8 @@ def main():
         f"torch {torch.__version__}, triton {triton.__version__}",
         flush=True,
     )
+    if base_defines:
+        print(f"# the CUDA kernels of this run are built with -D{' -D'.join(base_defines)}", flush=True)
     roof = rooflines()
     print(f"# rooflines measured in this run: read {roof[0]:.0f} GB/s, mma bf16 {roof[1]:.0f} TFLOP/s", flush=True)
     PEAKS.update(mma_peaks())
@@ -1678,6 +1700,7 @@ def main():
         "rows": [],
         "sweep": [],
         "timing": TIMING,
+        "defines": list(base_defines),
     }
     if args.numerics16_only:
         result["numerics"] = rows16_numerics(mla)
@@ -1691,9 +1714,9 @@ def main():
             and (args.cases != "fp8-decode" or case[0] == "decode")
             and (not args.heads or case[3] in args.heads)
         )
-        result["timeline"] = timeline(mla, roof, keep=keep)
+        result["timeline"] = timeline(mla, roof, base_defines, keep=keep)
         for defines in args.timeline_also:
-            result["timeline"] += timeline(mla, roof, tuple(d for d in defines.split(",") if d), keep=keep)
+            result["timeline"] += timeline(mla, roof, merge_defines(args.defines, defines), keep=keep)
     if args.sweep_rows16:
         result["sweep_rows16"] = sweep_rows16(mla, roof)
     if args.sweep_fused:

@@ -10,8 +10,11 @@ fp8 at batch 1 with 16 and 12 heads, at batch 2 with 8 heads and at batch 1 with
 one-block transposed body and the first two through the two-block one where the build has DECODE16=1; fp8 on the
 fp8-mma path at batch 2) and verify (1 draft x 16 heads), and the 64-row one launch (8 drafts x 16
 heads: bf16, and fp8 on the fp8-mma path), each over 3000 prefix tokens, and prints each output's max abs
-difference to the float32 reference. Needs a CUDA GPU.
+difference to the float32 reference. ``--defines A=1,B`` builds the kernels with those -D flags first (a flag's
+code under the sanitizers). Needs a CUDA GPU.
 """
+
+import argparse
 
 import torch
 
@@ -22,6 +25,13 @@ from sm120_attention import sm120_mla_route as routes
 LK, LV = 576, 512
 ROWS16 = routes.force(routes.CUDA16_ONE_LAUNCH)  # the 16-row one launch wherever it can take the call
 FP8_MMA = routes.TABLE._replace(fp8_mma=True)  # fp8 KV on the fp8-mma path (e4m3 scores)
+
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("--defines", default="", help="comma-separated -D flags of the CUDA kernels' build")
+DEFINES = tuple(d.strip() for d in ap.parse_args().defines.split(",") if d.strip())
+if DEFINES:
+    mla.cuda_prefix.install(torch.device("cuda", torch.cuda.current_device()), DEFINES)
+    print("built with", " ".join("-D" + d for d in DEFINES), flush=True)
 
 
 def run(q, k_pool, v_pool, o, qo_indptr, kv_indptr, kv_indices, batch, max_tokens, table=None, tail=None, lse=None):

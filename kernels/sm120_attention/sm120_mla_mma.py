@@ -217,6 +217,18 @@ def kernel(device: torch.device) -> _Kernel | None:
         return _KERNELS[index]
 
 
+def install(device: torch.device, defines: tuple[str, ...]) -> _Kernel:
+    """Compile the kernels with more -D flags (``defines``, such as ``DECODE16=1``) and make that build the one the
+    launchers use on ``device`` from now on: benchmarks and sanitizer runs of a flag's code (scripts/bench_mla.py
+    and scripts/sanitize_mla.py, ``--defines``). A compile error raises :class:`CompileError`."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.cuda.device(index):
+        built = _Kernel(compile_cubin(_arch(index), defines=defines))
+    with _LOCK:
+        _KERNELS[index] = built
+    return built
+
+
 def error(device: torch.device) -> str | None:
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _ERRORS.get(index)

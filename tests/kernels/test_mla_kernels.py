@@ -537,6 +537,18 @@ def test_values_from_keys_is_a_flag_of_the_transposed_body_only(mma, sass):
             assert text == sass["sm_120a"][name], name
 
 
+def test_the_bench_merges_its_defines_with_the_later_value_of_a_name():
+    """bench_mla.py --defines builds the whole run's kernels with its -D flags, and each --timeline-also build
+    takes them with its own on top: a name's later value replaces the earlier one in place, new names follow,
+    blanks and spaces are dropped."""
+    bench = _bench_mla()
+    base = "DECODE16=1, VALUES_FROM_KEYS=1"
+    assert bench.merge_defines(base) == ("DECODE16=1", "VALUES_FROM_KEYS=1")
+    assert bench.merge_defines(base, "DECODE16=0") == ("DECODE16=0", "VALUES_FROM_KEYS=1")
+    assert bench.merge_defines(base, "MERGE_EARLY=0,,DECODE16") == ("DECODE16", "VALUES_FROM_KEYS=1", "MERGE_EARLY=0")
+    assert bench.merge_defines("") == () and bench.merge_defines("", " , ") == ()
+
+
 def test_the_timeline_gives_the_barrier_arrivals_from_entry_time_and_clocks():
     """bench_mla.py's timeline places each program's arrival at the grid barrier at its entry (global timer, ns)
     plus its SM clocks since the body's start: three programs that arrive at 11, 12.5 and 13 us (one entering
