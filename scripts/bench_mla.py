@@ -1661,7 +1661,10 @@ def main():
     mla = sm120_mla
     base_defines = merge_defines(args.defines)
     if base_defines:
-        mla.cuda_prefix.install(torch.device("cuda", torch.cuda.current_device()), base_defines)
+        try:
+            mla.cuda_prefix.install(torch.device("cuda", torch.cuda.current_device()), base_defines)
+        except mla.cuda_prefix.CompileError as exc:
+            sys.exit(f"bench_mla.py: the CUDA kernels do not compile with --defines {args.defines}: {exc}")
     other = load_revision(Path(args.compare) / "sm120_mla.py") if args.compare else None
     name = torch.cuda.get_device_name()
     cap = torch.cuda.get_device_capability()

@@ -15,6 +15,7 @@ code under the sanitizers). Needs a CUDA GPU.
 """
 
 import argparse
+import sys
 
 import torch
 
@@ -30,7 +31,10 @@ ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--defines", default="", help="comma-separated -D flags of the CUDA kernels' build")
 DEFINES = tuple(d.strip() for d in ap.parse_args().defines.split(",") if d.strip())
 if DEFINES:
-    mla.cuda_prefix.install(torch.device("cuda", torch.cuda.current_device()), DEFINES)
+    try:
+        mla.cuda_prefix.install(torch.device("cuda", torch.cuda.current_device()), DEFINES)
+    except mla.cuda_prefix.CompileError as exc:
+        sys.exit(f"sanitize_mla.py: the CUDA kernels do not compile with --defines {','.join(DEFINES)}: {exc}")
     print("built with", " ".join("-D" + d for d in DEFINES), flush=True)
 
 
