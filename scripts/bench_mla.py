@@ -126,14 +126,18 @@ E4M3_NATIVE = {(8, 9), (12, 0), (12, 1)}
 # The rate of each way the 16-row fp8 programs turn fp8 e4m3 into f16 in registers (FP8_UNPACK16 in the kernels):
 # each thread turns 8 independent words (4 fp8 values each) into two f16 pairs per step, by the conversion
 # instruction (KIND 0: cvt.rn.f16x2.e4m3x2, the F2FP unit), by integer operations (1: the kernels' f8s_even and
-# f8s_odd), or half of the words each way (2: whether the two run side by side). KIND 3 moves the two registers
-# through movmatrix.trans instead (the transposed body's VALUES_FROM_KEYS: a movmatrix for each f16 pair of the
+# f8s_odd), or half of the words each way (2: whether the two run side by side); the conversion of bytes 2-3 reads
+# the register's upper half in place, as the kernels' f8_hi does. KIND 3 makes the two registers with movmatrix.trans
+# instead, the second from the first (the transposed body's VALUES_FROM_KEYS: a movmatrix for each f16 pair of the
 # values in place of a conversion). One three-input xor a word feeds each result back into its word, so no step can
 # be hoisted; it is the same in every form.
 UNPACK_RATE_SOURCE = r"""
 typedef unsigned int u32;
 typedef unsigned short u16;
 __device__ __forceinline__ u32 cvt2(u16 v) { u32 r; asm volatile("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v)); return r; }
+__device__ __forceinline__ u32 cvt2_hi(u32 w) {  // the upper half in place, as the kernels' f8_hi
+    u32 r; asm volatile("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(r) : "r"(w)); return r;
+}
 __device__ __forceinline__ u32 odd(u32 w) { return (w & 0x80008000u) | ((w >> 1) & 0x3f803f80u); }
 __device__ __forceinline__ u32 even(u32 w) { return odd(w << 8); }
 __device__ __forceinline__ u32 movm(u32 a) { u32 d; asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(a)); return d; }
@@ -146,7 +150,7 @@ template <int KIND> __device__ void loop(u32* out, int iters) {
         for (int k = 0; k < 8; ++k) {
             const bool conv = KIND == 0 || (KIND == 2 && k % 2 == 0);
             const u32 a = KIND == 3 ? movm(w[k]) : conv ? cvt2((u16)(w[k] & 0xffffu)) : even(w[k]);
-            const u32 b = KIND == 3 ? movm(w[k] >> 16) : conv ? cvt2((u16)(w[k] >> 16)) : odd(w[k]);
+            const u32 b = KIND == 3 ? movm(a) : conv ? cvt2_hi(w[k]) : odd(w[k]);
             w[k] ^= a ^ b;
         }
     }
