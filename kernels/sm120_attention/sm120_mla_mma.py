@@ -202,9 +202,14 @@ def _arch(index: int) -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
+def _index(device: torch.device) -> int:
+    """The CUDA device index of ``device`` (the current device where it names none)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def kernel(device: torch.device) -> _Kernel | None:
     """The kernel for ``device``, compiled and loaded on first use; None if it cannot be."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _index(device)
     with _LOCK:
         if index not in _KERNELS:
             try:
@@ -221,7 +226,7 @@ def install(device: torch.device, defines: tuple[str, ...]) -> _Kernel:
     """Compile the kernels with more -D flags (``defines``, such as ``DECODE16=1``) and make that build the one the
     launchers use on ``device`` from now on: benchmarks and sanitizer runs of a flag's code (scripts/bench_mla.py
     and scripts/sanitize_mla.py, ``--defines``). A compile error raises :class:`CompileError`."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _index(device)
     with torch.cuda.device(index):
         built = _Kernel(compile_cubin(_arch(index), defines=defines))
     with _LOCK:
@@ -230,7 +235,7 @@ def install(device: torch.device, defines: tuple[str, ...]) -> _Kernel:
 
 
 def error(device: torch.device) -> str | None:
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _index(device)
     return _ERRORS.get(index)
 
 
@@ -326,7 +331,7 @@ _BARRIERS: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def _barrier(device: torch.device, stream: int) -> torch.Tensor:
-    key = (device.index if device.index is not None else torch.cuda.current_device(), stream)
+    key = (_index(device), stream)
     with _LOCK:
         if key not in _BARRIERS:
             _BARRIERS[key] = torch.zeros(1, dtype=torch.int32, device=device)

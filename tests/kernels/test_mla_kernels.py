@@ -370,6 +370,13 @@ def _sass(mma, arch: str, defines: tuple[str, ...] = ()) -> dict[str, str]:
     return _sass_of(mma.compile_cubin(arch, defines=defines))
 
 
+def _exact_fp8_fused16(mma) -> set[str]:
+    """The 16-row one-launch entry points with fp8 KV on the exact path: the ones the transposed body is built into."""
+    import torch
+
+    return {name for (kv_dtype, _, q8), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.float8_e4m3fn and not q8}
+
+
 @pytest.fixture(scope="module")
 def sass(mma):
     """The SASS of the launchers' build for sm_120a and for sm_90a (the H200 the benchmarks run on)."""
@@ -421,11 +428,8 @@ def test_the_8_row_decode_body_is_in_the_fused16_exact_fp8_entry_points_only(mma
     those entry points then hold the 16-row body alone (its value products m16n8k8). Which programs take it is
     decided at run time by their rows and the call's draft tail (the device benchmarks check its numerics against
     the float32 reference, docs/benchmarks.md)."""
-    import torch
 
-    exact_fp8 = {
-        name for (kv_dtype, _, q8), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.float8_e4m3fn and not q8
-    }
+    exact_fp8 = _exact_fp8_fused16(mma)
     assert len(exact_fp8) == 2
     for arch in ("sm_120a", "sm_90a"):
         for name, code in sass[arch].items():
@@ -442,13 +446,10 @@ def test_the_two_block_transposed_body_is_built_only_where_decode16_asks(mma, sa
     same transposed body with two blocks of 8 columns: the exact fp8 16-row entry points gain that instance (4 more
     movmatrix: two a block) and keep the one-block body and the 16-row body (m16n8k8 values, for verify), within
     255 registers and no local memory; every other entry point compiles to the same SASS as without the flag."""
-    import torch
 
     from sm120kit.hardware.cubin import resource_usage
 
-    exact_fp8 = {
-        name for (kv_dtype, _, q8), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.float8_e4m3fn and not q8
-    }
+    exact_fp8 = _exact_fp8_fused16(mma)
     cubin = mma.compile_cubin("sm_120a", defines=("DECODE16=1",))
     usage = resource_usage(cubin)
     assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
@@ -541,13 +542,10 @@ def test_values_from_keys_is_a_flag_of_the_transposed_body_only(mma, sass):
     (ldmatrix.trans) and converting it a second time. With DECODE16=1 both instances have it: 32 movmatrix more in
     each loop (8 fragments a warp and tile), the exact fp8 16-row entry points only, within 255 registers and no
     local memory; every other entry point compiles to the same SASS as the default build."""
-    import torch
 
     from sm120kit.hardware.cubin import resource_usage
 
-    exact_fp8 = {
-        name for (kv_dtype, _, q8), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.float8_e4m3fn and not q8
-    }
+    exact_fp8 = _exact_fp8_fused16(mma)
     cubin = mma.compile_cubin("sm_120a", defines=("DECODE16=1", "VALUES_FROM_KEYS=1"))
     usage = resource_usage(cubin)
     assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
