@@ -5,10 +5,10 @@
         python scripts/sanitize_mla.py
 
 (also ``--tool memcheck`` and ``--tool synccheck``; ``kernels`` may be left off where sm120kit is installed,
-which brings the kernels' package ``sm120_attention``). Runs the 16-row one launch for decode (bf16 at batch 2;
-fp8 at batch 1 with 16 and 12 heads, at batch 2 with 8 heads and at batch 1 with 3, the last two through the
-one-block transposed body and the first two through the two-block one where the build has DECODE16=1; fp8 on the
-fp8-mma path at batch 2) and verify (1 draft x 16 heads), and the 64-row one launch (8 drafts x 16
+which brings the kernels' package ``sm120_attention``). Runs the 16-row one launch for decode (bf16 and fp8 at
+batch 1 with 16 and 12 heads, at batch 2 with 8 heads and at batch 1 with 3, the last two through the one-block
+transposed body and the first two through the two-block one where the build has DECODE16=1, bf16 only where it has
+DECODE8_BF16=1; bf16 at batch 2 with 16 heads; fp8 on the fp8-mma path at batch 2) and verify (1 draft x 16 heads), and the 64-row one launch (8 drafts x 16
 heads: bf16, and fp8 on the fp8-mma path), each over 3000 prefix tokens, and prints each output's max abs
 difference to the float32 reference. ``--defines A=1,B`` builds the kernels with those -D flags first (a flag's
 code under the sanitizers). Needs a CUDA GPU.
@@ -48,10 +48,7 @@ def run(q, k_pool, v_pool, o, qo_indptr, kv_indptr, kv_indices, batch, max_token
 
 for kvd, heads, batch, table in (
     ("bf16", 16, 2, ROWS16),
-    ("fp8", 16, 1, ROWS16),
-    ("fp8", 12, 1, ROWS16),
-    ("fp8", 8, 2, ROWS16),
-    ("fp8", 3, 1, ROWS16),
+    *((kvd, heads, batch, ROWS16) for kvd in ("bf16", "fp8") for heads, batch in ((16, 1), (12, 1), (8, 2), (3, 1))),
     ("fp8", 16, 2, ROWS16._replace(fp8_mma=True)),
 ):
     d = ref.make_decode_case([3000] * batch, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, device="cuda")

@@ -1200,12 +1200,20 @@ constexpr bool USE_DECODE16 = USE_DECODE8 && DECODE16;
 #ifndef VALUES_FROM_KEYS
 #define VALUES_FROM_KEYS 0
 #endif
+// The same body for bf16 KV (DECODE8_BF16): the keys' A operand straight from the tile (ldmatrix, one k16 step a
+// load), the values' with ldmatrix.trans, bf16 products and probabilities, two stages of 32 tokens (the launcher's
+// bf16 shared memory holds two). With DECODE16 as well, the bf16 decode programs of 9 to 16 rows take two blocks.
+// 0 (the default, until it is timed on a device): bf16 decode programs take the 16-row body.
+#ifndef DECODE8_BF16
+#define DECODE8_BF16 0
+#endif
+constexpr bool USE_DECODE8_BF16 = DECODE8_BF16 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
 
 // Whether this program of a 16-row launch takes transposed_body below with one block of 8 columns: decode (no draft
-// tail), fp8 KV on the exact path, 8 rows or fewer.
+// tail), fp8 KV on the exact path (bf16 KV where DECODE8_BF16 is 1), 8 rows or fewer.
 template <bool KV8, bool R16, bool Q8>
 __device__ __forceinline__ bool takes_decode8(const RowPtrs& rp, int heads, int has_tail) {
-    if constexpr (USE_DECODE8 && KV8 && R16 && !Q8)
+    if constexpr ((KV8 ? USE_DECODE8 : USE_DECODE8_BF16) && R16 && !Q8)
         return !has_tail && (rp.q_end - rp.q_start) * heads - (int)blockIdx.x * ROWS16 <= 8;
     else
         return false;
@@ -1213,7 +1221,7 @@ __device__ __forceinline__ bool takes_decode8(const RowPtrs& rp, int heads, int 
 // ... with two blocks (asked where takes_decode8 said no: a 16-row program of a decode call holds 9 to 16 rows).
 template <bool KV8, bool R16, bool Q8>
 __device__ __forceinline__ bool takes_decode16(int has_tail) {
-    if constexpr (USE_DECODE16 && KV8 && R16 && !Q8)
+    if constexpr ((KV8 ? USE_DECODE16 : USE_DECODE8_BF16 && DECODE16) && R16 && !Q8)
         return !has_tail;
     else
         return false;
@@ -1235,7 +1243,7 @@ __device__ __forceinline__ u32 movmatrix_t(u32 a) {
     return d;
 }
 
-template <typename IdxT, int NC>
+template <typename IdxT, int NC, bool KV8>
 __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const u8* __restrict__ KV,
                                                 const IdxT* __restrict__ kv_indices, float* __restrict__ O_part,
                                                 float* __restrict__ L_part, float qk, float v_scale,
@@ -1243,12 +1251,17 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
                                                 long long stride_kt, long long stride_ot, long long stride_oh,
                                                 long long stride_os, long long stride_lt, long long stride_lh,
                                                 int heads, int num_splits, int min_split, const RowPtrs& rp) {
-    constexpr int S = DECODE8_STAGES;
-    constexpr int R = 8 * NC;  // query rows: NC blocks of 8 columns
+    constexpr int S = KV8 ? DECODE8_STAGES : 2;                   // stages of the KV tile
+    constexpr int ROW_BYTES = KV8 ? SROW8 : SROW;                 // a KV row in shared memory
+    constexpr int STAGE_BYTES = KV8 ? TILE8_BYTES : TILE_BYTES;   // a stage: BLOCK_N rows
+    constexpr int SMEM = KV8 ? SMEM_BYTES_FP8 : SMEM_BYTES_BF16;  // what the launcher asks for
+    constexpr int ELEM = KV8 ? 1 : 2;                             // bytes a KV value
+    constexpr bool VFK = KV8 && VALUES_FROM_KEYS;                 // the values from the keys' f16 fragments
+    constexpr int R = 8 * NC;                                     // query rows: NC blocks of 8 columns
     static_assert(NC == 1 || NC == 2, "one or two blocks of 8 query rows");
-    static_assert(S >= 3 && S * TILE8_BYTES + NC * XCH8_BYTES <= SMEM_BYTES_FP8,
-                  "the fp8 stages and the exchange do not fit");
-    static_assert((2 * R * OB_STRIDE + 4 * R) * 4 <= SMEM_BYTES_FP8, "the two groups' sums do not fit");
+    static_assert(S >= (KV8 ? 3 : 2) && S * STAGE_BYTES + NC * XCH8_BYTES <= SMEM,
+                  "the KV stages and the exchange do not fit");
+    static_assert((2 * R * OB_STRIDE + 4 * R) * 4 <= SMEM, "the two groups' sums do not fit");
     extern __shared__ __align__(16) unsigned char smem[];
     const float NEG_INF = -__int_as_float(0x7f800000);
     const int rb = blockIdx.x, split = blockIdx.y;
@@ -1286,15 +1299,22 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
     IdxT slot_next = slot_of(S - 1);
 
     // The queries as the B operand of the scores: column g of block c = query row row0 + 8 c + g (zeros past the
-    // request's end), k step s of this warp's 144 key dims: dims 4 c4 .. 4 c4 + 3 of its 16 (the order the fp8 keys
-    // arrive in).
+    // request's end), k step s of this warp's 144 key dims: fp8, dims 4 c4 .. 4 c4 + 3 of its 16 (the order the fp8
+    // keys arrive in); bf16, dims 2 c4, 2 c4 + 1 (x) and 8 + 2 c4, 9 + 2 c4 (y), the operand's own order.
     // (VALUES_FROM_KEYS: steps 0-7 the latent dims 128 wq onward, step 8 the rope dims 512 + 16 wq onward.)
     uint2 qv[NC][9];
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
         const int r = row0 + 8 * c + g;
         const bool ok = r < n_rows;
-        if constexpr (VALUES_FROM_KEYS) {
+        if constexpr (!KV8) {
+            const u16* src =
+                Q + (q_start + (ok ? r / heads : 0)) * stride_qt + (ok ? r % heads : 0) * stride_qh + wq * 144 + c4 * 2;
+#pragma unroll
+            for (int s = 0; s < 9; ++s)
+                qv[c][s] =
+                    ok ? make_uint2(*(const u32*)(src + s * 16), *(const u32*)(src + s * 16 + 8)) : make_uint2(0u, 0u);
+        } else if constexpr (VFK) {
             const u16* src =
                 Q + (q_start + (ok ? r / heads : 0)) * stride_qt + (ok ? r % heads : 0) * stride_qh + c4 * 4;
 #pragma unroll
@@ -1308,14 +1328,15 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
         }
     }
     TL(2);
-    const u32 ld_dst = kv_base + ld_row * SROW8 + (tid & 7) * 16;
+    const u32 ld_dst = kv_base + ld_row * ROW_BYTES + (tid & 7) * 16;
     auto load_tile_at = [&](int tile, int stage, IdxT slot) {
         const bool valid = start + tile * BLOCK_N + ld_row < end;
-        const u8* src = KV + (long long)slot * stride_kt + (tid & 7) * 16;
+        const u8* src = KV + ((long long)slot * stride_kt + (tid & 7) * (16 / ELEM)) * ELEM;
+        constexpr int CHUNKS = KV8 ? 5 : 9;  // per thread: an fp8 row has 36 chunks (4 threads copy a fifth), bf16 72
 #pragma unroll
-        for (int i = 0; i < 5; ++i)  // 36 chunks a row: 4 threads copy a fifth
-            if (i < 4 || (tid & 7) < 4)
-                cp_async16(ld_dst + stage * TILE8_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
+        for (int i = 0; i < CHUNKS; ++i)
+            if (!KV8 || i < 4 || (tid & 7) < 4)
+                cp_async16(ld_dst + stage * STAGE_BYTES + i * 128, src + i * 128, valid ? 16 : 0);
     };
 #pragma unroll
     for (int i = 0; i < S - 1; ++i) {  // tile i into stage i, a group each
@@ -1327,19 +1348,23 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
     for (int c = 0; c < NC; ++c)
 #pragma unroll
         for (int s = 0; s < 9; ++s) {
-            qb[c][s][0] = q_pair<true>(qv[c][s].x);
-            qb[c][s][1] = q_pair<true>(qv[c][s].y);
+            qb[c][s][0] = q_pair<KV8>(qv[c][s].x);
+            qb[c][s][1] = q_pair<KV8>(qv[c][s].y);
         }
 
-    // ldmatrix rows of this lane: matrix mi = tokens 8 (mi & 1) onward of the group's 16, bytes 16 (mi >> 1) onward.
+    // ldmatrix rows of this lane: matrix mi = tokens 8 (mi & 1) onward of the group's 16, bytes 16 (mi >> 1) onward
+    // (fp8: the next 16 dims, two k16 steps a load; bf16: dims 8 onward of one k16 step). bf16 values
+    // (ldmatrix.trans): matrix mi = tokens 8 (mi >> 1) onward, dims 8 (mi & 1) onward.
     const int mi = lane >> 3, mr = lane & 7;
-    const u32 row_lane = (16 * grp + mr + 8 * (mi & 1)) * SROW8 + 16 * (mi >> 1);
-    const u32 k_lane = row_lane + wq * (VALUES_FROM_KEYS ? 128 : 144), v_lane = row_lane + wq * 128;
-    const u32 rope_lane = VALUES_FROM_KEYS ? row_lane + 512 + 16 * wq : k_lane + 128;  // the keys' ninth k16 step
-    float4* const xch = (float4*)(smem + S * TILE8_BYTES);  // [8 warps][NC blocks][32 lanes] partial scores
+    const u32 row_lane = (16 * grp + mr + 8 * (mi & 1)) * ROW_BYTES + 16 * (mi >> 1);
+    const u32 k_lane = row_lane + wq * (VFK ? 128 : 144) * ELEM;
+    const u32 v_lane = KV8 ? row_lane + wq * 128 : (16 * grp + mr + 8 * (mi >> 1)) * SROW + 16 * (mi & 1) + wq * 256;
+    const u32 rope_lane = VFK ? row_lane + 512 + 16 * wq : k_lane + 128 * ELEM;  // the keys' ninth k16 step
+    float4* const xch = (float4*)(smem + S * STAGE_BYTES);  // [8 warps][NC blocks][32 lanes] partial scores
 
     // o[c][2 j] / o[c][2 j + 1]: value dims 128 wq + 32 (j / 2) + 2 g (+ 1) in c[0..1], + 16 in c[2..3]; columns
-    // (query rows) 8 c + 2 c4 and 8 c + 2 c4 + 1.
+    // (query rows) 8 c + 2 c4 and 8 c + 2 c4 + 1. bf16: o[c][j] value dims 128 wq + 16 j + g in c[0..1], + 8 in
+    // c[2..3].
     float o[NC][8][4];
 #pragma unroll
     for (int c = 0; c < NC; ++c)
@@ -1361,7 +1386,7 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
         if (tile + S - 1 < n_tiles) load_tile_at(tile + S - 1, stage_back, slot_next);
         cp_commit();
         slot_next = slot_of(tile + S);
-        const u32 st = kv_base + stage * TILE8_BYTES;
+        const u32 st = kv_base + stage * STAGE_BYTES;
 
         // Scores: 16 tokens (rows g and g + 8) x 8 query rows of each block (columns 2 c4, 2 c4 + 1) over 144 dims,
         // two k16 steps a load, even and odd steps in two accumulators.
@@ -1369,32 +1394,50 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
 #pragma unroll
         for (int c = 0; c < NC; ++c)
             s[c][0] = s[c][1] = s[c][2] = s[c][3] = s2[c][0] = s2[c][1] = s2[c][2] = s2[c][3] = 0.f;
-        u32 kf[VALUES_FROM_KEYS ? 8 : 1][4];  // VALUES_FROM_KEYS: the latent dims' key fragments, for the values
+        u32 kf[VFK ? 8 : 1][4];  // VALUES_FROM_KEYS: the latent dims' key fragments, for the values
+        if constexpr (!KV8) {    // bf16: one k16 step a load, the last (rope) step with the even ones
 #pragma unroll
-        for (int k2 = 0; k2 < 4; ++k2) {
-            u32 r[4];
-            ldsm_x4(st + k_lane + k2 * 32, r[0], r[1], r[2], r[3]);
-            const u32 a0[4] = {f8_lo(r[0]), f8_lo(r[1]), f8_hi(r[0]), f8_hi(r[1])};
-            const u32 a1[4] = {f8_lo(r[2]), f8_lo(r[3]), f8_hi(r[2]), f8_hi(r[3])};
+            for (int k2 = 0; k2 < 4; ++k2) {
+                u32 a0[4], a1[4];
+                ldsm_x4(st + k_lane + k2 * 64, a0[0], a0[1], a0[2], a0[3]);
+                ldsm_x4(st + k_lane + k2 * 64 + 32, a1[0], a1[1], a1[2], a1[3]);
 #pragma unroll
-            for (int c = 0; c < NC; ++c) {
-                mma16<true>(s[c], a0, qb[c][2 * k2][0], qb[c][2 * k2][1]);
-                mma16<true>(s2[c], a1, qb[c][2 * k2 + 1][0], qb[c][2 * k2 + 1][1]);
-            }
-            if constexpr (VALUES_FROM_KEYS) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    kf[2 * k2][i] = a0[i];
-                    kf[2 * k2 + 1][i] = a1[i];
+                for (int c = 0; c < NC; ++c) {
+                    mma16<false>(s[c], a0, qb[c][2 * k2][0], qb[c][2 * k2][1]);
+                    mma16<false>(s2[c], a1, qb[c][2 * k2 + 1][0], qb[c][2 * k2 + 1][1]);
                 }
             }
-        }
-        {
-            u32 r0, r1;
-            ldsm_x2(st + rope_lane, r0, r1);
-            const u32 a0[4] = {f8_lo(r0), f8_lo(r1), f8_hi(r0), f8_hi(r1)};
+            u32 a0[4];
+            ldsm_x4(st + rope_lane, a0[0], a0[1], a0[2], a0[3]);
 #pragma unroll
-            for (int c = 0; c < NC; ++c) mma16<true>(s[c], a0, qb[c][8][0], qb[c][8][1]);
+            for (int c = 0; c < NC; ++c) mma16<false>(s[c], a0, qb[c][8][0], qb[c][8][1]);
+        } else {
+#pragma unroll
+            for (int k2 = 0; k2 < 4; ++k2) {
+                u32 r[4];
+                ldsm_x4(st + k_lane + k2 * 32, r[0], r[1], r[2], r[3]);
+                const u32 a0[4] = {f8_lo(r[0]), f8_lo(r[1]), f8_hi(r[0]), f8_hi(r[1])};
+                const u32 a1[4] = {f8_lo(r[2]), f8_lo(r[3]), f8_hi(r[2]), f8_hi(r[3])};
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    mma16<true>(s[c], a0, qb[c][2 * k2][0], qb[c][2 * k2][1]);
+                    mma16<true>(s2[c], a1, qb[c][2 * k2 + 1][0], qb[c][2 * k2 + 1][1]);
+                }
+                if constexpr (VFK) {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        kf[2 * k2][i] = a0[i];
+                        kf[2 * k2 + 1][i] = a1[i];
+                    }
+                }
+            }
+            {
+                u32 r0, r1;
+                ldsm_x2(st + rope_lane, r0, r1);
+                const u32 a0[4] = {f8_lo(r0), f8_lo(r1), f8_hi(r0), f8_hi(r1)};
+#pragma unroll
+                for (int c = 0; c < NC; ++c) mma16<true>(s[c], a0, qb[c][8][0], qb[c][8][1]);
+            }
         }
 #pragma unroll
         for (int c = 0; c < NC; ++c)
@@ -1471,15 +1514,24 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
             s[c][3] = exp2f(s[c][3] - mu1);
             l0[c] += s[c][0] + s[c][2];
             l1[c] += s[c][1] + s[c][3];
-            pb0[c] = movmatrix_t(pack2<true>(s[c][0], s[c][1]));
-            pb1[c] = movmatrix_t(pack2<true>(s[c][2], s[c][3]));
+            pb0[c] = movmatrix_t(pack2<KV8>(s[c][0], s[c][1]));
+            pb1[c] = movmatrix_t(pack2<KV8>(s[c][2], s[c][3]));
         }
 
         // Values: 32 dims a load; the even dims of each pair of the load in o[2 j], the odd ones in o[2 j + 1]
         // (by_dim: a register's bytes regrouped so that each half holds one dim's two tokens). VALUES_FROM_KEYS:
         // key fragment f (16 tokens x 16 dims) transposed block by block is the A operand of dims 16 f onward of
         // this warp's 128, in the keys' k order: o[f] row i holds dim 4 (i / 2) + i % 2, row i + 8 that dim + 2.
-        if constexpr (VALUES_FROM_KEYS) {
+        // bf16: 16 dims a load (ldmatrix.trans gives the A operand as it is).
+        if constexpr (!KV8) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                u32 av[4];
+                ldsm_x4_t(st + v_lane + j * 32, av[0], av[1], av[2], av[3]);
+#pragma unroll
+                for (int c = 0; c < NC; ++c) mma16<false>(o[c][j], av, pb0[c], pb1[c]);
+            }
+        } else if constexpr (VFK) {
 #pragma unroll
             for (int f = 0; f < 8; ++f) {
                 const u32 av[4] = {movmatrix_t(kf[f][0]), movmatrix_t(kf[f][2]), movmatrix_t(kf[f][1]),
@@ -1532,7 +1584,17 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
         }
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-        if constexpr (VALUES_FROM_KEYS) {  // o[f]: dims 16 f + 4 (g / 2) + g % 2 and that + 2 of the warp's 128
+        if constexpr (!KV8) {  // o[j]: dims 16 j + g and that + 8 of the warp's 128
+            float* const mine = ob + (grp * R + 8 * c) * OB_STRIDE + wq * 128 + g;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                float* at = mine + 16 * j;
+                at[2 * c4 * OB_STRIDE] = o[c][j][0];
+                at[(2 * c4 + 1) * OB_STRIDE] = o[c][j][1];
+                at[2 * c4 * OB_STRIDE + 8] = o[c][j][2];
+                at[(2 * c4 + 1) * OB_STRIDE + 8] = o[c][j][3];
+            }
+        } else if constexpr (VFK) {  // o[f]: dims 16 f + 4 (g / 2) + g % 2 and that + 2 of the warp's 128
             float* const mine = ob + (grp * R + 8 * c) * OB_STRIDE + wq * 128 + 4 * (g >> 1) + (g & 1);
 #pragma unroll
             for (int f = 0; f < 8; ++f) {
@@ -1837,13 +1899,13 @@ __device__ __forceinline__ void merge_slots(const MergeShare& ms, const u16* __r
         TL(1);                                                                                                         \
         const RowPtrs rp_ = row_ptrs(q_indptr, kv_indptr, blockIdx.z);                                                 \
         if (takes_decode8<KV8, R16, Q8>(rp_, heads, has_tail))                                                         \
-            transposed_body<IdxT, 1>(Q, (const u8*)KV, kv_indices, O_part, L_part, qk_scale, v_scale, rescale_slack,   \
-                                     stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt,      \
-                                     stride_lh, heads, num_splits, min_split, rp_);                                    \
+            transposed_body<IdxT, 1, KV8>(Q, (const u8*)KV, kv_indices, O_part, L_part, qk_scale, v_scale,             \
+                                          rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh,        \
+                                          stride_os, stride_lt, stride_lh, heads, num_splits, min_split, rp_);         \
         else if (takes_decode16<KV8, R16, Q8>(has_tail))                                                               \
-            transposed_body<IdxT, 2>(Q, (const u8*)KV, kv_indices, O_part, L_part, qk_scale, v_scale, rescale_slack,   \
-                                     stride_qt, stride_qh, stride_kt, stride_ot, stride_oh, stride_os, stride_lt,      \
-                                     stride_lh, heads, num_splits, min_split, rp_);                                    \
+            transposed_body<IdxT, 2, KV8>(Q, (const u8*)KV, kv_indices, O_part, L_part, qk_scale, v_scale,             \
+                                          rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh,        \
+                                          stride_os, stride_lt, stride_lh, heads, num_splits, min_split, rp_);         \
         else                                                                                                           \
             prefix_body<IdxT, KV8, false, true, R16, Q8>(                                                              \
                 Q, KV, q_indptr, kv_indptr, kv_indices, O_part, L_part, qk_scale, v_scale, rescale_slack, stride_qt,   \

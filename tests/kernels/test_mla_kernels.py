@@ -464,6 +464,32 @@ def test_the_two_block_transposed_body_is_built_only_where_decode16_asks(mma, sa
             assert code == sass["sm_120a"][name], name
 
 
+def test_the_bf16_transposed_body_is_built_only_where_decode8_bf16_asks(mma, sass):
+    """DECODE8_BF16=1 (default 0 until it is timed on a device) builds the transposed body for bf16 KV into the
+    16-row one-launch bf16 entry points: keys and values straight from the tile by ldmatrix (no conversion), bf16
+    products, two movmatrix a block and tile; with DECODE16=1 as well, the two-block instance too (4 more). Those
+    entry points keep the 16-row body (m16n8k8 values, for verify), within 255 registers and no local memory; every
+    other entry point, the fp8 ones included, compiles to the same SASS as the default build."""
+    import torch
+
+    from sm120kit.hardware.cubin import resource_usage
+
+    bf16 = {name for (kv_dtype, _, _), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.bfloat16}
+    assert len(bf16) == 2
+    for defines, movm in ((("DECODE8_BF16=1",), 2), (("DECODE8_BF16=1", "DECODE16=1"), 6)):
+        cubin = mma.compile_cubin("sm_120a", defines=defines)
+        usage = resource_usage(cubin)
+        assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+        code = _sass_of(cubin)
+        for name, text in code.items():
+            if name in bf16:
+                assert text.count("MOVM") == movm, (defines, name)
+                assert "HMMA.1688.F32.BF16" in text and "F2FP.F16.E4M3" not in text, (defines, name)
+                assert usage[name].registers <= 255 and usage[name].local == 0, (name, usage[name])
+            elif "DECODE16=1" not in defines:
+                assert text == sass["sm_120a"][name], (defines, name)
+
+
 def test_timeline_build_compiles_with_the_same_entry_points(mma):
     """The build `bench_mla.py --timeline` loads (SM120_TIMELINE: clock reads into a device array): it compiles
     for sm_120a with every entry point of the launchers' build, within 255 registers, and holds the array the
