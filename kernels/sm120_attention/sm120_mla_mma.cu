@@ -1584,25 +1584,19 @@ __device__ __forceinline__ void transposed_body(const u16* __restrict__ Q, const
         }
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-        if constexpr (!KV8) {  // o[j]: dims 16 j + g and that + 8 of the warp's 128
-            float* const mine = ob + (grp * R + 8 * c) * OB_STRIDE + wq * 128 + g;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                float* at = mine + 16 * j;
-                at[2 * c4 * OB_STRIDE] = o[c][j][0];
-                at[(2 * c4 + 1) * OB_STRIDE] = o[c][j][1];
-                at[2 * c4 * OB_STRIDE + 8] = o[c][j][2];
-                at[(2 * c4 + 1) * OB_STRIDE + 8] = o[c][j][3];
-            }
-        } else if constexpr (VFK) {  // o[f]: dims 16 f + 4 (g / 2) + g % 2 and that + 2 of the warp's 128
-            float* const mine = ob + (grp * R + 8 * c) * OB_STRIDE + wq * 128 + 4 * (g >> 1) + (g & 1);
+        if constexpr (!KV8 || VFK) {
+            // o[f]: dims 16 f + d and d + up of the warp's 128; bf16: d = g, up = 8; VALUES_FROM_KEYS (the keys' k
+            // order): d = 4 (g / 2) + g % 2, up = 2.
+            constexpr int up = KV8 ? 2 : 8;
+            const int d = KV8 ? 4 * (g >> 1) + (g & 1) : g;
+            float* const mine = ob + (grp * R + 8 * c) * OB_STRIDE + wq * 128 + d;
 #pragma unroll
             for (int f = 0; f < 8; ++f) {
                 float* at = mine + 16 * f;
                 at[2 * c4 * OB_STRIDE] = o[c][f][0];
                 at[(2 * c4 + 1) * OB_STRIDE] = o[c][f][1];
-                at[2 * c4 * OB_STRIDE + 2] = o[c][f][2];
-                at[(2 * c4 + 1) * OB_STRIDE + 2] = o[c][f][3];
+                at[2 * c4 * OB_STRIDE + up] = o[c][f][2];
+                at[(2 * c4 + 1) * OB_STRIDE + up] = o[c][f][3];
             }
         } else {
             float* const mine = ob + (grp * R + 8 * c) * OB_STRIDE + wq * 128 + 2 * g;
