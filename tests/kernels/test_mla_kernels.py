@@ -332,11 +332,9 @@ def test_mma_prefix_kernel_compiles_within_the_limit(mma, arch):
     first use on the card: every entry point (prefix only, the one-launch verify or decode with tail and merge,
     and its 16-row programs), within 255 registers and 101376 B of shared memory (the
     kernel's dynamic shared memory is the launcher's SMEM_BYTES, which the source checks at compile time)."""
-    from sm120kit.hardware.cubin import resource_usage
 
     cubin = mma.compile_cubin(arch)
-    usage = resource_usage(cubin)
-    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    usage = _usage(cubin)
     entries = [item for names in mma.ENTRY_NAMES.values() for item in names.items()]
     # prefix, one-launch and its 16-row programs, for bf16 KV, fp8 KV (exact) and fp8 KV on the fp8-mma path,
     # each for int32 and int64 slots
@@ -347,6 +345,15 @@ def test_mma_prefix_kernel_compiles_within_the_limit(mma, arch):
         assert res.registers <= 255, (name, res)
         assert res.shared + mma.SMEM_BYTES[kv_dtype] <= LIMIT, (name, res)
         assert mma.SMEM_BYTES[kv_dtype] > 48 * 1024  # so the launcher must raise the dynamic shared-memory cap
+
+
+def _usage(cubin: bytes) -> dict:
+    """The registers, shared and local memory of each entry point of a cubin (cuobjdump; no GPU needed)."""
+    from sm120kit.hardware.cubin import resource_usage
+
+    usage = resource_usage(cubin)
+    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    return usage
 
 
 def _sass_of(cubin: bytes) -> dict[str, str]:
@@ -447,12 +454,9 @@ def test_the_two_block_transposed_body_is_built_only_where_decode16_asks(mma, sa
     movmatrix: two a block) and keep the one-block body and the 16-row body (m16n8k8 values, for verify), within
     255 registers and no local memory; every other entry point compiles to the same SASS as without the flag."""
 
-    from sm120kit.hardware.cubin import resource_usage
-
     exact_fp8 = _exact_fp8_fused16(mma)
     cubin = mma.compile_cubin("sm_120a", defines=("DECODE16=1",))
-    usage = resource_usage(cubin)
-    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    usage = _usage(cubin)
     with16 = _sass_of(cubin)
     assert set(with16) == set(sass["sm_120a"])
     for name, code in with16.items():
@@ -472,14 +476,11 @@ def test_the_bf16_transposed_body_is_built_only_where_decode8_bf16_asks(mma, sas
     other entry point, the fp8 ones included, compiles to the same SASS as the default build."""
     import torch
 
-    from sm120kit.hardware.cubin import resource_usage
-
     bf16 = {name for (kv_dtype, _, _), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.bfloat16}
     assert len(bf16) == 2
     for defines, movm in ((("DECODE8_BF16=1",), 2), (("DECODE8_BF16=1", "DECODE16=1"), 6)):
         cubin = mma.compile_cubin("sm_120a", defines=defines)
-        usage = resource_usage(cubin)
-        assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+        usage = _usage(cubin)
         code = _sass_of(cubin)
         for name, text in code.items():
             if name in bf16:
@@ -494,11 +495,9 @@ def test_timeline_build_compiles_with_the_same_entry_points(mma):
     """The build `bench_mla.py --timeline` loads (SM120_TIMELINE: clock reads into a device array): it compiles
     for sm_120a with every entry point of the launchers' build, within 255 registers, and holds the array the
     benchmark reads back by name; the launchers' build has no such array."""
-    from sm120kit.hardware.cubin import resource_usage
 
     timed = mma.compile_cubin("sm_120a", defines=("SM120_TIMELINE",))
-    usage = resource_usage(timed)
-    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    usage = _usage(timed)
     assert set(usage) == {name for names in mma.ENTRY_NAMES.values() for name in names.values()}
     assert all(res.registers <= 255 for res in usage.values())
     assert b"sm120_timeline" in timed
@@ -519,12 +518,10 @@ def test_bench_instruction_peak_loops_compile_for_each_form(arch):
     e4m3 m16n8k32) compile with NVRTC for the SM120 targets and for the H200 the benchmarks run on, one entry
     point a form, and each entry point holds its mma.sync form."""
     from sm120_attention import sm120_mla_nvrtc as nvrtc
-    from sm120kit.hardware.cubin import resource_usage
 
     bench = _bench_mla()
     cubin = nvrtc.compile_cubin(bench.MMA_PEAK_SOURCE, "mma_peak.cu", arch, ("--std=c++17",))
-    usage = resource_usage(cubin)
-    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    usage = _usage(cubin)
     assert set(usage) == {f"mma_peak_{kind}" for kind in bench.MMA_PEAK_SHAPES}
     assert bench.MMA_PEAK_SHAPES["e4m3"] == 2 * bench.MMA_PEAK_SHAPES["bf16"]  # k32 against k16
     for form in (
@@ -537,7 +534,7 @@ def test_bench_instruction_peak_loops_compile_for_each_form(arch):
     # the fp8 unpack loops: one entry point a way, the conversion instruction in the cvt form only, movmatrix (the
     # values taken from the keys' fragments) in its own
     cubin = nvrtc.compile_cubin(bench.UNPACK_RATE_SOURCE, "unpack_rate.cu", arch, ("--std=c++17",))
-    assert set(resource_usage(cubin)) == {"unpack_cvt", "unpack_int", "unpack_both", "unpack_movm"}
+    assert set(_usage(cubin)) == {"unpack_cvt", "unpack_int", "unpack_both", "unpack_movm"}
     assert "cvt.rn.f16x2.e4m3x2" in bench.UNPACK_RATE_SOURCE
     sass = _sass_of(cubin)
     assert "MOVM" in sass["unpack_movm"] and "MOVM" not in sass["unpack_cvt"] + sass["unpack_both"]
@@ -569,12 +566,9 @@ def test_values_from_keys_is_a_flag_of_the_transposed_body_only(mma, sass):
     each loop (8 fragments a warp and tile), the exact fp8 16-row entry points only, within 255 registers and no
     local memory; every other entry point compiles to the same SASS as the default build."""
 
-    from sm120kit.hardware.cubin import resource_usage
-
     exact_fp8 = _exact_fp8_fused16(mma)
     cubin = mma.compile_cubin("sm_120a", defines=("DECODE16=1", "VALUES_FROM_KEYS=1"))
-    usage = resource_usage(cubin)
-    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    usage = _usage(cubin)
     code = _sass_of(cubin)
     for name, text in code.items():
         if name in exact_fp8:
@@ -615,10 +609,8 @@ def test_the_timeline_gives_the_barrier_arrivals_from_entry_time_and_clocks():
 def test_the_16_row_fp8_stage_count_is_a_checked_flag(mma):
     """STAGES16_FP8 (stages of the fp8 tile in the 16-row programs; four unless a -D flag says otherwise, the
     benchmark's --timeline-also compares three): three compiles for sm_120a within 255 registers, five is refused."""
-    from sm120kit.hardware.cubin import resource_usage
 
-    usage = resource_usage(mma.compile_cubin("sm_120a", defines=("STAGES16_FP8=3",)))
-    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    usage = _usage(mma.compile_cubin("sm_120a", defines=("STAGES16_FP8=3",)))
     fused16_fp8 = [name for name in mma.FUSED16_NAMES.values() if "_fp8" in name]
     assert len(fused16_fp8) == 4 and all(usage[name].registers <= 255 for name in fused16_fp8)
     with pytest.raises(mma.CompileError, match="16-row fp8 programs keep 2, 3 or 4 stages"):
@@ -632,11 +624,8 @@ def test_the_16_row_fp8_pair_barriers_are_a_flag_and_the_probes_touch_only_the_t
     only under SM120_TIMELINE, so the launchers' build cannot take them."""
     import re
 
-    from sm120kit.hardware.cubin import resource_usage
-
     fused16_fp8 = [name for name in mma.FUSED16_NAMES.values() if "_fp8" in name]
-    usage = resource_usage(mma.compile_cubin("sm_120a", defines=("PAIRS16_FP8=0",)))
-    assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+    usage = _usage(mma.compile_cubin("sm_120a", defines=("PAIRS16_FP8=0",)))
     assert len(fused16_fp8) == 4 and all(usage[name].registers <= 255 for name in fused16_fp8)
     source = Path(mma.SOURCE_PATH).read_text()
     assert "#define PAIRS16_FP8 1" in source
@@ -692,15 +681,13 @@ def test_the_16_row_fp8_unpack_and_store_flags_compile_and_are_checked(mma):
     """FP8_UNPACK16 (0: the conversion instruction, 1-3: integer unpack of keys and/or values) and STORE16_LIVE
     (the end's sums skip rows 8-15 a program does not hold) compile for sm_120a within 255 registers at their other
     values, and an unpack value out of range is refused with its message."""
-    from sm120kit.hardware.cubin import resource_usage
 
     fused16 = list(mma.FUSED16_NAMES.values())
     source = Path(mma.SOURCE_PATH).read_text()
     for default in ("#define FP8_UNPACK16 0", "#define STORE16_LIVE 1"):
         assert default in source
     for defines in (("FP8_UNPACK16=1",), ("FP8_UNPACK16=2", "STORE16_LIVE=0")):
-        usage = resource_usage(mma.compile_cubin("sm_120a", defines=defines))
-        assert usage is not None, "no cuobjdump (Triton's bundled copy or nvidia-cuda-cuobjdump) was found"
+        usage = _usage(mma.compile_cubin("sm_120a", defines=defines))
         assert all(usage[name].registers <= 255 for name in fused16), defines
     with pytest.raises(mma.CompileError, match="FP8_UNPACK16 is 0, 1, 2 or 3"):
         mma.compile_cubin("sm_120a", defines=("FP8_UNPACK16=4",))
