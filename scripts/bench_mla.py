@@ -1557,17 +1557,6 @@ def fp8_mma_replay_lengths(mla):
     }
 
 
-def merge_defines(*lists):
-    """-D flags ("NAME" or "NAME=VALUE") of several comma-separated lists as one tuple, a later list's value of a
-    name in place of an earlier one's (``--timeline-also`` on top of ``--defines``)."""
-    merged = {}
-    for flags in lists:
-        for flag in (f.strip() for f in flags.split(",")):
-            if flag:
-                merged[flag.split("=", 1)[0]] = flag
-    return tuple(merged.values())
-
-
 def load_revision(path: Path):
     """Another revision of the kernels' sm120_mla.py, loaded from its file (its sibling files beside it)."""
     spec = importlib.util.spec_from_file_location("sm120_mla_baseline", path)
@@ -1663,7 +1652,7 @@ def main():
         sys.exit("bench_mla.py needs a CUDA GPU")
     ext, dec = sglang_kernels()
     mla = sm120_mla
-    base_defines = merge_defines(args.defines)
+    base_defines = sm120_mla.cuda_prefix.merge_defines(args.defines)
     if base_defines:
         try:
             mla.cuda_prefix.install(torch.device("cuda", torch.cuda.current_device()), base_defines)
@@ -1723,7 +1712,9 @@ def main():
         )
         result["timeline"] = timeline(mla, roof, base_defines, keep=keep)
         for defines in args.timeline_also:
-            result["timeline"] += timeline(mla, roof, merge_defines(args.defines, defines), keep=keep)
+            result["timeline"] += timeline(
+                mla, roof, sm120_mla.cuda_prefix.merge_defines(args.defines, defines), keep=keep
+            )
     if args.sweep_rows16:
         result["sweep_rows16"] = sweep_rows16(mla, roof)
     if args.sweep_fused:

@@ -29,7 +29,7 @@ FP8_MMA = routes.TABLE._replace(fp8_mma=True)  # fp8 KV on the fp8-mma path (e4m
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--defines", default="", help="comma-separated -D flags of the CUDA kernels' build")
-DEFINES = tuple(d.strip() for d in ap.parse_args().defines.split(",") if d.strip())
+DEFINES = mla.cuda_prefix.merge_defines(ap.parse_args().defines)
 if DEFINES:
     try:
         mla.cuda_prefix.install(torch.device("cuda", torch.cuda.current_device()), DEFINES)

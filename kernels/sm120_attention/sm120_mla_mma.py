@@ -153,6 +153,17 @@ def read_source() -> str:
         raise CompileError(f"the CUDA source {SOURCE_PATH} could not be read: {exc}") from exc
 
 
+def merge_defines(*lists: str) -> tuple[str, ...]:
+    """-D flags ("NAME" or "NAME=VALUE") of several comma-separated lists as one tuple, a later list's value of a
+    name in place of an earlier one's (the scripts' ``--defines``; bench_mla.py's ``--timeline-also`` on top)."""
+    merged = {}
+    for flags in lists:
+        for flag in (f.strip() for f in flags.split(",")):
+            if flag:
+                merged[flag.split("=", 1)[0]] = flag
+    return tuple(merged.values())
+
+
 def compile_cubin(
     arch: str, source: str | None = None, defines: tuple[str, ...] = (), figures: Mapping[str, int] | None = None
 ) -> bytes:

@@ -578,16 +578,19 @@ def test_values_from_keys_is_a_flag_of_the_transposed_body_only(mma, sass):
             assert text == sass["sm_120a"][name], name
 
 
-def test_the_bench_merges_its_defines_with_the_later_value_of_a_name():
-    """bench_mla.py --defines builds the whole run's kernels with its -D flags, and each --timeline-also build
-    takes them with its own on top: a name's later value replaces the earlier one in place, new names follow,
-    blanks and spaces are dropped."""
-    bench = _bench_mla()
+def test_the_scripts_merge_their_defines_with_the_later_value_of_a_name(mma):
+    """bench_mla.py and sanitize_mla.py --defines build the kernels with those -D flags, and each bench
+    --timeline-also build takes them with its own on top: a name's later value replaces the earlier one in place,
+    new names follow, blanks and spaces are dropped."""
     base = "DECODE16=1, VALUES_FROM_KEYS=1"
-    assert bench.merge_defines(base) == ("DECODE16=1", "VALUES_FROM_KEYS=1")
-    assert bench.merge_defines(base, "DECODE16=0") == ("DECODE16=0", "VALUES_FROM_KEYS=1")
-    assert bench.merge_defines(base, "MERGE_EARLY=0,,DECODE16") == ("DECODE16", "VALUES_FROM_KEYS=1", "MERGE_EARLY=0")
-    assert bench.merge_defines("") == () and bench.merge_defines("", " , ") == ()
+    assert mma.merge_defines(base) == ("DECODE16=1", "VALUES_FROM_KEYS=1")
+    assert mma.merge_defines(base, "DECODE16=0") == ("DECODE16=0", "VALUES_FROM_KEYS=1")
+    assert mma.merge_defines(base, "MERGE_EARLY=0,,DECODE16") == ("DECODE16", "VALUES_FROM_KEYS=1", "MERGE_EARLY=0")
+    assert mma.merge_defines("") == () and mma.merge_defines("", " , ") == ()
+    # Both scripts take the kernels' function, not a copy of their own.
+    for script in ("bench_mla.py", "sanitize_mla.py"):
+        text = (REPO_ROOT / "scripts" / script).read_text()
+        assert "cuda_prefix.merge_defines(" in text and "def merge_defines" not in text, script
 
 
 def test_the_timeline_gives_the_barrier_arrivals_from_entry_time_and_clocks():
