@@ -28,6 +28,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -430,7 +431,14 @@ def flops(c, heads):
     return total
 
 
-PROXY = "H200 in SM120 mode, not an SM120 card"
+def proxy_label(device_name: str) -> str:
+    """Where a row in SM120 mode was measured: "H200 in SM120 mode, not an SM120 card" (the model, H100 or H200, from
+    the device's name; the whole name for another GPU)."""
+    model = re.search(r"\bH\d{3}\b", device_name)
+    return f"{model.group(0) if model else device_name} in SM120 mode, not an SM120 card"
+
+
+PROXY = proxy_label(torch.cuda.get_device_name()) if SM120_MODE else ""
 PEAKS = {}  # the instruction peaks measured in this run (mma_peaks), for the rows' shares
 
 
@@ -1053,18 +1061,24 @@ SWEEP_ROWS16_CASES = [  # (kind, prefix, drafts or batch, heads, kv dtype): few 
     ("decode", 185000, 4, 16, "bf16"),
     ("decode", 185000, 1, 128, "bf16"),
     ("decode", 32768, 1, 128, "bf16"),
+    ("decode", 8192, 1, 8, "bf16"),
     ("decode", 32768, 1, 8, "bf16"),
     ("decode", 131072, 1, 8, "bf16"),
     ("decode", 185000, 1, 8, "bf16"),
+    ("decode", 32768, 4, 8, "bf16"),
+    ("decode", 185000, 4, 8, "bf16"),
 ]
 
 
-def sweep_rows16(mla, roof):
+def sweep_rows16(mla, roof, heads_only=None):
     """The CUDA kernel where a request has few query rows (16-row programs in one launch; 64-row ones for
-    decode with 128 heads) against the Triton prefix kernel and merge, on SWEEP_ROWS16_CASES; for the
-    16-row cases also the fewest tokens a split walks (the route's min_chunk against its own choice)."""
+    decode with 128 heads) against the Triton prefix kernel and merge, on SWEEP_ROWS16_CASES (those of
+    ``heads_only`` heads where given); for the 16-row cases also the fewest tokens a split walks (the route's
+    min_chunk against its own choice)."""
     out = []
     for kind, prefix, n, heads, kvd in SWEEP_ROWS16_CASES:
+        if heads_only is not None and heads != heads_only:
+            continue
         c, o, call, _, _ = _sweep_case(mla, kind, prefix, n, heads, kvd)
         label = f"{kind} p{prefix} n{n} h{heads} {kvd}"
         ref_out, t_base = _timed_base(
@@ -1588,6 +1602,7 @@ def main():
         action="store_true",
         help="time the CUDA kernel's 16-row programs (and 128-head decode) against Triton's first",
     )
+    ap.add_argument("--sweep-heads", type=int, default=None, help="--sweep-rows16 on the cases of this many heads only")
     ap.add_argument(
         "--timeline",
         action="store_true",
@@ -1716,7 +1731,7 @@ def main():
                 mla, roof, sm120_mla.cuda_prefix.merge_defines(args.defines, defines), keep=keep
             )
     if args.sweep_rows16:
-        result["sweep_rows16"] = sweep_rows16(mla, roof)
+        result["sweep_rows16"] = sweep_rows16(mla, roof, args.sweep_heads)
     if args.sweep_fused:
         result["sweep_fused"] = sweep_fused(mla, roof)
     if args.sweep_prefix:

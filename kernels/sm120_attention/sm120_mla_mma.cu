@@ -1187,7 +1187,8 @@ constexpr bool PROBE_LOOP = false;
 #endif
 constexpr bool USE_DECODE8 = DECODE8 && FP8_UNPACK16 == 0 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
 // The same body with two blocks of 8 columns for the decode programs of 9 to 16 rows (16 heads): 1 on, 0 (the
-// default, until it is timed against the 16-row body on a device): they run the 16-row body.
+// default): they run the 16-row body. Timed (docs/benchmarks.md, "the three flags timed"): fp8 16 heads 1.03-1.12x at
+// batch 1, but its loop is 3-6 % slower than the 16-row body's, so batch 4 at 185k lost (0.97x).
 #ifndef DECODE16
 #define DECODE16 0
 #endif
@@ -1196,16 +1197,18 @@ constexpr bool USE_DECODE16 = USE_DECODE8 && DECODE16;
 // takes the key dims whose values it owns (latent dims 128 wq .. 128 wq + 127, and rope dims 512 + 16 wq .. + 15),
 // keeps the f16 key fragments of its latent dims, and turns each into the values' A operand with four movmatrix,
 // instead of reading the tile again (ldmatrix.trans), regrouping its bytes and converting them a second time. 0 (the
-// default, until it is timed on a device): the values are read and converted on their own.
+// default): the values are read and converted on their own. Timed: the 8-head loop no faster (41.62 against 41.60 us
+// at 185k), the two-block loop slower (45.16 against 44.33 us).
 #ifndef VALUES_FROM_KEYS
 #define VALUES_FROM_KEYS 0
 #endif
 // The same body for bf16 KV (DECODE8_BF16): the keys' A operand straight from the tile (ldmatrix, one k16 step a
 // load), the values' with ldmatrix.trans, bf16 products and probabilities, two stages of 32 tokens (the launcher's
 // bf16 shared memory holds two). With DECODE16 as well, the bf16 decode programs of 9 to 16 rows take two blocks.
-// 0 (the default, until it is timed on a device): bf16 decode programs take the 16-row body.
+// 1 (the default; timed: 8-head bf16 decode 1.09-1.29x faster than Triton's at 32k-185k), 0: bf16 decode programs
+// take the 16-row body.
 #ifndef DECODE8_BF16
-#define DECODE8_BF16 0
+#define DECODE8_BF16 1
 #endif
 constexpr bool USE_DECODE8_BF16 = DECODE8_BF16 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
 

@@ -218,6 +218,13 @@ def _index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
+def _context(index: int) -> None:
+    """Make the device's primary CUDA context current (torch creates it at the first allocation on the device; a
+    script that builds the kernels before any tensor lives there has none, and cuModuleLoadData fails with 201)."""
+    torch.cuda.init()
+    torch.empty(1, device=torch.device("cuda", index))
+
+
 def kernel(device: torch.device) -> _Kernel | None:
     """The kernel for ``device``, compiled and loaded on first use; None if it cannot be."""
     index = _index(device)
@@ -225,7 +232,7 @@ def kernel(device: torch.device) -> _Kernel | None:
         if index not in _KERNELS:
             try:
                 with torch.cuda.device(index):
-                    torch.cuda.init()
+                    _context(index)
                     _KERNELS[index] = _Kernel(compile_cubin(_arch(index)))
             except (CompileError, OSError, AttributeError) as exc:
                 _KERNELS[index] = None
@@ -239,6 +246,7 @@ def install(device: torch.device, defines: tuple[str, ...]) -> _Kernel:
     and scripts/sanitize_mla.py, ``--defines``). A compile error raises :class:`CompileError`."""
     index = _index(device)
     with torch.cuda.device(index):
+        _context(index)
         built = _Kernel(compile_cubin(_arch(index), defines=defines))
     with _LOCK:
         _KERNELS[index] = built

@@ -49,6 +49,7 @@ class Table(NamedTuple):
     one_launch_max_programs: float = 4  # 64-row programs a split, at most, for the one launch: "Route: one launch"
     rows16_max_programs: float = 4  # 16-row programs a split, at most, for their one launch: "Route: 16-row programs"
     rows16_min_programs_bf16: float = 2  # bf16 decode: 16-row programs a split, at least: "Route: 16-row programs"
+    rows16_transposed_rows_bf16: float = 8  # bf16 decode, or one of <= these rows: "Route: 16-row programs"
     rows16_min_programs_bf16_verify: float = 1  # bf16 verify: the same: "Route: 16-row programs"
     fuse_tail_max_rows: float = 128  # draft tail inside the merge up to these rows: "Route: draft tail in the merge"
     min_chunk: int = 256  # fewest prefix tokens a split walks: "Route: fewest tokens a split"
@@ -187,7 +188,12 @@ def choose(call: Call, table: Table | None = None) -> Route:
     if cuda is not None and not use_mma:
         programs16 = row_blocks(call.tokens, call.heads, cuda.rows16) * call.batch
         fewest = table.rows16_min_programs_bf16 if call.decode else table.rows16_min_programs_bf16_verify
-        if programs16 <= table.rows16_max_programs and (call.kv_dtype != "bfloat16" or programs16 >= fewest):
+        # bf16 decode of 8 rows a request or fewer runs the 16-row launch's transposed body even with one program
+        # a split.
+        transposed = call.decode and rows <= table.rows16_transposed_rows_bf16
+        if programs16 <= table.rows16_max_programs and (
+            call.kv_dtype != "bfloat16" or programs16 >= fewest or transposed
+        ):
             splits = _one_launch_splits(call, cuda.rows16, cuda.capacity16, table)
             if splits is not None:
                 return route(CUDA16_ONE_LAUNCH, splits, table.min_chunk_one if programs16 == 1 else table.min_chunk)

@@ -384,6 +384,13 @@ def _exact_fp8_fused16(mma) -> set[str]:
     return {name for (kv_dtype, _, q8), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.float8_e4m3fn and not q8}
 
 
+def _bf16_fused16(mma) -> set[str]:
+    """The 16-row one-launch entry points with bf16 KV: the transposed body's bf16 form is built into them."""
+    import torch
+
+    return {name for (kv_dtype, _, _), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.bfloat16}
+
+
 @pytest.fixture(scope="module")
 def sass(mma):
     """The SASS of the launchers' build for sm_120a and for sm_90a (the H200 the benchmarks run on)."""
@@ -427,34 +434,37 @@ def test_fp8_conversions_read_the_upper_half_in_place_for_both_targets(mma, sass
             assert re.search(r"F2FP\.F16\.E4M3\.UNPACK_B R\d+, R\d+(\.reuse)?\.H1", code), (arch, name)
 
 
-def test_the_8_row_decode_body_is_in_the_fused16_exact_fp8_entry_points_only(mma, sass):
+def test_the_8_row_decode_body_is_in_the_fused16_exact_fp8_and_bf16_entry_points_only(mma, sass):
     """The transposed body for decode programs of 8 query rows or fewer (transposed_body with one block of 8
     columns: tokens as the m16 rows of the products, the probabilities moved into the B operand by movmatrix,
-    two movmatrix a tile) is compiled into the 16-row one-launch
-    entry points with fp8 KV on the exact path, for both targets, and into no other; DECODE8=0 leaves it out, and
-    those entry points then hold the 16-row body alone (its value products m16n8k8). Which programs take it is
-    decided at run time by their rows and the call's draft tail (the device benchmarks check its numerics against
-    the float32 reference, docs/benchmarks.md)."""
+    two movmatrix a tile) is compiled into the 16-row one-launch entry points with fp8 KV on the exact path and
+    with bf16 KV, for both targets, and into no other; DECODE8=0 leaves it out of the fp8 ones, which then hold the
+    16-row body alone (its value products m16n8k8), and leaves the bf16 ones as they were. Which programs take it
+    is decided at run time by their rows and the call's draft tail (the device benchmarks check its numerics
+    against the float32 reference, docs/benchmarks.md)."""
 
-    exact_fp8 = _exact_fp8_fused16(mma)
-    assert len(exact_fp8) == 2
+    exact_fp8, bf16 = _exact_fp8_fused16(mma), _bf16_fused16(mma)
+    assert len(exact_fp8) == 2 and len(bf16) == 2
     for arch in ("sm_120a", "sm_90a"):
         for name, code in sass[arch].items():
-            assert ("MOVM" in code) == (name in exact_fp8), (arch, name)
+            assert code.count("MOVM") == (2 if name in exact_fp8 | bf16 else 0), (arch, name)
     without = _sass(mma, "sm_120a", ("DECODE8=0",))
     for name in exact_fp8:
         assert "MOVM" not in without[name]
         # the 16-row body's value products are m16n8k8; the build with the 8-row body holds both kinds
         assert "HMMA.1688.F32" in without[name] and "HMMA.16816.F32" in sass["sm_120a"][name]
+    for name in bf16:
+        assert without[name] == sass["sm_120a"][name], name
 
 
 def test_the_two_block_transposed_body_is_built_only_where_decode16_asks(mma, sass):
-    """DECODE16=1 (default 0 until it is timed on a device) gives the decode programs of 9 to 16 query rows the
-    same transposed body with two blocks of 8 columns: the exact fp8 16-row entry points gain that instance (4 more
-    movmatrix: two a block) and keep the one-block body and the 16-row body (m16n8k8 values, for verify), within
-    255 registers and no local memory; every other entry point compiles to the same SASS as without the flag."""
+    """DECODE16=1 (default 0: timed on a device, its loop was slower than the 16-row body's) gives the decode
+    programs of 9 to 16 query rows the same transposed body with two blocks of 8 columns: the exact fp8 and the bf16
+    16-row entry points gain that instance (4 more movmatrix: two a block) and keep the one-block body and the
+    16-row body (m16n8k8 values, for verify), within 255 registers and no local memory; every other entry point
+    compiles to the same SASS as without the flag."""
 
-    exact_fp8 = _exact_fp8_fused16(mma)
+    exact_fp8 = _exact_fp8_fused16(mma) | _bf16_fused16(mma)
     cubin = mma.compile_cubin("sm_120a", defines=("DECODE16=1",))
     usage = _usage(cubin)
     with16 = _sass_of(cubin)
@@ -468,27 +478,24 @@ def test_the_two_block_transposed_body_is_built_only_where_decode16_asks(mma, sa
             assert code == sass["sm_120a"][name], name
 
 
-def test_the_bf16_transposed_body_is_built_only_where_decode8_bf16_asks(mma, sass):
-    """DECODE8_BF16=1 (default 0 until it is timed on a device) builds the transposed body for bf16 KV into the
-    16-row one-launch bf16 entry points: keys and values straight from the tile by ldmatrix (no conversion), bf16
-    products, two movmatrix a block and tile; with DECODE16=1 as well, the two-block instance too (4 more). Those
-    entry points keep the 16-row body (m16n8k8 values, for verify), within 255 registers and no local memory; every
-    other entry point, the fp8 ones included, compiles to the same SASS as the default build."""
-    import torch
-
-    bf16 = {name for (kv_dtype, _, _), name in mma.FUSED16_NAMES.items() if kv_dtype == torch.bfloat16}
-    assert len(bf16) == 2
-    for defines, movm in ((("DECODE8_BF16=1",), 2), (("DECODE8_BF16=1", "DECODE16=1"), 6)):
-        cubin = mma.compile_cubin("sm_120a", defines=defines)
-        usage = _usage(cubin)
-        code = _sass_of(cubin)
-        for name, text in code.items():
-            if name in bf16:
-                assert text.count("MOVM") == movm, (defines, name)
-                assert "HMMA.1688.F32.BF16" in text and "F2FP.F16.E4M3" not in text, (defines, name)
-                assert usage[name].registers <= 255 and usage[name].local == 0, (name, usage[name])
-            elif "DECODE16=1" not in defines:
-                assert text == sass["sm_120a"][name], (defines, name)
+def test_the_bf16_transposed_body_is_the_default_and_decode8_bf16_0_leaves_it_out(mma, sass):
+    """DECODE8_BF16 (default 1 since it was timed on a device, docs/benchmarks.md) builds the transposed body for
+    bf16 KV into the 16-row one-launch bf16 entry points: keys and values straight from the tile by ldmatrix (no
+    conversion), bf16 products, two movmatrix a tile, beside the 16-row body (m16n8k8 values, for verify), within
+    255 registers and no local memory. DECODE8_BF16=0 leaves it out of them, and every other entry point, the fp8
+    ones included, compiles to the same SASS as the default build."""
+    bf16 = _bf16_fused16(mma)
+    usage = _usage(mma.compile_cubin("sm_120a"))
+    for name in bf16:
+        text = sass["sm_120a"][name]
+        assert text.count("MOVM") == 2, name
+        assert "HMMA.1688.F32.BF16" in text and "F2FP.F16.E4M3" not in text, name
+        assert usage[name].registers <= 255 and usage[name].local == 0, (name, usage[name])
+    for name, text in _sass(mma, "sm_120a", ("DECODE8_BF16=0",)).items():
+        if name in bf16:
+            assert "MOVM" not in text and "HMMA.1688.F32.BF16" in text, name
+        else:
+            assert text == sass["sm_120a"][name], name
 
 
 def test_timeline_build_compiles_with_the_same_entry_points(mma):
@@ -560,13 +567,13 @@ def test_bench_fp8_cases_are_the_issue_set():
 
 
 def test_values_from_keys_is_a_flag_of_the_transposed_body_only(mma, sass):
-    """VALUES_FROM_KEYS=1 (default 0 until it is timed on a device): the transposed body takes its values' A operand
+    """VALUES_FROM_KEYS=1 (default 0: timed on a device, no faster): the transposed body takes its values' A operand
     from the keys' f16 fragments of its latent dims, four movmatrix a fragment, instead of reading the tile again
     (ldmatrix.trans) and converting it a second time. With DECODE16=1 both instances have it: 32 movmatrix more in
     each loop (8 fragments a warp and tile), the exact fp8 16-row entry points only, within 255 registers and no
     local memory; every other entry point compiles to the same SASS as the default build."""
 
-    exact_fp8 = _exact_fp8_fused16(mma)
+    exact_fp8, bf16 = _exact_fp8_fused16(mma), _bf16_fused16(mma)
     cubin = mma.compile_cubin("sm_120a", defines=("DECODE16=1", "VALUES_FROM_KEYS=1"))
     usage = _usage(cubin)
     code = _sass_of(cubin)
@@ -574,6 +581,8 @@ def test_values_from_keys_is_a_flag_of_the_transposed_body_only(mma, sass):
         if name in exact_fp8:
             assert text.count("MOVM") == 2 + 4 + 2 * 32, name
             assert usage[name].registers <= 255 and usage[name].local == 0, (name, usage[name])
+        elif name in bf16:  # DECODE16's bf16 instance; bf16 takes its values through ldmatrix.trans either way
+            assert text.count("MOVM") == 2 + 4, name
         else:
             assert text == sass["sm_120a"][name], name
 
@@ -591,6 +600,17 @@ def test_the_scripts_merge_their_defines_with_the_later_value_of_a_name(mma):
     for script in ("bench_mla.py", "sanitize_mla.py"):
         text = (REPO_ROOT / "scripts" / script).read_text()
         assert "cuda_prefix.merge_defines(" in text and "def merge_defines" not in text, script
+
+
+def test_the_bench_names_the_gpu_its_rows_were_measured_on():
+    """Rows measured in SM120 mode say on which card: the H100 and H200 by their model, any other GPU by its whole
+    name (a run on an H100 once came out labelled H200)."""
+    bench = _bench_mla()
+    assert bench.proxy_label("NVIDIA H100 80GB HBM3") == "H100 in SM120 mode, not an SM120 card"
+    assert bench.proxy_label("NVIDIA H200") == "H200 in SM120 mode, not an SM120 card"
+    assert bench.proxy_label("NVIDIA A100-SXM4-80GB") == "NVIDIA A100-SXM4-80GB in SM120 mode, not an SM120 card"
+    if not bench.SM120_MODE:  # no GPU (or a 12.x card): the rows carry the device's own name
+        assert bench.PROXY == ""
 
 
 def test_the_timeline_gives_the_barrier_arrivals_from_entry_time_and_clocks():
