@@ -518,10 +518,15 @@ __device__ __forceinline__ RowPtrs row_ptrs(const int* __restrict__ q_indptr, co
 
 // The KV tokens start .. end - 1 of a prefix of kv_len that split `split` of num_splits takes: equal chunks, whole
 // tiles, at least min_split tokens (splits past the prefix are empty).
+// The prefix tokens each split of a request walks (the last one may walk fewer): whole tiles, min_split at least.
+__device__ __forceinline__ int split_chunk(int kv_len, int num_splits, int min_split) {
+    const int chunk = ((kv_len + num_splits - 1) / num_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
+    return chunk > min_split ? chunk : min_split;
+}
+
 __device__ __forceinline__ void split_range(int kv_len, int split, int num_splits, int min_split, int& start,
                                             int& end) {
-    int chunk = ((kv_len + num_splits - 1) / num_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
-    chunk = chunk > min_split ? chunk : min_split;
+    const int chunk = split_chunk(kv_len, num_splits, min_split);
     start = split * chunk;
     end = kv_len < start + chunk ? kv_len : start + chunk;
 }
@@ -1186,11 +1191,17 @@ constexpr bool PROBE_LOOP = true;  // the probes time the 16-row body's loop
 constexpr bool PROBE_LOOP = false;
 #endif
 constexpr bool USE_DECODE8 = DECODE8 && FP8_UNPACK16 == 0 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
-// The same body with two blocks of 8 columns for the decode programs of 9 to 16 rows (16 heads): 1 on, 0 (the
-// default): they run the 16-row body. Timed (docs/benchmarks.md, "the three flags timed"): fp8 16 heads 1.03-1.12x at
-// batch 1, but its loop is 3-6 % slower than the 16-row body's, so batch 4 at 185k lost (0.97x).
+// The same body with two blocks of 8 columns for the fp8 decode programs of 9 to 16 rows (16 heads), where the
+// request's splits walk DECODE16_MAX_SPLIT prefix tokens or fewer: 1 (the default), 0: they run the 16-row body.
+// Timed (docs/benchmarks.md, "2026-12-05, evening"): its loop is 3-6 % slower than the 16-row body's, its store and
+// grid barrier shorter, so it wins where a split is short: 16 heads at batch 1 (splits of 64-1408 tokens from 8k to
+// 185k) 1.02-1.12x, batch 4 at 8k and 32k (256 and 1024 tokens) 1.02-1.04x, and it lost at batch 4 from 131k (4000
+// and 5632 tokens: 0.97-1.00x). The limit lies between the longest split that won and the shortest that lost.
 #ifndef DECODE16
-#define DECODE16 0
+#define DECODE16 1
+#endif
+#ifndef DECODE16_MAX_SPLIT
+#define DECODE16_MAX_SPLIT 2048
 #endif
 constexpr bool USE_DECODE16 = USE_DECODE8 && DECODE16;
 // MLA's values are the first 512 dims of its keys, the same fp8 bytes: with VALUES_FROM_KEYS 1 a warp of the body
@@ -1204,11 +1215,15 @@ constexpr bool USE_DECODE16 = USE_DECODE8 && DECODE16;
 #endif
 // The same body for bf16 KV (DECODE8_BF16): the keys' A operand straight from the tile (ldmatrix, one k16 step a
 // load), the values' with ldmatrix.trans, bf16 products and probabilities, two stages of 32 tokens (the launcher's
-// bf16 shared memory holds two). With DECODE16 as well, the bf16 decode programs of 9 to 16 rows take two blocks.
-// 1 (the default; timed: 8-head bf16 decode 1.09-1.29x faster than Triton's at 32k-185k), 0: bf16 decode programs
-// take the 16-row body.
+// bf16 shared memory holds two). 1 (the default; timed: 8-head bf16 decode 1.05-1.29x faster than Triton's at 8k-185k
+// and 1.04-1.05x faster than the 16-row body at batch 4), 0: bf16 decode programs take the 16-row body. With
+// DECODE16_BF16 1 as well, the bf16 decode programs of 9 to 16 rows take two blocks under the same split limit (0, the
+// default: not timed against the 16-row bf16 body).
 #ifndef DECODE8_BF16
 #define DECODE8_BF16 1
+#endif
+#ifndef DECODE16_BF16
+#define DECODE16_BF16 0
 #endif
 constexpr bool USE_DECODE8_BF16 = DECODE8_BF16 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
 
@@ -1221,11 +1236,12 @@ __device__ __forceinline__ bool takes_decode8(const RowPtrs& rp, int heads, int 
     else
         return false;
 }
-// ... with two blocks (asked where takes_decode8 said no: a 16-row program of a decode call holds 9 to 16 rows).
+// ... with two blocks (asked where takes_decode8 said no: a 16-row program of a decode call holds 9 to 16 rows),
+// where the request's splits are DECODE16_MAX_SPLIT tokens or shorter (every program of a request takes one body).
 template <bool KV8, bool R16, bool Q8>
-__device__ __forceinline__ bool takes_decode16(int has_tail) {
-    if constexpr ((KV8 ? USE_DECODE16 : USE_DECODE8_BF16 && DECODE16) && R16 && !Q8)
-        return !has_tail;
+__device__ __forceinline__ bool takes_decode16(const RowPtrs& rp, int has_tail, int num_splits, int min_split) {
+    if constexpr ((KV8 ? USE_DECODE16 : USE_DECODE8_BF16 && DECODE16_BF16) && R16 && !Q8)
+        return !has_tail && split_chunk(rp.kv_end - rp.kv_start, num_splits, min_split) <= DECODE16_MAX_SPLIT;
     else
         return false;
 }
@@ -1899,7 +1915,7 @@ __device__ __forceinline__ void merge_slots(const MergeShare& ms, const u16* __r
             transposed_body<IdxT, 1, KV8>(Q, (const u8*)KV, kv_indices, O_part, L_part, qk_scale, v_scale,             \
                                           rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh,        \
                                           stride_os, stride_lt, stride_lh, heads, num_splits, min_split, rp_);         \
-        else if (takes_decode16<KV8, R16, Q8>(has_tail))                                                               \
+        else if (takes_decode16<KV8, R16, Q8>(rp_, has_tail, num_splits, min_split))                                   \
             transposed_body<IdxT, 2, KV8>(Q, (const u8*)KV, kv_indices, O_part, L_part, qk_scale, v_scale,             \
                                           rescale_slack, stride_qt, stride_qh, stride_kt, stride_ot, stride_oh,        \
                                           stride_os, stride_lt, stride_lh, heads, num_splits, min_split, rp_);         \
