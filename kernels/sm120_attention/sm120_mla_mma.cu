@@ -516,14 +516,14 @@ __device__ __forceinline__ RowPtrs row_ptrs(const int* __restrict__ q_indptr, co
     return {q_indptr[b], q_indptr[b + 1], kv_indptr[b], kv_indptr[b + 1]};
 }
 
-// The KV tokens start .. end - 1 of a prefix of kv_len that split `split` of num_splits takes: equal chunks, whole
-// tiles, at least min_split tokens (splits past the prefix are empty).
 // The prefix tokens each split of a request walks (the last one may walk fewer): whole tiles, min_split at least.
 __device__ __forceinline__ int split_chunk(int kv_len, int num_splits, int min_split) {
     const int chunk = ((kv_len + num_splits - 1) / num_splits + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
     return chunk > min_split ? chunk : min_split;
 }
 
+// The KV tokens start .. end - 1 of a prefix of kv_len that split `split` of num_splits takes: equal chunks, whole
+// tiles, at least min_split tokens (splits past the prefix are empty).
 __device__ __forceinline__ void split_range(int kv_len, int split, int num_splits, int min_split, int& start,
                                             int& end) {
     const int chunk = split_chunk(kv_len, num_splits, min_split);

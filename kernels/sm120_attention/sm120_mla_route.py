@@ -49,7 +49,7 @@ class Table(NamedTuple):
     one_launch_max_programs: float = 4  # 64-row programs a split, at most, for the one launch: "Route: one launch"
     rows16_max_programs: float = 4  # 16-row programs a split, at most, for their one launch: "Route: 16-row programs"
     rows16_min_programs_bf16: float = 2  # bf16 decode: 16-row programs a split, at least: "Route: 16-row programs"
-    rows16_transposed_rows_bf16: float = 8  # bf16 decode, or one of <= these rows: "Route: 16-row programs"
+    rows16_transposed_rows_bf16: float = 8  # bf16 decode: or one program of <= these rows: "Route: 16-row programs"
     rows16_min_programs_bf16_verify: float = 1  # bf16 verify: the same: "Route: 16-row programs"
     fuse_tail_max_rows: float = 128  # draft tail inside the merge up to these rows: "Route: draft tail in the merge"
     min_chunk: int = 256  # fewest prefix tokens a split walks: "Route: fewest tokens a split"
