@@ -851,3 +851,26 @@ def test_mma_path_is_off_by_env(mma, monkeypatch):
     assert not mma._env_enabled()
     monkeypatch.setenv("SGLANG_SM120_MLA_MMA", "1")
     assert mma._env_enabled()
+
+
+def test_a_build_is_loaded_only_once_the_device_has_a_context(mma, monkeypatch):
+    """The driver loads a module into the current CUDA context; a script that builds the kernels (install, the
+    scripts' --defines) before any tensor lives on the device has none, and cuModuleLoadData failed with 201 on the
+    device. Both loaders make the device's context current first. No GPU here: the CUDA calls are stood in for by
+    recorders (the compile is real NVRTC only in the other tests)."""
+    import contextlib
+
+    import torch
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(mma, "_arch", lambda index: "sm_120a")
+    monkeypatch.setattr(mma, "_context", lambda index: calls.append(("context", index)))
+    monkeypatch.setattr(mma, "compile_cubin", lambda arch, defines=(): calls.append(("compile", defines)) or b"")
+    monkeypatch.setattr(mma, "_Kernel", lambda cubin: calls.append(("load",)) or "kernel")
+    monkeypatch.setattr(mma, "_KERNELS", {})
+    assert mma.install(torch.device("cuda", 3), ("DECODE16=0",)) == "kernel"
+    assert calls == [("context", 3), ("compile", ("DECODE16=0",)), ("load",)]
+    calls.clear()
+    assert mma.kernel(torch.device("cuda", 5)) == "kernel"
+    assert calls == [("context", 5), ("compile", ()), ("load",)]
