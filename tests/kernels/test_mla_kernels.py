@@ -392,9 +392,15 @@ def _bf16_fused16(mma) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def sass(mma):
-    """The SASS of the launchers' build for sm_120a and for sm_90a (the H200 the benchmarks run on)."""
-    return {arch: _sass(mma, arch) for arch in ("sm_120a", "sm_90a")}
+def builds(mma):
+    """The launchers' build (NVRTC cubin) for sm_120a and for sm_90a (the H200 the benchmarks run on)."""
+    return {arch: mma.compile_cubin(arch) for arch in ("sm_120a", "sm_90a")}
+
+
+@pytest.fixture(scope="module")
+def sass(builds):
+    """The SASS of the launchers' build for each target of ``builds``."""
+    return {arch: _sass_of(cubin) for arch, cubin in builds.items()}
 
 
 def test_fp8_mma_entry_points_score_with_the_sm120_e4m3_instruction(mma, sass):
@@ -458,7 +464,7 @@ def test_the_8_row_decode_body_is_in_the_fused16_exact_fp8_and_bf16_entry_points
         assert without[name] == sass["sm_120a"][name], name
 
 
-def test_the_two_block_transposed_body_is_the_fp8_default_and_a_flag_for_bf16(mma, sass):
+def test_the_two_block_transposed_body_is_the_fp8_default_and_a_flag_for_bf16(mma, builds, sass):
     """DECODE16 (default 1 since it was timed on a device, docs/benchmarks.md) gives the fp8 decode programs of 9 to 16
     query rows whose request's splits are short (DECODE16_MAX_SPLIT tokens) the transposed body with two blocks of 8
     columns: the exact fp8 16-row entry points hold that instance (4 more movmatrix: two a block) beside the
@@ -467,31 +473,31 @@ def test_the_two_block_transposed_body_is_the_fp8_default_and_a_flag_for_bf16(mm
     points the same instance. Each flag leaves every other entry point's SASS as the default build's."""
 
     exact_fp8, bf16 = _exact_fp8_fused16(mma), _bf16_fused16(mma)
-    usage = _usage(mma.compile_cubin("sm_120a"))
+    usage = _usage(builds["sm_120a"])
     for name in exact_fp8:
         assert "HMMA.1688.F32" in sass["sm_120a"][name], name
         assert usage[name].registers <= 255 and usage[name].local == 0, (name, usage[name])
     for defines, changed, movm in ((("DECODE16=0",), exact_fp8, 2), (("DECODE16_BF16=1",), bf16, 6)):
         cubin = mma.compile_cubin("sm_120a", defines=defines)
-        code = _sass_of(cubin)
+        code, flag_usage = _sass_of(cubin), _usage(cubin)
         assert set(code) == set(sass["sm_120a"])
         for name, text in code.items():
             if name in changed:
                 assert text.count("MOVM") == movm, (defines, name)
                 assert "HMMA.1688.F32" in text, (defines, name)
-                assert _usage(cubin)[name].local == 0, (defines, name)
+                assert flag_usage[name].local == 0, (defines, name)
             else:
                 assert text == sass["sm_120a"][name], (defines, name)
 
 
-def test_the_bf16_transposed_body_is_the_default_and_decode8_bf16_0_leaves_it_out(mma, sass):
+def test_the_bf16_transposed_body_is_the_default_and_decode8_bf16_0_leaves_it_out(mma, builds, sass):
     """DECODE8_BF16 (default 1 since it was timed on a device, docs/benchmarks.md) builds the transposed body for
     bf16 KV into the 16-row one-launch bf16 entry points: keys and values straight from the tile by ldmatrix (no
     conversion), bf16 products, two movmatrix a tile, beside the 16-row body (m16n8k8 values, for verify), within
     255 registers and no local memory. DECODE8_BF16=0 leaves it out of them, and every other entry point, the fp8
     ones included, compiles to the same SASS as the default build."""
     bf16 = _bf16_fused16(mma)
-    usage = _usage(mma.compile_cubin("sm_120a"))
+    usage = _usage(builds["sm_120a"])
     for name in bf16:
         text = sass["sm_120a"][name]
         assert text.count("MOVM") == 2, name
