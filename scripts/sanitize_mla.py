@@ -7,8 +7,8 @@
 (also ``--tool memcheck`` and ``--tool synccheck``; ``kernels`` may be left off where sm120kit is installed,
 which brings the kernels' package ``sm120_attention``). Runs the 16-row one launch for decode (bf16 and fp8 at
 batch 1 with 16 and 12 heads, at batch 2 with 8 heads and at batch 1 with 3, the last two through the one-block
-transposed body, the first two through the two-block one where the build has DECODE16 (the default) for fp8 and
-DECODE16_BF16 for bf16; bf16 at batch 2 with 16 heads; fp8 on the fp8-mma path at batch 2) and verify (1 draft x 16
+transposed body, the first two through the two-block one where the build has DECODE16 for fp8 and DECODE16_BF16
+for bf16 (both the default); bf16 at batch 2 with 16 heads; fp8 on the fp8-mma path at batch 2) and verify (1 draft x 16
 heads), and the 64-row one launch (8 drafts x 16 heads: bf16, and fp8 on the fp8-mma path), each over 3000 prefix
 tokens (splits of 64 tokens: short enough for the two-block body), and prints each output's max abs
 difference to the float32 reference. ``--defines A=1,B`` builds the kernels with those -D flags first (a flag's

@@ -1193,15 +1193,17 @@ constexpr bool PROBE_LOOP = false;
 constexpr bool USE_DECODE8 = DECODE8 && FP8_UNPACK16 == 0 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
 // The same body with two blocks of 8 columns for the fp8 decode programs of 9 to 16 rows (16 heads), where the
 // request's splits walk DECODE16_MAX_SPLIT prefix tokens or fewer: 1 (the default), 0: they run the 16-row body.
-// Timed (docs/benchmarks.md, "2026-12-05, evening"): its loop is 3-6 % slower than the 16-row body's, its store and
-// grid barrier shorter, so it wins where a split is short: 16 heads at batch 1 (splits of 64-1408 tokens from 8k to
-// 185k) 1.02-1.12x, batch 4 at 8k and 32k (256 and 1024 tokens) 1.02-1.04x, and it lost at batch 4 from 131k (4000
-// and 5632 tokens: 0.97-1.00x). The limit lies between the longest split that won and the shortest that lost.
+// Timed (docs/benchmarks.md, "2026-12-05, evening" and "2026-12-05, night"): its loop is 3-6 % slower than the 16-row
+// body's, its store and grid barrier shorter, so it wins where a split is short. Splits of 64 and 256 tokens (8k at
+// batch 1 and 4, 32k at batch 1) gained 1.04-1.11x on the H100 and on the H200. Splits of 1024 and 1408 tokens (32k at
+// batch 4, 131k and 185k at batch 1) gained 1.02-1.03x on the H100 and lost on the H200 (0.93-0.97x), and splits of
+// 4000 and 5632 tokens lost on both. The limit lies between the longest split that won on both and the shortest that
+// lost on one.
 #ifndef DECODE16
 #define DECODE16 1
 #endif
 #ifndef DECODE16_MAX_SPLIT
-#define DECODE16_MAX_SPLIT 2048
+#define DECODE16_MAX_SPLIT 512
 #endif
 constexpr bool USE_DECODE16 = USE_DECODE8 && DECODE16;
 // MLA's values are the first 512 dims of its keys, the same fp8 bytes: with VALUES_FROM_KEYS 1 a warp of the body
@@ -1217,13 +1219,17 @@ constexpr bool USE_DECODE16 = USE_DECODE8 && DECODE16;
 // load), the values' with ldmatrix.trans, bf16 products and probabilities, two stages of 32 tokens (the launcher's
 // bf16 shared memory holds two). 1 (the default; timed: 8-head bf16 decode 1.05-1.29x faster than Triton's at 8k-185k
 // and 1.04-1.05x faster than the 16-row body at batch 4), 0: bf16 decode programs take the 16-row body. With
-// DECODE16_BF16 1 as well, the bf16 decode programs of 9 to 16 rows take two blocks under the same split limit (0, the
-// default: not timed against the 16-row bf16 body).
+// DECODE16_BF16 1 as well (the default), the bf16 decode programs of 9 to 16 rows take two blocks where the request's
+// splits walk DECODE16_BF16_MAX_SPLIT tokens or fewer; timed on the H200 against the 16-row bf16 body (16 heads,
+// batch 4, the route's launch): splits of 256 and 1024 tokens 1.01 and 1.13x ("2026-12-05, night").
 #ifndef DECODE8_BF16
 #define DECODE8_BF16 1
 #endif
 #ifndef DECODE16_BF16
-#define DECODE16_BF16 0
+#define DECODE16_BF16 1
+#endif
+#ifndef DECODE16_BF16_MAX_SPLIT
+#define DECODE16_BF16_MAX_SPLIT 2048
 #endif
 constexpr bool USE_DECODE8_BF16 = DECODE8_BF16 && !PROBE_NO_SCORES && !PROBE_NO_VALUES && !PROBE_LOOP;
 
@@ -1237,11 +1243,13 @@ __device__ __forceinline__ bool takes_decode8(const RowPtrs& rp, int heads, int 
         return false;
 }
 // ... with two blocks (asked where takes_decode8 said no: a 16-row program of a decode call holds 9 to 16 rows),
-// where the request's splits are DECODE16_MAX_SPLIT tokens or shorter (every program of a request takes one body).
+// where the request's splits are DECODE16_MAX_SPLIT (bf16: DECODE16_BF16_MAX_SPLIT) tokens or shorter (every
+// program of a request takes one body).
 template <bool KV8, bool R16, bool Q8>
 __device__ __forceinline__ bool takes_decode16(const RowPtrs& rp, int has_tail, int num_splits, int min_split) {
+    constexpr int max_split = KV8 ? DECODE16_MAX_SPLIT : DECODE16_BF16_MAX_SPLIT;
     if constexpr ((KV8 ? USE_DECODE16 : USE_DECODE8_BF16 && DECODE16_BF16) && R16 && !Q8)
-        return !has_tail && split_chunk(rp.kv_end - rp.kv_start, num_splits, min_split) <= DECODE16_MAX_SPLIT;
+        return !has_tail && split_chunk(rp.kv_end - rp.kv_start, num_splits, min_split) <= max_split;
     else
         return false;
 }

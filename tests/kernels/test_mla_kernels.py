@@ -453,8 +453,8 @@ def test_the_8_row_decode_body_is_in_the_fused16_exact_fp8_and_bf16_entry_points
     assert len(exact_fp8) == 2 and len(bf16) == 2
     for arch in ("sm_120a", "sm_90a"):
         for name, code in sass[arch].items():
-            # two a tile for each instance: one block (fp8 and bf16) and two blocks (fp8, DECODE16)
-            assert code.count("MOVM") == (6 if name in exact_fp8 else 2 if name in bf16 else 0), (arch, name)
+            # two a tile for each instance: one block and two blocks (DECODE16 for fp8, DECODE16_BF16 for bf16)
+            assert code.count("MOVM") == (6 if name in exact_fp8 or name in bf16 else 0), (arch, name)
     without = _sass(mma, "sm_120a", ("DECODE8=0",))
     for name in exact_fp8:
         assert "MOVM" not in without[name]
@@ -464,20 +464,21 @@ def test_the_8_row_decode_body_is_in_the_fused16_exact_fp8_and_bf16_entry_points
         assert without[name] == sass["sm_120a"][name], name
 
 
-def test_the_two_block_transposed_body_is_the_fp8_default_and_a_flag_for_bf16(mma, builds, sass):
-    """DECODE16 (default 1 since it was timed on a device, docs/benchmarks.md) gives the fp8 decode programs of 9 to 16
-    query rows whose request's splits are short (DECODE16_MAX_SPLIT tokens) the transposed body with two blocks of 8
-    columns: the exact fp8 16-row entry points hold that instance (4 more movmatrix: two a block) beside the
-    one-block body and the 16-row body (m16n8k8 values, for verify and longer splits), within 255 registers and no
-    local memory, and DECODE16=0 leaves it out. DECODE16_BF16=1 (default 0, not timed) gives the bf16 16-row entry
-    points the same instance. Each flag leaves every other entry point's SASS as the default build's."""
+def test_the_two_block_transposed_body_is_the_default_for_fp8_and_bf16(mma, builds, sass):
+    """DECODE16 and DECODE16_BF16 (default 1 since they were timed on a device, docs/benchmarks.md) give the fp8 and
+    the bf16 decode programs of 9 to 16 query rows whose request's splits are short (DECODE16_MAX_SPLIT and
+    DECODE16_BF16_MAX_SPLIT tokens) the transposed body with two blocks of 8 columns: the exact fp8 and the bf16
+    16-row entry points hold that instance (4 more movmatrix: two a block) beside the one-block body and the 16-row
+    body (m16n8k8 values, for verify and longer splits), within 255 registers and no local memory. DECODE16=0 leaves
+    it out of the fp8 ones and DECODE16_BF16=0 out of the bf16 ones; each flag leaves every other entry point's SASS
+    as the default build's."""
 
     exact_fp8, bf16 = _exact_fp8_fused16(mma), _bf16_fused16(mma)
     usage = _usage(builds["sm_120a"])
-    for name in exact_fp8:
+    for name in exact_fp8 | bf16:
         assert "HMMA.1688.F32" in sass["sm_120a"][name], name
         assert usage[name].registers <= 255 and usage[name].local == 0, (name, usage[name])
-    for defines, changed, movm in ((("DECODE16=0",), exact_fp8, 2), (("DECODE16_BF16=1",), bf16, 6)):
+    for defines, changed, movm in ((("DECODE16=0",), exact_fp8, 2), (("DECODE16_BF16=0",), bf16, 2)):
         cubin = mma.compile_cubin("sm_120a", defines=defines)
         code, flag_usage = _sass_of(cubin), _usage(cubin)
         assert set(code) == set(sass["sm_120a"])
@@ -500,7 +501,7 @@ def test_the_bf16_transposed_body_is_the_default_and_decode8_bf16_0_leaves_it_ou
     usage = _usage(builds["sm_120a"])
     for name in bf16:
         text = sass["sm_120a"][name]
-        assert text.count("MOVM") == 2, name
+        assert text.count("MOVM") == 6, name  # one block and two blocks (DECODE16_BF16), two a tile each
         assert "HMMA.1688.F32.BF16" in text and "F2FP.F16.E4M3" not in text, name
         assert usage[name].registers <= 255 and usage[name].local == 0, (name, usage[name])
     for name, text in _sass(mma, "sm_120a", ("DECODE8_BF16=0",)).items():
