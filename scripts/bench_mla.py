@@ -431,6 +431,15 @@ def flops(c, heads):
     return total
 
 
+def route_fields(mla, c, new) -> dict:
+    """The route the launcher took for the call ``new`` makes: its path, its splits a request and the prefix tokens
+    a split of the longest request walks (the CUDA kernels' decode body depends on that length)."""
+    route = route_of(new)
+    block_n = route.tiles.block_n if route.path == routes.TRITON else mla.cuda_prefix.BLOCK_N
+    tokens = routes.split_length(max(c["prefix_lens"]), route.splits, route.min_chunk, block_n)
+    return {"path": route.path + (" fp8-mma" if route.fp8_mma else ""), "splits": route.splits, "split_tokens": tokens}
+
+
 def proxy_label(device_name: str) -> str:
     """Where a row in SM120 mode was measured: "H200 in SM120 mode, not an SM120 card" (the model, H100 or H200, from
     the device's name; the whole name for another GPU)."""
@@ -1769,6 +1778,7 @@ def main():
         label = f"verify prefix {prefix}, {drafts} {tree}, {heads} heads, {kvd}, page {page}"
         r = row("verify", label, c, heads, t_old, t_new, roof, diff)
         r["timing"] = {"new": how_new, "old": LAST["method"]}
+        r.update(route_fields(mla, c, new))
         if kvd == "fp8":
             time_fp8_paths(r, c, heads, lambda: run_verify(mla, ext, c, heads, page, scale)[::2], o_new)
         if other is not None:
@@ -1799,6 +1809,7 @@ def main():
             label = f"decode prefix {prefix}, batch {batch}, {heads} heads, {kvd}, page {page}; SGLang at {splits_old} splits"
             r = row("decode", label, c, heads, t_old, t_new, roof, diff)
             r["timing"] = {"new": how_new, "old": LAST["method"]}
+            r.update(route_fields(mla, c, new))
             if kvd == "fp8" and n_split == 0:
                 time_fp8_paths(r, c, heads, lambda: run_decode(mla, dec, c, heads, splits_old, scale, page)[::2], o_new)
             if other is not None and n_split == 0:

@@ -149,6 +149,14 @@ def num_splits_for(programs_per_split: int, sm_count: int, waves: int = 2) -> in
     return max(1, min(MAX_SPLITS, splits))
 
 
+def split_length(kv_len: int, splits: int, min_chunk: int, block_n: int) -> int:
+    """Prefix tokens a split of a request of ``kv_len`` walks (its last split may walk fewer): equal chunks of whole
+    ``block_n``-token tiles, at least ``min_chunk``, as the kernels' ``split_range`` cuts them (sm120_mla.py and
+    sm120_mla_mma.cu). The CUDA kernels choose their decode body by this length (``DECODE16_MAX_SPLIT``)."""
+    per_split = -(-kv_len // splits)
+    return max(-(-per_split // block_n) * block_n, min_chunk)
+
+
 def row_blocks(tokens: int, heads: int, rows: int) -> int:
     """Programs a request of ``tokens`` query tokens x ``heads`` takes with ``rows`` query rows a program."""
     return -(-(tokens * heads) // rows)

@@ -624,6 +624,32 @@ def test_the_bench_names_the_gpu_its_rows_were_measured_on():
         assert bench.PROXY == ""
 
 
+def test_the_bench_rows_name_the_route_and_the_split_length_it_took():
+    """Each verify and decode row of bench_mla.py names the route the launcher took for its call (seen through
+    ``routes.choose``), its splits and the prefix tokens a split of the longest request walks, on which the CUDA
+    kernels' decode body depends (``DECODE16_MAX_SPLIT``). The launcher is stood in for by a call that asks the route
+    as the launcher does, as this machine has no GPU: 16-head fp8 decode at 185k, batch 1, on 132 SMs takes the 16-row
+    launch with 132 splits of 1408 tokens, and 128-head bf16 verify of 8 drafts the 64-row programs."""
+    from types import SimpleNamespace
+
+    from test_mla_route import mla_call
+
+    bench = _bench_mla()
+    routes = bench.routes
+    mla = SimpleNamespace(cuda_prefix=SimpleNamespace(BLOCK_N=32))
+    decode = mla_call("decode", 1, 16, "fp8", 1)
+    fields = bench.route_fields(mla, {"prefix_lens": [185000]}, lambda: routes.choose(decode))
+    assert fields == {"path": routes.CUDA16_ONE_LAUNCH, "splits": 132, "split_tokens": 1408}
+    verify = mla_call("verify", 8, 128, "bf16", 1)
+    route = routes.choose(verify)
+    fields = bench.route_fields(mla, {"prefix_lens": [32768, 185000]}, lambda: routes.choose(verify))
+    assert fields["path"] == route.path and route.path.startswith("cuda64") and fields["splits"] == route.splits
+    assert fields["split_tokens"] == routes.split_length(185000, route.splits, route.min_chunk, 32)
+    triton = mla_call("decode", 1, 16, "bf16", 1)
+    fields = bench.route_fields(mla, {"prefix_lens": [8192]}, lambda: routes.choose(triton))
+    assert fields == {"path": routes.TRITON, "splits": 256, "split_tokens": 64}
+
+
 def test_the_timeline_gives_the_barrier_arrivals_from_entry_time_and_clocks():
     """bench_mla.py's timeline places each program's arrival at the grid barrier at its entry (global timer, ns)
     plus its SM clocks since the body's start: three programs that arrive at 11, 12.5 and 13 us (one entering

@@ -528,3 +528,30 @@ def test_launcher_refuses_a_route_the_one_launch_declines(launcher, monkeypatch)
             1.0,
             1.0,
         )
+
+
+def test_split_length_is_the_kernels_cut_and_gives_the_documented_splits():
+    """``split_length`` cuts a prefix as the kernels' ``split_range`` does (equal chunks of whole tiles, at least the
+    fewest tokens a split), and on 132 SMs the route's 16-head fp8 decode splits come out at the lengths
+    docs/benchmarks.md ("2026-12-05, night") gives for its split limit: 132 splits at batch 1, 33 at batch 4."""
+    assert routes.split_length(1000, 4, 64, 32) == 256  # 250 tokens, rounded up to whole tiles
+    assert routes.split_length(1000, 100, 64, 32) == 64  # 10 tokens a split, raised to the fewest
+    assert routes.split_length(4096, 4, 0, 32) == 1024  # an exact cut stays as it is
+    documented = {
+        (8192, 1): 64,
+        (32768, 1): 256,
+        (131072, 1): 1024,
+        (185000, 1): 1408,
+        (8192, 4): 256,
+        (32768, 4): 1024,
+        (131072, 4): 4000,
+        (185000, 4): 5632,
+    }
+    from sm120_attention import sm120_mla_mma as mma
+
+    for (prefix, batch), tokens in documented.items():
+        route = routes.choose(mla_call("decode", 1, 16, "fp8", batch))
+        assert route.path == routes.CUDA16_ONE_LAUNCH
+        assert routes.split_length(prefix, route.splits, route.min_chunk, mma.BLOCK_N) == tokens, (prefix, batch)
+        # the splits cover the prefix (those past its end are empty: 128 of 132 walk the 32k prefix at batch 1)
+        assert -(-prefix // tokens) <= route.splits, (prefix, batch)
