@@ -785,6 +785,41 @@ def test_bench_gather_roofline_reads_exactly_the_rows_of_the_slots():
     assert len(diffs) == 2 and all(d % 2**32 == 0 for d in diffs), diffs  # int32 sums wrap; equal modulo 2**32
 
 
+SPLIT_CHECK = r"""
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from sm120_attention import sm120_mla as mla
+from sm120_attention import sm120_mla_route as routes
+
+
+@triton.jit
+def cut(out, kv_len, num_splits, BLOCK_N: tl.constexpr, MIN_SPLIT: tl.constexpr):
+    start, end = mla._split_range(kv_len, 1, num_splits, BLOCK_N, MIN_SPLIT)
+    tl.store(out, start)
+
+
+for kv_len, splits, fewest in ((185000, 132, 64), (131072, 33, 256), (8192, 132, 64), (1000, 4, 0), (4096, 4, 0)):
+    out = torch.zeros(1, dtype=torch.int32)
+    cut[(1,)](out, kv_len, splits, BLOCK_N=32, MIN_SPLIT=fewest)
+    print(int(out[0]), routes.split_length(kv_len, splits, fewest, 32))
+"""
+
+
+def test_split_length_agrees_with_the_triton_kernels_split_range():
+    """``sm120_mla_route.split_length`` (the tokens a split walks, which bench_mla.py's rows report) is the cut of the
+    Triton kernels' ``_split_range``, run here in Triton's interpreter (no GPU): the second split starts where the
+    first one's length ends, for the documented 185k and 131k cases and cuts raised to the fewest tokens."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO_ROOT / "kernels")}
+    out = subprocess.run([sys.executable, "-c", SPLIT_CHECK], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    pairs = [tuple(int(x) for x in line.split()) for line in out.stdout.splitlines()]
+    assert pairs == [(1408, 1408), (4000, 4000), (64, 64), (256, 256), (1024, 1024)], pairs
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
