@@ -1197,8 +1197,8 @@ constexpr bool USE_DECODE8 = DECODE8 && FP8_UNPACK16 == 0 && !PROBE_NO_SCORES &&
 // body's, its store and grid barrier shorter, so it wins where a split is short. Splits of 64 and 256 tokens (8k at
 // batch 1 and 4, 32k at batch 1) gained 1.04-1.11x on the H100 and on the H200. Splits of 1024 and 1408 tokens (32k at
 // batch 4, 131k and 185k at batch 1) gained 1.02-1.03x on the H100 and lost on the H200 (0.93-0.97x), and splits of
-// 4000 and 5632 tokens lost on both. The limit lies between the longest split that won on both and the shortest that
-// lost on one.
+// 4000 and 5632 tokens lost on the H100 (0.96-0.98x; not timed on the H200). The limit lies between the longest split
+// that won on both and the shortest that lost on one.
 #ifndef DECODE16
 #define DECODE16 1
 #endif
