@@ -431,13 +431,18 @@ def flops(c, heads):
     return total
 
 
+def path_label(route) -> str:
+    """The route's path, with " fp8-mma" where fp8 KV takes the fp8-mma entry points."""
+    return route.path + (" fp8-mma" if route.fp8_mma else "")
+
+
 def route_fields(mla, c, new) -> dict:
     """The route the launcher took for the call ``new`` makes: its path, its splits a request and the prefix tokens
     a split of the longest request walks (the CUDA kernels' decode body depends on that length)."""
     route = route_of(new)
     block_n = route.tiles.block_n if route.path == routes.TRITON else mla.cuda_prefix.BLOCK_N
     tokens = routes.split_length(max(c["prefix_lens"]), route.splits, route.min_chunk, block_n)
-    return {"path": route.path + (" fp8-mma" if route.fp8_mma else ""), "splits": route.splits, "split_tokens": tokens}
+    return {"path": path_label(route), "splits": route.splits, "split_tokens": tokens}
 
 
 def proxy_label(device_name: str) -> str:
@@ -1529,7 +1534,7 @@ def fp8_mma_numerics(mla, ext, dec):
                 else:
                     new, old, o_new, o_old = run_verify(mla, ext, c, heads, 1, scale)
                 route = route_of(new)
-                res[f"path_{name}"] = route.path + (" fp8-mma" if route.fp8_mma else "")
+                res[f"path_{name}"] = path_label(route)
                 (eager,), replay = _eager_and_replay(new, [o_new], replays=2)
                 res[f"max_abs_diff_{name}"] = round((eager.float() - ref_o).abs().max().item(), 6)
                 res[f"graph_replay_vs_eager_{name}"] = round(replay, 6)

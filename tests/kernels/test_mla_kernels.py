@@ -786,8 +786,6 @@ def test_bench_gather_roofline_reads_exactly_the_rows_of_the_slots():
 
 
 SPLIT_CHECK = r"""
-import sys
-
 import torch
 import triton
 import triton.language as tl
