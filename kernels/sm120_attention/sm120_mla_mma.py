@@ -24,6 +24,7 @@ points ending ``fp8q``: e4m3 mma.sync scores on queries quantized to e4m3 per ha
 
 import ctypes
 import importlib.util
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -119,6 +120,23 @@ FUSED16_NAMES = {key: f"sm120_mla_fused16_mma_{name}" for key, name in _NAMED}
 # Every entry point of the source, by the launch it serves.
 ENTRY_NAMES = {"prefix": KERNEL_NAMES, "fused": FUSED_NAMES, "fused16": FUSED16_NAMES}
 FP8_MMA_ENV = "SGLANG_SM120_MLA_FP8_MMA"
+DEFINES_ENV = "SGLANG_SM120_MLA_DEFINES"
+# The build flags a card may set for itself (DEFINES_ENV, read when the kernels are first built): each chooses
+# between code paths whose speed was measured on an H200 standing in for SM120, not on an SM120 card
+# (docs/benchmarks.md), and none changes what the kernels compute beyond the order of their sums. Name -> the
+# smallest and largest value the source takes (the split limits are in prefix tokens).
+TUNABLES: dict[str, tuple[int, int]] = {
+    "DECODE8": (0, 1),
+    "DECODE8_BF16": (0, 1),
+    "DECODE8_STAGES": (3, 4),
+    "DECODE16": (0, 1),
+    "DECODE16_MAX_SPLIT": (0, 1 << 24),
+    "DECODE16_BF16": (0, 1),
+    "DECODE16_BF16_MAX_SPLIT": (0, 1 << 24),
+    "FP8_UNPACK16": (0, 3),
+    "STAGES16_FP8": (2, 4),
+    "VALUES_FROM_KEYS": (0, 1),
+}
 
 SOURCE_NAME = "sm120_mla_mma.cu"
 SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), SOURCE_NAME)
@@ -142,6 +160,36 @@ def fp8_mma_setting() -> bool | None:
     if value in ("0", "false", "off", "no"):
         return False
     return None
+
+
+def parse_tunables(text: str) -> tuple[str, ...]:
+    """``NAME=VALUE`` flags of :data:`TUNABLES`, comma-separated (spaces and empty items ignored, a later value of
+    a name in place of an earlier one), as -D flags; ValueError, naming the item and what is allowed, for any item
+    that is not a known name with an integer value in its range."""
+    flags = merge_defines(text.replace(" ", ""))
+    for flag in flags:
+        name, sep, value = flag.partition("=")
+        if name not in TUNABLES:
+            known = ", ".join(sorted(TUNABLES))
+            raise ValueError(f"{flag!r}: {name!r} is not a flag the kernels may take from here (known: {known})")
+        low, high = TUNABLES[name]
+        try:
+            number = int(value, 10) if sep else None
+        except ValueError:
+            number = None
+        if number is None or not low <= number <= high:
+            raise ValueError(f"{flag!r}: {name} takes a whole number from {low} to {high} ({name}={low} .. {high})")
+    return tuple(f"{name}={int(value, 10)}" for name, _, value in (flag.partition("=") for flag in flags))
+
+
+def defines_setting() -> tuple[tuple[str, ...], str | None]:
+    """``SGLANG_SM120_MLA_DEFINES`` (``DECODE16_MAX_SPLIT=2048,FP8_UNPACK16=3``; see :data:`TUNABLES`): the -D
+    flags the kernels are built with at first use, and None; where the value cannot be taken, no flags and what is
+    wrong with it (the kernels are then built as shipped and :func:`kernel` logs it)."""
+    try:
+        return parse_tunables(os.environ.get(DEFINES_ENV, "")), None
+    except ValueError as exc:
+        return (), f"{DEFINES_ENV} is ignored, the kernels are built as shipped: {exc}"
 
 
 def read_source() -> str:
@@ -226,14 +274,18 @@ def _context(index: int) -> None:
 
 
 def kernel(device: torch.device) -> _Kernel | None:
-    """The kernel for ``device``, compiled and loaded on first use; None if it cannot be."""
+    """The kernel for ``device``, compiled and loaded on first use (with the flags of ``SGLANG_SM120_MLA_DEFINES``,
+    :func:`defines_setting`); None if it cannot be."""
     index = _index(device)
     with _LOCK:
         if index not in _KERNELS:
+            defines, problem = defines_setting()
+            if problem is not None:
+                logging.getLogger(__name__).warning("%s", problem)
             try:
                 with torch.cuda.device(index):
                     _context(index)
-                    _KERNELS[index] = _Kernel(compile_cubin(_arch(index)))
+                    _KERNELS[index] = _Kernel(compile_cubin(_arch(index), defines=defines))
             except (CompileError, OSError, AttributeError) as exc:
                 _KERNELS[index] = None
                 _ERRORS[index] = str(exc)

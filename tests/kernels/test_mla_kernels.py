@@ -598,6 +598,83 @@ def test_values_from_keys_is_a_flag_of_the_transposed_body_only(mma, sass):
             assert text == sass["sm_120a"][name], name
 
 
+def test_the_tunable_flags_are_the_sources_and_build_at_both_ends_of_their_ranges(mma):
+    """Each flag SGLANG_SM120_MLA_DEFINES may set (TUNABLES) is one the source reads with a default of its own
+    (#ifndef NAME / #define NAME), and the build holds together at both ends of every range at once: every entry
+    point, within 255 registers and no local memory (NVRTC for sm_120a, no GPU needed)."""
+    import re
+
+    source = mma.read_source()
+    for name, (low, high) in mma.TUNABLES.items():
+        default = re.search(rf"#ifndef {name}\n#define {name} (\w+)\n", source)
+        assert default is not None, name
+        if default.group(1).isdigit():
+            assert low <= int(default.group(1)) <= high, name
+    for end in (0, 1):
+        defines = tuple(f"{name}={bounds[end]}" for name, bounds in mma.TUNABLES.items())
+        assert mma.parse_tunables(",".join(defines)) == defines
+        usage = _usage(mma.compile_cubin("sm_120a", defines=defines))
+        assert set(usage) == {name for names in mma.ENTRY_NAMES.values() for name in names.values()}
+        for name, res in usage.items():
+            assert res.registers <= 255 and res.local == 0, (end, name, res)
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("DECODE16_MAX_SPLIT", "DECODE16_MAX_SPLIT takes a whole number from 0 to 16777216"),
+        ("DECODE16_MAX_SPLIT=2k", "'DECODE16_MAX_SPLIT=2k'"),
+        ("DECODE16=2", "DECODE16 takes a whole number from 0 to 1"),
+        ("FP8_UNPACK16=-1", "FP8_UNPACK16 takes a whole number from 0 to 3"),
+        ("DECODE16=1,SM120_TIMELINE=1", "'SM120_TIMELINE' is not a flag the kernels may take from here"),
+        ("THREADS=128", "'THREADS' is not a flag"),
+    ],
+)
+def test_the_defines_setting_refuses_what_it_cannot_take_and_names_it(mma, monkeypatch, value, message):
+    """SGLANG_SM120_MLA_DEFINES takes only the flags of TUNABLES with whole numbers in their ranges; anything else
+    is named in the problem (the kernels are then built as shipped, never with part of the value)."""
+    monkeypatch.setenv(mma.DEFINES_ENV, value)
+    defines, problem = mma.defines_setting()
+    assert defines == ()
+    assert problem.startswith("SGLANG_SM120_MLA_DEFINES is ignored, the kernels are built as shipped: ")
+    assert message in problem
+
+
+def test_the_defines_setting_takes_known_flags_with_a_later_value_in_place(mma, monkeypatch):
+    monkeypatch.delenv(mma.DEFINES_ENV, raising=False)
+    assert mma.defines_setting() == ((), None)
+    monkeypatch.setenv(mma.DEFINES_ENV, " DECODE16_MAX_SPLIT = 02048 ,, FP8_UNPACK16=3, DECODE16_MAX_SPLIT=1024")
+    assert mma.defines_setting() == (("DECODE16_MAX_SPLIT=1024", "FP8_UNPACK16=3"), None)
+
+
+def test_the_kernels_are_built_at_first_use_with_the_defines_setting(mma, monkeypatch, caplog):
+    """kernel() builds with SGLANG_SM120_MLA_DEFINES's flags, and as shipped (with a warning naming the value) where
+    the value cannot be taken. No GPU here: the device's capability, its context and the loading of the cubin into
+    it are stand-ins (the test records the cubin instead); the compile is NVRTC's, for sm_120a."""
+    import contextlib
+    import logging
+
+    import torch
+
+    built = []
+    monkeypatch.setattr(mma, "_context", lambda index: None)
+    monkeypatch.setattr(mma, "_arch", lambda index: "sm_120a")
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(mma, "_Kernel", lambda cubin: built.append(cubin) or "loaded")
+    device = torch.device("cuda", 7)
+    for value, defines in (("DECODE16_MAX_SPLIT=2048", ("DECODE16_MAX_SPLIT=2048",)), ("DECODE16=2", ())):
+        monkeypatch.setattr(mma, "_KERNELS", {})
+        monkeypatch.setenv(mma.DEFINES_ENV, value)
+        with caplog.at_level(logging.WARNING, logger=mma.__name__):
+            caplog.clear()
+            assert mma.kernel(device) == "loaded"
+            assert mma.kernel(device) == "loaded"  # built once
+        assert built.pop() == mma.compile_cubin("sm_120a", defines=defines) and not built
+        warned = [r.getMessage() for r in caplog.records]
+        assert warned == ([] if defines else [mma.defines_setting()[1]]), warned
+    assert mma.compile_cubin("sm_120a", defines=("DECODE16_MAX_SPLIT=2048",)) != mma.compile_cubin("sm_120a")
+
+
 def test_the_scripts_merge_their_defines_with_the_later_value_of_a_name(mma):
     """bench_mla.py and sanitize_mla.py --defines build the kernels with those -D flags, and each bench
     --timeline-also build takes them with its own on top: a name's later value replaces the earlier one in place,
