@@ -264,7 +264,9 @@ class Probe:
 
     def _mma_prefix(self, module, args: dict, kv_heads: int) -> str | None:
         """The CUDA kernels the patch adds beside the Triton ones (sm120_mla_mma.py) for MLA verify and decode,
-        for the shapes they take on a GPU: compiled with NVRTC for the target, as at first use on the card."""
+        for the shapes they take on a GPU: compiled with NVRTC for the target, as at first use on the card, with
+        the build flags SGLANG_SM120_MLA_DEFINES gives the server where the tree's module reads it. The case's note
+        names those flags, or why the server would ignore the variable."""
         mma = getattr(module, "cuda_prefix", None)
         if mma is None or not mma.fits(
             args["q_extend"], args["k_buffer"], args["qo_indptr"], args["kv_indptr"], args["kv_indices"], kv_heads
@@ -274,8 +276,10 @@ class Probe:
 
         major, minor = self.arch.split(".")
         target = f"sm_{major}{minor}a"
+        setting = getattr(mma, "defines_setting", None)  # releases of the patch before it have no such variable
+        defines, problem = setting() if setting is not None else ((), None)
         try:
-            binary = mma.compile_cubin(target)
+            binary = mma.compile_cubin(target, defines=defines) if defines else mma.compile_cubin(target)
         except mma.CompileError as exc:
             return f"CUDA MLA kernels not compiled: {exc}"
         usage = _resource_usage(binary) or {}
@@ -306,7 +310,9 @@ class Probe:
                     "registers": res.registers if res else None,
                 }
             )
-        return None
+        if problem is not None:
+            return problem
+        return f"CUDA MLA kernels built with {mma.DEFINES_ENV}={','.join(defines)}" if defines else None
 
     def _mla_decode(self, p: dict) -> str | None:
         """sm120_mla_decode_fwd (sm120-mla-attention): MLA decode with SM-count KV splits."""

@@ -45,6 +45,9 @@ METHOD = (
     "Triton compile for the target, nothing ran on a GPU"
 )
 _PROBE_TIMEOUT = 3600
+# The build flags of the CUDA MLA kernels a patched SGLang takes from the environment (sm120_mla_mma.DEFINES_ENV):
+# the probe inherits it and builds what the server would, so a cached result holds only for the same value.
+MLA_DEFINES_ENV = "SGLANG_SM120_MLA_DEFINES"
 NOT_APPLICABLE = "not-applicable"
 
 
@@ -566,6 +569,7 @@ def audit_tree(
                 case.key_text(),
                 source_digests[sd_key],
                 policy.get(case.launcher, {}),
+                os.environ.get(MLA_DEFINES_ENV, ""),
             )
 
     reports: dict[tuple[str, str], CaseReport] = {}

@@ -511,7 +511,9 @@ launchers = ["tree-verify", "mla-decode"]
     not (patches_dir() / "sglang" / "series.toml").is_file(),
     reason="the SM120 patch series (patches/sglang/series.toml) is not in this checkout",
 )
-def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tree, tmp_path, capsys, audit_cache):
+def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(
+    installed_tree, tmp_path, capsys, audit_cache, monkeypatch
+):
     """sm120-mla-attention's CUDA kernels (the prefix kernel, the one-launch verify or decode and its 16-row
     programs, compiled by NVRTC as at first use on the card) are in the audit of the tree-verify and MLA decode
     launchers, beside their Triton kernels, for both KV dtypes (fp8: the exact and the fp8-mma builds). On 12.0
@@ -523,12 +525,10 @@ def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tre
     tree = installed_tree("0.5.23")
     code, _, err = _cli(capsys, "apply", str(tree))
     assert code == 0, err
+    monkeypatch.delenv(smem_audit.MLA_DEFINES_ENV, raising=False)
+    cache = audit_cache(tmp_path / "cache")
     result = smem_audit.audit_tree(
-        tree.parent,
-        archs=("12.0",),
-        matrix=_matrix(tmp_path, MLA_TREE_VERIFY),
-        cache=audit_cache(tmp_path / "cache"),
-        jobs=2,
+        tree.parent, archs=("12.0",), matrix=_matrix(tmp_path, MLA_TREE_VERIFY), cache=cache, jobs=2
     )
     assert result.ok, [(c.case.id, [k.shared for k in c.kernels], c.error) for c in result.cases]
     cuda = {(c.arch, k.name, k.shared) for c in result.cases for k in c.kernels if "_mma_" in k.name}
@@ -542,3 +542,25 @@ def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(installed_tre
     for launcher in ("tree-verify", "mla-decode"):
         cases = [c for c in result.cases if c.case.launcher == launcher]
         assert cases and all(any("_mma_" in k.name for k in c.kernels) for c in cases), launcher
+    assert all(c.note is None for c in result.cases), [c.note for c in result.cases]
+
+    # SGLANG_SM120_MLA_DEFINES: the probe builds the CUDA kernels as the server would (the patched module reads
+    # the variable), the cases are audited again rather than served from the cache of the build as shipped, and
+    # their note names the flags, or why the server would ignore the value.
+    decode = MLA_TREE_VERIFY.replace('["auto", "fp8_e4m3"]', '["fp8_e4m3"]').replace(
+        '["tree-verify", "mla-decode"]', '["mla-decode"]'
+    )
+    env = smem_audit.MLA_DEFINES_ENV
+    for value, note in (
+        ("DECODE16_MAX_SPLIT=2048", f"CUDA MLA kernels built with {env}=DECODE16_MAX_SPLIT=2048"),
+        ("DECODE16=2", f"{env} is ignored, the kernels are built as shipped: 'DECODE16=2': DECODE16 takes"),
+    ):
+        monkeypatch.setenv(env, value)
+        again = smem_audit.audit_tree(
+            tree.parent, archs=("12.0",), matrix=_matrix(tmp_path, decode), cache=cache, jobs=1
+        )
+        assert again.ok and again.cases
+        for case in again.cases:
+            assert not case.cached and case.note.startswith(note), (value, case.note)
+            assert any(k.name == "sm120_mla_fused16_mma_fp8_i64" for k in case.kernels), value
+            assert all(k.shared <= LIMIT for k in case.kernels), value
