@@ -1,5 +1,6 @@
-"""``sm120kit tune-moe`` and ``bench-allreduce``: measured fused-MoE configs for the 12.x GPU present; the
-fastest all-reduce settings for tensor-parallel decode on the GPUs present."""
+"""``sm120kit tune-moe``, ``tune-mla`` and ``bench-allreduce``: measured fused-MoE configs for the 12.x GPU present;
+the MLA kernels' build choices timed on it; the fastest all-reduce settings for tensor-parallel decode on the GPUs
+present."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sm120kit.serve import recipe as recipe_mod
 from sm120kit.serve import recipe_edit
 from sm120kit.sglang.target import find_target
 from sm120kit.tune import allreduce as bench
+from sm120kit.tune import mla as tune_mla
 from sm120kit.tune import moe as tune_moe
 from sm120kit.tune.allreduce import DEFAULT_BUDGET_S
 
@@ -202,12 +204,13 @@ def tune_moe_command(
 def _int_list(ctx, param, value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
+    flag = "--" + param.name.replace("_", "-") if param is not None and param.name else "the value"
     try:
         numbers = tuple(int(part) for part in value.replace(" ", "").split(",") if part)
     except ValueError:
-        raise UsageError(f"--tokens {value!r}: expected positive integers separated by commas, e.g. 1,8,64.") from None
+        raise UsageError(f"{flag} {value!r}: expected positive integers separated by commas, e.g. 1,8,64.") from None
     if not numbers or min(numbers) < 1:
-        raise UsageError(f"--tokens {value!r}: expected positive integers separated by commas, e.g. 1,8,64.")
+        raise UsageError(f"{flag} {value!r}: expected positive integers separated by commas, e.g. 1,8,64.")
     return numbers
 
 
@@ -424,3 +427,129 @@ def _show_bench(console, result, update, backup) -> None:
             f"{', '.join(update.removed) or 'nothing'}); the previous file is {backup}"
         )
     console.info(f"{len(result.results)} variants in {result.seconds:.0f} s")
+
+
+# -- tune-mla -------------------------------------------------------------------------------------------------
+
+
+@cli.command("tune-mla")
+@click.option(
+    "--heads",
+    type=int,
+    multiple=True,
+    required=True,
+    help="Attention heads one GPU runs: the model's heads over the tensor-parallel size (Kimi-K2 at TP8: 8; "
+    "DeepSeek-V3 at TP8: 16). Repeat for several.",
+)
+@click.option(
+    "--kv-dtype",
+    "kv",
+    type=click.Choice(tune_mla.KV_DTYPES),
+    default="fp8",
+    show_default=True,
+    help="The KV cache's dtype (SGLang's --kv-cache-dtype fp8_e4m3, or bf16).",
+)
+@click.option(
+    "--lengths",
+    callback=_int_list,
+    default=None,
+    metavar="N,N,...",
+    help="Prefix tokens a request holds (default 8192,32768,131072).",
+)
+@click.option(
+    "--batch",
+    "batches",
+    callback=_int_list,
+    default=None,
+    metavar="N,N,...",
+    help="Requests decoded together (default 1,4).",
+)
+@click.option(
+    "--python",
+    "python",
+    default=None,
+    help="Interpreter that runs the timing (needs torch with CUDA and Triton; SGLang there gives the fp8 "
+    "kernel's error the fp8-mma path is weighed against; default: this one).",
+)
+@click.option("--any-gpu", is_flag=True, help="Time on a GPU that is not 12.x too (its answer is not an SM120 card's).")
+@click.option("--dry-run", is_flag=True, help="Print the plan (cases, candidates); run nothing.")
+@json_option
+@pass_app
+def tune_mla_cmd(
+    app: AppContext,
+    heads: tuple[int, ...],
+    kv: str,
+    lengths: tuple[int, ...] | None,
+    batches: tuple[int, ...] | None,
+    python: str | None,
+    any_gpu: bool,
+    dry_run: bool,
+    json_mode: bool,
+) -> None:
+    """Time the CUDA MLA kernels' build choices on this 12.x GPU (the decode bodies' split limits, the bodies
+    themselves, and for fp8 KV the fp8-mma path) against the build as shipped, each checked against a float32
+    reference, and say what to set: SGLANG_SM120_MLA_DEFINES or SGLANG_SM120_MLA_FP8_MMA, or nothing. The shipped
+    defaults were measured on an H200 standing in for SM120. Exits 9 without a 12.x GPU (unless --any-gpu)."""
+    console = app.console(json_mode)
+    plan = tune_mla.plan_tune(
+        kv=kv,
+        heads=heads,
+        lengths=lengths or tune_mla.DEFAULT_LENGTHS,
+        batches=batches or tune_mla.DEFAULT_BATCHES,
+        python=python,
+        any_gpu=any_gpu,
+    )
+
+    def show_plan() -> None:
+        console.info(f"python:     {plan.python}")
+        console.info(
+            f"cases:      {len(plan.cases)} {kv} decode calls: "
+            + ", ".join(f"{c.label} {c.heads}h" for c in plan.cases)
+        )
+        for cand in plan.candidates:
+            how = (
+                "fp8 KV on the fp8-mma path"
+                if cand.fp8_mma
+                else (" ".join(f"-D{d}" for d in cand.defines) or "as shipped")
+            )
+            console.info(f"candidate:  {cand.name}: {how}")
+
+    if dry_run:
+        emit(json_mode, {"dry_run": True, "plan": plan.to_json()}, show_plan)
+        return
+    if not json_mode:
+        show_plan()
+    result = tune_mla.run_tune(plan, progress=console.progress, on_step=console.debug)
+    emit(json_mode, {"dry_run": False, **result.to_json()}, lambda: _show_tune_mla(console, result))
+
+
+def _show_tune_mla(console, result: tune_mla.MlaTuneResult) -> None:
+    plan = result.plan
+    where = result.device + ("" if result.sm120_card else " (not an SM120 card: --any-gpu)")
+    console.info(f"GPU: {where}")
+    verdicts = {v.name: v for v in result.verdicts()}
+    headers = ["candidate"] + [f"{c.label} {c.heads}h ms" for c in plan.cases] + ["max err", "verdict"]
+    rows = []
+    for r in result.results:
+        cells = []
+        for c in plan.cases:
+            m = r.cases.get(c.key)
+            ratio = verdicts[r.candidate.name].ratios.get(c.key) if r.candidate.name in verdicts else None
+            cells.append("-" if not m else f"{m['ms']:.4f}" + (f" ({ratio:.2f}x)" if ratio else ""))
+        errs = [m["max_abs_err"] for m in r.cases.values() if m.get("max_abs_err") is not None]
+        v = verdicts.get(r.candidate.name)
+        verdict = "baseline" if v is None and r.error is None else (f"failed: {r.error[:60]}" if v is None else v.why)
+        rows.append([r.candidate.name, *cells, f"{max(errs):.5f}" if errs else "-", verdict])
+    if plan.kv == "fp8":
+        errs = [e["max_abs_err"] for e in result.sglang.values() if e.get("max_abs_err") is not None]
+        rows.append(
+            ["SGLang's fp8 kernel", *["" for _ in plan.cases], f"{max(errs):.5f}" if errs else "-", "errors only"]
+        )
+    console.table(headers, rows)
+    pick = result.pick()
+    if pick is None:
+        console.info("The shipped build stays: no candidate was faster by the margin without a slower case.")
+    else:
+        console.info(f"Set for a patched SGLang ({pick.name}: {pick.why}):")
+        for key, value in result.env().items():
+            console.info(f"  {key}={value}")

@@ -1,0 +1,202 @@
+"""Time the CUDA MLA kernels' builds on this machine's GPU; the child program of ``sm120kit tune-mla``.
+
+This module is a program, started by :mod:`sm120kit.tune.mla` through :func:`sm120kit.runner.run` in the Python
+that will serve (``PYTHONPATH`` reaching this file's package and the kernels' package ``sm120_attention``):
+
+    python -m sm120kit.tune.mla_worker SPEC.json RESULT.json
+
+It imports nothing of sm120kit and nothing outside the standard library but torch, Triton (its CUDA-graph timer),
+the kernels' package and, for the error of SGLang's own fp8 decode kernel on the same inputs, SGLang. For each
+candidate of SPEC (a set of the kernels' build flags, ``TUNABLES``, and whether fp8 KV takes the fp8-mma path) it
+builds the kernels with those flags (``sm120_mla_mma.install``), then for each case (prefix tokens, batch, heads,
+KV dtype; page size 1, every token at a random slot, KV scale 0.5 for fp8) runs MLA decode through
+``sm120_mla_decode_fwd`` as the patched SGLang does, takes the largest absolute difference to the float32
+reference, and times the call replayed from a CUDA graph (``triton.testing.do_bench_cudagraph``). A line
+``done <candidate>`` on standard output marks each candidate's end.
+
+RESULT.json gets the GPU, the versions, the kernels' folder, SGLang's error per fp8 case (or why it was not measured) and, per
+candidate, its times and errors or the error that stopped it. The exit status is 0 whenever RESULT.json was
+written.
+"""
+
+import json
+import math
+import os
+import sys
+import traceback
+
+LK, LV = 576, 512
+FP8_MMA_ENV = "SGLANG_SM120_MLA_FP8_MMA"
+DONE_MARK = "done "
+
+
+def _versions(torch):
+    info = {"python": sys.executable, "torch": torch.__version__, "cuda": torch.version.cuda}
+    from importlib.metadata import version as dist_version
+
+    for name, dist in (("triton", "triton"), ("sglang", "sglang")):
+        try:
+            info[name] = dist_version(dist)
+        except Exception:
+            info[name] = None
+    return info
+
+
+def _case(torch, ref, prefix, batch, heads, kv, kv_scale):
+    """A decode step of ``batch`` requests of ``prefix`` tokens on the GPU; fp8 KV holds the bf16 values / 2 (kv
+    scale 0.5), so the float32 reference multiplies them back."""
+    c = ref.make_decode_case([prefix] * batch, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, seed=prefix + batch)
+    c = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in c.items()}
+    # every token at a random slot of the pool, as a page-1 pool serves a long request after others came and went
+    c["kv_indices"] = c["kv_indices"][torch.randperm(c["kv_indices"].numel(), device="cuda")]
+    if kv == "fp8":
+        c["k_pool"] = (c["k_pool"].float() / kv_scale).to(torch.float8_e4m3fn)
+        c["v_pool"] = c["k_pool"][:, :, :LV]
+    return c
+
+
+def _reference(ref, c, kv, kv_scale):
+    scale = kv_scale if kv == "fp8" else 1.0
+    return ref.reference_decode(c, k_scale=scale, v_scale=scale)
+
+
+def _call(torch, fn, c, heads, kv, kv_scale, **kwargs):
+    """The decode call as the patched SGLang makes it (``fn``: ``sm120_mla_decode_fwd`` or SGLang's
+    ``decode_attention_fwd``, ``kwargs`` its keyword arguments), as a function of no arguments, and its output."""
+    batch = c["q"].shape[0]
+    splits = 64
+    o = torch.zeros(batch, heads, LV, dtype=torch.bfloat16, device="cuda")
+    logits = torch.empty(batch, heads, splits, LV, dtype=torch.float32, device="cuda")
+    lse = torch.empty(batch, heads, splits, dtype=torch.float32, device="cuda")
+    nsplit = torch.full((batch,), splits, dtype=torch.int32, device="cuda")
+    scale = kv_scale if kv == "fp8" else 1.0
+    args = (c["q"], c["k_pool"], c["v_pool"], o, c["kv_indptr"], c["kv_indices"], logits, lse, nsplit, splits)
+
+    def run():
+        served = fn(*args, 1.0 / LK**0.5, scale, scale, **kwargs)
+        if served is False:
+            raise RuntimeError("the SM120 MLA kernels declined the call")
+
+    return run, o
+
+
+def _sglang_decode():
+    """SGLang's own Triton decode kernel (its module moved between releases) and its keyword arguments for MLA
+    (``has_mla`` where the release takes it), or None."""
+    import importlib
+    import inspect
+
+    for name in (
+        "sglang.kernels.ops.attention.decode_attention",
+        "sglang.srt.layers.attention.triton_ops.decode_attention",
+    ):
+        try:
+            fn = importlib.import_module(name).decode_attention_fwd
+        except Exception:
+            continue
+        return fn, ({"has_mla": True} if "has_mla" in inspect.signature(fn).parameters else {})
+    return None
+
+
+def measure(spec_path, out_path):
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    result = {
+        "error": None,
+        "device": None,
+        "capability": None,
+        "versions": None,
+        "kernels": None,
+        "sglang": {},
+        "candidates": [],
+    }
+
+    def write():
+        with open(out_path, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+
+    try:
+        import torch
+        from triton.testing import do_bench_cudagraph
+
+        import sm120_attention
+        from sm120_attention import reference as ref
+        from sm120_attention import sm120_mla as mla
+
+        result["versions"] = _versions(torch)
+        result["kernels"] = os.path.dirname(os.path.abspath(sm120_attention.__file__))
+        if not torch.cuda.is_available():
+            result["error"] = "torch sees no CUDA GPU"
+            write()
+            return
+        index = torch.cuda.current_device()
+        result["device"] = torch.cuda.get_device_name(index)
+        result["capability"] = list(torch.cuda.get_device_capability(index))
+        if result["capability"] not in spec.get("capabilities", []) and not spec.get("any_gpu"):
+            result["error"] = (
+                f"the GPU is {result['device']} (compute capability {'.'.join(map(str, result['capability']))}), "
+                "not a 12.x card"
+            )
+            write()
+            return
+    except Exception as exc:  # noqa: BLE001 - what the serving Python lacks is the finding
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        write()
+        return
+
+    kv_scale = float(spec.get("kv_scale", 0.5))
+    rep_ms = int(spec.get("rep_ms", 200))
+    device = torch.device("cuda", index)
+    cases = [tuple(case) for case in spec["cases"]]
+    inputs, refs = {}, {}
+    for prefix, batch, heads, kv in cases:
+        key = f"{prefix}x{batch}x{heads}:{kv}"
+        inputs[key] = _case(torch, ref, prefix, batch, heads, kv, kv_scale)
+        refs[key] = _reference(ref, inputs[key], kv, kv_scale)
+
+    sglang = _sglang_decode()
+    for (prefix, batch, heads, kv), key in zip(cases, inputs):
+        if kv != "fp8":
+            continue
+        if sglang is None:
+            result["sglang"][key] = {"error": "SGLang's decode_attention_fwd could not be imported"}
+            continue
+        try:
+            run, o = _call(torch, sglang[0], inputs[key], heads, kv, kv_scale, **sglang[1])
+            run()
+            torch.cuda.synchronize()
+            result["sglang"][key] = {"max_abs_err": (o.float() - refs[key]).abs().max().item()}
+        except Exception as exc:  # noqa: BLE001 - SGLang's kernel failing here is reported, not fatal
+            result["sglang"][key] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            torch.cuda.synchronize()
+
+    for cand in spec["candidates"]:
+        entry = {"name": cand["name"], "error": None, "cases": []}
+        result["candidates"].append(entry)
+        os.environ[FP8_MMA_ENV] = "1" if cand.get("fp8_mma") else "0"
+        try:
+            mla.cuda_prefix.install(device, tuple(cand.get("defines", ())))
+            for (prefix, batch, heads, kv), key in zip(cases, inputs):
+                run, o = _call(torch, mla.sm120_mla_decode_fwd, inputs[key], heads, kv, kv_scale)
+                run()
+                torch.cuda.synchronize()
+                err = (o.float() - refs[key]).abs().max().item()
+                ms = do_bench_cudagraph(run, rep=rep_ms)
+                entry["cases"].append({"case": key, "ms": ms, "max_abs_err": err if math.isfinite(err) else None})
+        except Exception as exc:  # noqa: BLE001 - one candidate failing is its result, not the run's end
+            entry["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-1000:]
+        write()
+        print(DONE_MARK + cand["name"], flush=True)
+    write()
+
+
+def main(argv):
+    if len(argv) == 2:
+        measure(argv[0], argv[1])
+        return 0
+    print("usage: python -m sm120kit.tune.mla_worker SPEC.json RESULT.json", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
