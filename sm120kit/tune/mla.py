@@ -288,7 +288,14 @@ class MlaTuneResult:
 
 def result_from(plan: MlaTunePlan, data: dict) -> MlaTuneResult:
     """The worker's RESULT.json as a :class:`MlaTuneResult`; MissingDependency where the worker could not run at all
-    (no CUDA GPU, not a 12.x card without --any-gpu, the kernels' package or Triton missing)."""
+    (no CUDA GPU, not a 12.x card without --any-gpu, the kernels' package or Triton missing), ToolFailed where it
+    could not build the cases."""
+    if data.get("error") and data.get("error_kind") == "cases":
+        raise ToolFailed(
+            f"The MLA timing program in {plan.python} stopped before timing anything: {data['error']}.",
+            hint="Fewer or shorter cases (--lengths, --batch, --heads) need less GPU memory; the inputs and the "
+            "float32 references of every case are held at once.",
+        )
     if data.get("error"):
         raise MissingDependency(
             f"tune-mla times the SM120 MLA kernels on a 12.x CUDA GPU in the serving Python ({plan.python}); "

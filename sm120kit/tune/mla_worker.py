@@ -103,6 +103,7 @@ def measure(spec_path, out_path):
         spec = json.load(f)
     result = {
         "error": None,
+        "error_kind": None,  # "environment" (no GPU, not 12.x, a package missing) or "cases"
         "device": None,
         "capability": None,
         "versions": None,
@@ -126,7 +127,7 @@ def measure(spec_path, out_path):
         result["versions"] = _versions(torch)
         result["kernels"] = os.path.dirname(os.path.abspath(sm120_attention.__file__))
         if not torch.cuda.is_available():
-            result["error"] = "torch sees no CUDA GPU"
+            result["error"], result["error_kind"] = "torch sees no CUDA GPU", "environment"
             write()
             return
         index = torch.cuda.current_device()
@@ -137,10 +138,12 @@ def measure(spec_path, out_path):
                 f"the GPU is {result['device']} (compute capability {'.'.join(map(str, result['capability']))}), "
                 "not a 12.x card"
             )
+            result["error_kind"] = "environment"
             write()
             return
     except Exception as exc:  # noqa: BLE001 - what the serving Python lacks is the finding
         result["error"] = f"{type(exc).__name__}: {exc}"
+        result["error_kind"] = "environment"
         write()
         return
 
@@ -149,10 +152,16 @@ def measure(spec_path, out_path):
     device = torch.device("cuda", index)
     cases = [tuple(case) for case in spec["cases"]]
     inputs, refs = {}, {}
-    for prefix, batch, heads, kv in cases:
-        key = f"{prefix}x{batch}x{heads}:{kv}"
-        inputs[key] = _case(torch, ref, prefix, batch, heads, kv, kv_scale)
-        refs[key] = _reference(ref, inputs[key], kv, kv_scale)
+    try:
+        for prefix, batch, heads, kv in cases:
+            key = f"{prefix}x{batch}x{heads}:{kv}"
+            inputs[key] = _case(torch, ref, prefix, batch, heads, kv, kv_scale)
+            refs[key] = _reference(ref, inputs[key], kv, kv_scale)
+    except Exception as exc:  # noqa: BLE001 - out of GPU memory, most likely: the run stops and says so
+        result["error"] = f"the cases' inputs and references could not be built: {type(exc).__name__}: {exc}"
+        result["error_kind"] = "cases"
+        write()
+        return
 
     sglang = _sglang_decode()
     for (prefix, batch, heads, kv), key in zip(cases, inputs):
@@ -168,7 +177,6 @@ def measure(spec_path, out_path):
             result["sglang"][key] = {"max_abs_err": (o.float() - refs[key]).abs().max().item()}
         except Exception as exc:  # noqa: BLE001 - SGLang's kernel failing here is reported, not fatal
             result["sglang"][key] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            torch.cuda.synchronize()
 
     for cand in spec["candidates"]:
         entry = {"name": cand["name"], "error": None, "cases": []}

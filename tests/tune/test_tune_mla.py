@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.errors import MissingDependency, UsageError
+from sm120kit.errors import MissingDependency, ToolFailed, UsageError
 from sm120kit.tune import mla as tune
 from sm120kit.util.resources import data_dir
 
@@ -201,6 +201,18 @@ def test_nothing_is_picked_where_the_shipped_build_or_a_candidate_failed():
     one = _result(PLAN16, fast, errors, sglang=[0.06, 0.06], failed={"DECODE16=0": "RuntimeError: declined"})
     assert {v.name: v.why for v in one.verdicts()}["DECODE16=0"] == "RuntimeError: declined"
     assert one.pick().name == "DECODE16_MAX_SPLIT=2048"
+
+
+def test_what_stopped_the_worker_becomes_the_error_of_its_kind():
+    plan = tune.plan_tune(kv="fp8", heads=[8])
+    with pytest.raises(MissingDependency, match="not a 12.x card. Nothing was timed"):
+        tune.result_from(
+            plan,
+            {"error": "the GPU is NVIDIA H200 (compute capability 9.0), not a 12.x card", "error_kind": "environment"},
+        )
+    with pytest.raises(ToolFailed) as info:
+        tune.result_from(plan, {"error": "OutOfMemoryError: CUDA out of memory", "error_kind": "cases"})
+    assert info.value.exit_code == 11 and "stopped before timing anything: OutOfMemoryError" in info.value.message
 
 
 # -- the worker and the command line ---------------------------------------------------------------------------------
