@@ -14,6 +14,9 @@ KV dtype; page size 1, every token at a random slot, KV scale 0.5 for fp8) runs 
 reference, and times the call replayed from a CUDA graph (``triton.testing.do_bench_cudagraph``). A line
 ``done <candidate>`` on standard output marks each candidate's end.
 
+:func:`time_candidates` is that loop, with the device, the build's install and the timer as arguments (a test runs
+it on a CPU through the kernels' Triton path in Triton's interpreter).
+
 RESULT.json gets the GPU, the versions, the kernels' folder, SGLang's error per fp8 case (or why it was not measured) and, per
 candidate, its times and errors or the error that stopped it. The exit status is 0 whenever RESULT.json was
 written.
@@ -42,13 +45,13 @@ def _versions(torch):
     return info
 
 
-def _case(torch, ref, prefix, batch, heads, kv, kv_scale):
-    """A decode step of ``batch`` requests of ``prefix`` tokens on the GPU; fp8 KV holds the bf16 values / 2 (kv
-    scale 0.5), so the float32 reference multiplies them back."""
-    c = ref.make_decode_case([prefix] * batch, heads=heads, lk=LK, lv=LV, dtype=torch.bfloat16, seed=prefix + batch)
-    c = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in c.items()}
+def _case(torch, ref, prefix, batch, heads, kv, kv_scale, device, dtype):
+    """A decode step of ``batch`` requests of ``prefix`` tokens on ``device``, queries (and 16-bit KV) in ``dtype``;
+    fp8 KV holds the values over ``kv_scale``, so the float32 reference multiplies them back."""
+    c = ref.make_decode_case([prefix] * batch, heads=heads, lk=LK, lv=LV, dtype=dtype, seed=prefix + batch)
+    c = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in c.items()}
     # every token at a random slot of the pool, as a page-1 pool serves a long request after others came and went
-    c["kv_indices"] = c["kv_indices"][torch.randperm(c["kv_indices"].numel(), device="cuda")]
+    c["kv_indices"] = c["kv_indices"][torch.randperm(c["kv_indices"].numel(), device=device)]
     if kv == "fp8":
         c["k_pool"] = (c["k_pool"].float() / kv_scale).to(torch.float8_e4m3fn)
         c["v_pool"] = c["k_pool"][:, :, :LV]
@@ -60,15 +63,15 @@ def _reference(ref, c, kv, kv_scale):
     return ref.reference_decode(c, k_scale=scale, v_scale=scale)
 
 
-def _call(torch, fn, c, heads, kv, kv_scale, **kwargs):
+def _call(torch, fn, c, heads, kv, kv_scale, device, **kwargs):
     """The decode call as the patched SGLang makes it (``fn``: ``sm120_mla_decode_fwd`` or SGLang's
     ``decode_attention_fwd``, ``kwargs`` its keyword arguments), as a function of no arguments, and its output."""
     batch = c["q"].shape[0]
     splits = 64
-    o = torch.zeros(batch, heads, LV, dtype=torch.bfloat16, device="cuda")
-    logits = torch.empty(batch, heads, splits, LV, dtype=torch.float32, device="cuda")
-    lse = torch.empty(batch, heads, splits, dtype=torch.float32, device="cuda")
-    nsplit = torch.full((batch,), splits, dtype=torch.int32, device="cuda")
+    o = torch.zeros(batch, heads, LV, dtype=c["q"].dtype, device=device)
+    logits = torch.empty(batch, heads, splits, LV, dtype=torch.float32, device=device)
+    lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=device)
+    nsplit = torch.full((batch,), splits, dtype=torch.int32, device=device)
     scale = kv_scale if kv == "fp8" else 1.0
     args = (c["q"], c["k_pool"], c["v_pool"], o, c["kv_indptr"], c["kv_indices"], logits, lse, nsplit, splits)
 
@@ -96,6 +99,62 @@ def _sglang_decode():
             continue
         return fn, ({"has_mla": True} if "has_mla" in inspect.signature(fn).parameters else {})
     return None
+
+
+def time_candidates(torch, ref, mla, spec, result, write, *, device, install, timer, sync):
+    """Build the spec's cases on ``device``, take SGLang's fp8 error on each fp8 one, then for each candidate
+    ``install(defines)`` its build and check and time (``timer(run, rep_ms)``, ms) every case; ``sync`` waits for
+    the device. :func:`measure` passes the GPU, ``sm120_mla_mma.install`` and Triton's CUDA-graph timer."""
+    kv_scale = float(spec.get("kv_scale", 0.5))
+    rep_ms = int(spec.get("rep_ms", 200))
+    # bfloat16, as SGLang runs MLA; float16 where the loop is checked on a CPU (Triton's interpreter computes no
+    # bfloat16)
+    dtype = getattr(torch, spec.get("dtype", "bfloat16"))
+    cases = [tuple(case) for case in spec["cases"]]
+    inputs, refs = {}, {}
+    try:
+        for prefix, batch, heads, kv in cases:
+            key = f"{prefix}x{batch}x{heads}:{kv}"
+            inputs[key] = _case(torch, ref, prefix, batch, heads, kv, kv_scale, device, dtype)
+            refs[key] = _reference(ref, inputs[key], kv, kv_scale)
+    except Exception as exc:  # noqa: BLE001 - out of GPU memory, most likely: the run stops and says so
+        result["error"] = f"the cases' inputs and references could not be built: {type(exc).__name__}: {exc}"
+        result["error_kind"] = "cases"
+        write()
+        return
+
+    sglang = _sglang_decode()
+    for (prefix, batch, heads, kv), key in zip(cases, inputs):
+        if kv != "fp8":
+            continue
+        if sglang is None:
+            result["sglang"][key] = {"error": "SGLang's decode_attention_fwd could not be imported"}
+            continue
+        try:
+            run, o = _call(torch, sglang[0], inputs[key], heads, kv, kv_scale, device, **sglang[1])
+            run()
+            sync()
+            result["sglang"][key] = {"max_abs_err": (o.float() - refs[key]).abs().max().item()}
+        except Exception as exc:  # noqa: BLE001 - SGLang's kernel failing here is reported, not fatal
+            result["sglang"][key] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+
+    for cand in spec["candidates"]:
+        entry = {"name": cand["name"], "error": None, "cases": []}
+        result["candidates"].append(entry)
+        os.environ[FP8_MMA_ENV] = "1" if cand.get("fp8_mma") else "0"
+        try:
+            install(tuple(cand.get("defines", ())))
+            for (prefix, batch, heads, kv), key in zip(cases, inputs):
+                run, o = _call(torch, mla.sm120_mla_decode_fwd, inputs[key], heads, kv, kv_scale, device)
+                run()
+                sync()
+                err = (o.float() - refs[key]).abs().max().item()
+                ms = timer(run, rep_ms)
+                entry["cases"].append({"case": key, "ms": ms, "max_abs_err": err if math.isfinite(err) else None})
+        except Exception as exc:  # noqa: BLE001 - one candidate failing is its result, not the run's end
+            entry["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-1000:]
+        write()
+        print(DONE_MARK + cand["name"], flush=True)
 
 
 def measure(spec_path, out_path):
@@ -147,54 +206,19 @@ def measure(spec_path, out_path):
         write()
         return
 
-    kv_scale = float(spec.get("kv_scale", 0.5))
-    rep_ms = int(spec.get("rep_ms", 200))
     device = torch.device("cuda", index)
-    cases = [tuple(case) for case in spec["cases"]]
-    inputs, refs = {}, {}
-    try:
-        for prefix, batch, heads, kv in cases:
-            key = f"{prefix}x{batch}x{heads}:{kv}"
-            inputs[key] = _case(torch, ref, prefix, batch, heads, kv, kv_scale)
-            refs[key] = _reference(ref, inputs[key], kv, kv_scale)
-    except Exception as exc:  # noqa: BLE001 - out of GPU memory, most likely: the run stops and says so
-        result["error"] = f"the cases' inputs and references could not be built: {type(exc).__name__}: {exc}"
-        result["error_kind"] = "cases"
-        write()
-        return
-
-    sglang = _sglang_decode()
-    for (prefix, batch, heads, kv), key in zip(cases, inputs):
-        if kv != "fp8":
-            continue
-        if sglang is None:
-            result["sglang"][key] = {"error": "SGLang's decode_attention_fwd could not be imported"}
-            continue
-        try:
-            run, o = _call(torch, sglang[0], inputs[key], heads, kv, kv_scale, **sglang[1])
-            run()
-            torch.cuda.synchronize()
-            result["sglang"][key] = {"max_abs_err": (o.float() - refs[key]).abs().max().item()}
-        except Exception as exc:  # noqa: BLE001 - SGLang's kernel failing here is reported, not fatal
-            result["sglang"][key] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-
-    for cand in spec["candidates"]:
-        entry = {"name": cand["name"], "error": None, "cases": []}
-        result["candidates"].append(entry)
-        os.environ[FP8_MMA_ENV] = "1" if cand.get("fp8_mma") else "0"
-        try:
-            mla.cuda_prefix.install(device, tuple(cand.get("defines", ())))
-            for (prefix, batch, heads, kv), key in zip(cases, inputs):
-                run, o = _call(torch, mla.sm120_mla_decode_fwd, inputs[key], heads, kv, kv_scale)
-                run()
-                torch.cuda.synchronize()
-                err = (o.float() - refs[key]).abs().max().item()
-                ms = do_bench_cudagraph(run, rep=rep_ms)
-                entry["cases"].append({"case": key, "ms": ms, "max_abs_err": err if math.isfinite(err) else None})
-        except Exception as exc:  # noqa: BLE001 - one candidate failing is its result, not the run's end
-            entry["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-1000:]
-        write()
-        print(DONE_MARK + cand["name"], flush=True)
+    time_candidates(
+        torch,
+        ref,
+        mla,
+        spec,
+        result,
+        write,
+        device=device,
+        install=lambda defines: mla.cuda_prefix.install(device, defines),
+        timer=lambda run, rep_ms: do_bench_cudagraph(run, rep=rep_ms),
+        sync=torch.cuda.synchronize,
+    )
     write()
 
 

@@ -242,6 +242,71 @@ def test_the_worker_runs_in_the_serving_python_and_says_it_sees_no_gpu(tmp_path)
     assert usage.returncode == 2 and "usage: python -m sm120kit.tune.mla_worker" in usage.stderr
 
 
+WORKER_ON_CPU = """
+import json, os, sys
+import torch
+from sm120_attention import reference as ref
+from sm120_attention import sm120_mla as mla
+from sm120kit.tune import mla_worker
+
+spec = json.loads(sys.argv[1])
+result = {"error": None, "sglang": {}, "candidates": []}
+installed = []
+
+def install(defines):
+    installed.append((defines, os.environ.get(mla_worker.FP8_MMA_ENV)))
+
+def timer(run, rep_ms):
+    run()
+    return 0.5
+
+mla_worker.time_candidates(
+    torch, ref, mla, spec, result, lambda: None,
+    device=torch.device("cpu"), install=install, timer=timer, sync=lambda: None,
+)
+result["installed"] = installed
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.slow
+def test_the_worker_checks_and_times_every_case_of_every_candidate_on_the_cpu(tmp_path, release_dir):
+    """The worker's loop as the GPU runs it, on this machine's CPU: the decode call SGLang makes (here the kernels'
+    Triton path in Triton's interpreter, as the CUDA kernels need a GPU; float16 queries, as the interpreter computes
+    no bfloat16), each output against the float32 reference,
+    SGLang 0.5.23's own decode kernel on the fp8 case (the release on the path, unpatched, as the worker finds it in
+    a serving Python), each candidate installed in turn with its fp8-mma switch. Stand-ins,
+    for the GPU this machine lacks: the build's install (recorded, not compiled and loaded) and the CUDA-graph timer
+    (which runs the call once and gives 0.5 ms)."""
+    plan = tune.plan_tune(kv="fp8", heads=[16], lengths=[200], batches=[2])
+    spec = plan.spec()
+    spec["cases"].append([40, 1, 8, "bf16"])
+    spec["dtype"] = "float16"  # Triton's interpreter computes no bfloat16 (it gives values of 1e8 and more)
+    script = tmp_path / "worker_on_cpu.py"
+    script.write_text(WORKER_ON_CPU)
+    paths = tune._worker_env(tmp_path)["PYTHONPATH"] + os.pathsep + str(release_dir("0.5.23"))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=paths)
+    proc = subprocess.run(
+        [sys.executable, str(script), json.dumps(spec)], capture_output=True, text=True, env=env, timeout=1200
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[:-1] == [tune.DONE_MARK + c.name for c in plan.candidates]
+    result = json.loads(lines[-1])
+    assert result["error"] is None
+    assert result["installed"] == [[list(c.defines), "1" if c.fp8_mma else "0"] for c in plan.candidates]
+    keys = ["200x2x16:fp8", "40x1x8:bf16"]
+    for entry in result["candidates"]:
+        assert entry["error"] is None, entry
+        assert [c["case"] for c in entry["cases"]] == keys
+        for case in entry["cases"]:
+            assert case["ms"] == 0.5 and 0 < case["max_abs_err"] < 0.02, (entry["name"], case)
+    # SGLang's own fp8 kernel on the same inputs, the error the fp8-mma path is weighed against (on this run 0.014,
+    # the kernels' Triton path 6e-05)
+    assert list(result["sglang"]) == ["200x2x16:fp8"]
+    assert 0 < result["sglang"]["200x2x16:fp8"]["max_abs_err"] < 0.05, result["sglang"]
+
+
 @pytest.mark.slow
 def test_the_command_exits_9_without_a_12x_gpu_and_plans_anywhere():
     proc = _cli("--heads", "8", "--json")
