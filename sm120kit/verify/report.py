@@ -693,6 +693,23 @@ def min_tool_release(capability: tuple[int, int], machine: str | None = None) ->
     return arch.min_cuda(capability, machine=machine) or (12, 0)
 
 
+MLA_DEFINES_ENV = "SGLANG_SM120_MLA_DEFINES"  # the CUDA MLA kernels' build flags (sm120_mla_mma.DEFINES_ENV)
+
+
+def _mla_defines_problem(value: str) -> str | None:
+    """What the kernels' own parser finds wrong with a value of SGLANG_SM120_MLA_DEFINES, or None; None as well
+    where the kernels' package (with torch) cannot be imported here, as nothing can then be said of it."""
+    try:
+        from sm120_attention import sm120_mla_mma
+    except Exception:  # noqa: BLE001 - no torch here, or another sm120kit's kernels: no finding
+        return None
+    try:
+        sm120_mla_mma.parse_tunables(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def assess(
     *,
     judged: tuple[int, int],
@@ -965,6 +982,20 @@ def assess(
                     f"TORCH_CUDA_ARCH_LIST={arch_list!r} does not cover {label}: torch "
                     "extensions built here (JIT or from source) would not run on this GPU.",
                     f"Add {judged[0]}.{judged[1]}{'a' if judged[0] >= 9 else ''} to it.",
+                )
+            )
+    mla_defines = env.get(MLA_DEFINES_ENV, "").strip()
+    if mla_defines:
+        problem = _mla_defines_problem(mla_defines)
+        if problem is not None:
+            flags.append(
+                Flag(
+                    WARNING,
+                    "env",
+                    f"{MLA_DEFINES_ENV}={mla_defines!r} cannot be taken ({problem}): a patched SGLang ignores it "
+                    "and builds the MLA kernels as shipped.",
+                    "Give NAME=VALUE items of the kernels' TUNABLES (docs/cli.md), or unset it; "
+                    "sm120kit tune-mla prints a value measured on this GPU.",
                 )
             )
     if sm12x and env.get("SGLANG_ENABLE_JIT_DEEPGEMM", "").lower() in ("1", "true"):

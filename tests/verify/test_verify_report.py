@@ -460,6 +460,18 @@ def test_environment_findings():
     assert len([f for f in flags if f.component == "env"]) == 2
 
 
+def test_mla_kernel_flags_the_kernels_cannot_take_are_a_warning():
+    """SGLANG_SM120_MLA_DEFINES is checked by the kernels' own parser: a value they would ignore is a warning
+    that names the item; a value they take, or an empty one, is no finding."""
+    (flag,) = _assess(env={"SGLANG_SM120_MLA_DEFINES": "DECODE16_MAX_SPLIT=2k"})
+    assert (flag.severity, flag.component) == (WARNING, "env")
+    assert "'DECODE16_MAX_SPLIT=2k': DECODE16_MAX_SPLIT takes a whole number" in flag.message
+    assert "builds the MLA kernels as shipped" in flag.message and "tune-mla" in flag.fix
+    assert not _assess(env={"SGLANG_SM120_MLA_DEFINES": "DECODE16_MAX_SPLIT=2048"})
+    assert not _assess(env={"SGLANG_SM120_MLA_DEFINES": " "})
+    assert report.MLA_DEFINES_ENV == "SGLANG_SM120_MLA_DEFINES"
+
+
 def test_missing_sgl_kernel_and_version_pins_are_warnings():
     sglang = dataclasses.replace(GOOD["sglang"], pins={"torch": "==2.14.1", "sglang-kernel": "==0.4.10"})
     flags = _assess(sglang=sglang, sgl_kernel=SglKernelInfo(None, None))
