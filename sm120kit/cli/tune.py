@@ -465,6 +465,14 @@ def _show_bench(console, result, update, backup) -> None:
     help="Requests decoded together (default 1,4).",
 )
 @click.option(
+    "--drafts",
+    callback=_int_list,
+    default=None,
+    metavar="N,N,...",
+    help="Also time target verify with this many draft tokens a request (speculative decoding: EAGLE, MTP), "
+    "where the fp8-mma path's e4m3 scores count most.",
+)
+@click.option(
     "--python",
     "python",
     default=None,
@@ -481,13 +489,15 @@ def tune_mla_cmd(
     kv: str,
     lengths: tuple[int, ...] | None,
     batches: tuple[int, ...] | None,
+    drafts: tuple[int, ...] | None,
     python: str | None,
     any_gpu: bool,
     dry_run: bool,
     json_mode: bool,
 ) -> None:
     """Time the CUDA MLA kernels' build choices on this 12.x GPU (the decode bodies' split limits, the bodies
-    themselves, and for fp8 KV the fp8-mma path) against the build as shipped, each checked against a float32
+    themselves, and for fp8 KV the fp8-mma path) on decode, and with --drafts on target verify too, against the
+    build as shipped, each checked against a float32
     reference, and say what to set: SGLANG_SM120_MLA_DEFINES or SGLANG_SM120_MLA_FP8_MMA, or nothing. The shipped
     defaults were measured on an H200 standing in for SM120. Exits 9 without a 12.x GPU (unless --any-gpu)."""
     console = app.console(json_mode)
@@ -496,6 +506,7 @@ def tune_mla_cmd(
         heads=heads,
         lengths=lengths or tune_mla.DEFAULT_LENGTHS,
         batches=batches or tune_mla.DEFAULT_BATCHES,
+        drafts=drafts or (),
         python=python,
         any_gpu=any_gpu,
     )
@@ -503,7 +514,7 @@ def tune_mla_cmd(
     def show_plan() -> None:
         console.info(f"python:     {plan.python}")
         console.info(
-            f"cases:      {len(plan.cases)} {kv} decode calls: "
+            f"cases:      {len(plan.cases)} {kv} calls (decode; d N: verify with N drafts a request): "
             + ", ".join(f"{c.label} {c.heads}h" for c in plan.cases)
         )
         for cand in plan.candidates:

@@ -42,6 +42,7 @@ DEFAULT_LENGTHS = (8192, 32768, 131072)
 DEFAULT_BATCHES = (1, 4)
 MAX_PREFIX = 1 << 20
 MAX_BATCH = 256
+MAX_DRAFTS = 64
 MARGIN = 0.02  # a candidate is set where it is 2 % faster on the geometric mean, and 2 % slower on no case
 # The flags change only the order of the kernels' sums: an error past this multiple of the shipped build's (or past
 # it plus half a bf16 step at 0.5) is a defect of the build, not a trade, and the candidate is not set.
@@ -86,14 +87,16 @@ class Case:
     batch: int
     heads: int
     kv: str
+    drafts: int = 0  # draft tokens a request: 0 for decode, else target verify under a tree mask
 
     @property
-    def key(self) -> str:  # the worker's name of the case
-        return f"{self.prefix}x{self.batch}x{self.heads}:{self.kv}"
+    def key(self) -> str:  # the worker's name of the case (mla_worker.case_key)
+        return f"{self.prefix}x{self.batch}x{self.heads}" + (f"d{self.drafts}" if self.drafts else "") + f":{self.kv}"
 
     @property
     def label(self) -> str:
-        return f"{self.prefix // 1024}k b{self.batch}" if self.prefix % 1024 == 0 else f"{self.prefix} b{self.batch}"
+        prefix = f"{self.prefix // 1024}k" if self.prefix % 1024 == 0 else str(self.prefix)
+        return f"{prefix} b{self.batch}" + (f" d{self.drafts}" if self.drafts else "")
 
 
 @dataclass
@@ -108,7 +111,7 @@ class MlaTunePlan:
 
     def spec(self) -> dict:
         return {
-            "cases": [[c.prefix, c.batch, c.heads, c.kv] for c in self.cases],
+            "cases": [[c.prefix, c.batch, c.heads, c.kv, c.drafts] for c in self.cases],
             "candidates": [c.to_json() for c in self.candidates],
             "kv_scale": 0.5,
             "rep_ms": self.rep_ms,
@@ -127,19 +130,23 @@ def plan_tune(
     heads: Sequence[int],
     lengths: Sequence[int] = DEFAULT_LENGTHS,
     batches: Sequence[int] = DEFAULT_BATCHES,
+    drafts: Sequence[int] = (),
     python: str | None = None,
     any_gpu: bool = False,
 ) -> MlaTunePlan:
-    """The cases and candidates of a run; nothing runs yet. UsageError for values the kernels do not serve."""
+    """The cases and candidates of a run; nothing runs yet: decode at every length, batch and head count, and
+    target verify with each of ``drafts`` draft tokens a request as well. UsageError for values the kernels do not
+    serve."""
     if kv not in KV_DTYPES:
         raise UsageError(f"--kv-dtype {kv!r}: expected one of {', '.join(KV_DTYPES)}.")
     for what, values, low, high in (
         ("--heads", heads, 1, 128),
         ("--lengths", lengths, 1, MAX_PREFIX),
         ("--batch", batches, 1, MAX_BATCH),
+        ("--drafts", drafts, 1, MAX_DRAFTS),
     ):
         bad = [v for v in values if not low <= v <= high]
-        if not values or bad:
+        if (not values and what != "--drafts") or bad:
             raise UsageError(
                 f"{what} {','.join(map(str, values)) or '(none)'}: each value must be a whole number from {low} to "
                 f"{high}.",
@@ -147,7 +154,11 @@ def plan_tune(
                 "size (Kimi-K2 at TP8: 8; DeepSeek-V3 at TP8: 16).",
             )
     cases = tuple(
-        Case(p, b, h, kv) for h in dict.fromkeys(heads) for b in dict.fromkeys(batches) for p in dict.fromkeys(lengths)
+        Case(p, b, h, kv, d)
+        for d in (0, *dict.fromkeys(drafts))
+        for h in dict.fromkeys(heads)
+        for b in dict.fromkeys(batches)
+        for p in dict.fromkeys(lengths)
     )
     candidates = tuple(Candidate(n, d, q) for n, d, q, fewest in CANDIDATES[kv] if max(heads) >= fewest)
     return MlaTunePlan(python or sys.executable, kv, tuple(dict.fromkeys(heads)), cases, candidates, any_gpu)

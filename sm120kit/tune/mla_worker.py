@@ -6,20 +6,21 @@ that will serve (``PYTHONPATH`` reaching this file's package and the kernels' pa
     python -m sm120kit.tune.mla_worker SPEC.json RESULT.json
 
 It imports nothing of sm120kit and nothing outside the standard library but torch, Triton (its CUDA-graph timer),
-the kernels' package and, for the error of SGLang's own fp8 decode kernel on the same inputs, SGLang. For each
+the kernels' package and, for the error of SGLang's own fp8 kernels on the same inputs, SGLang. For each
 candidate of SPEC (a set of the kernels' build flags, ``TUNABLES``, and whether fp8 KV takes the fp8-mma path) it
 builds the kernels with those flags (``sm120_mla_mma.install``), then for each case (prefix tokens, batch, heads,
-KV dtype; page size 1, every token at a random slot, KV scale 0.5 for fp8) runs MLA decode through
-``sm120_mla_decode_fwd`` as the patched SGLang does, takes the largest absolute difference to the float32
-reference, and times the call replayed from a CUDA graph (``triton.testing.do_bench_cudagraph``). A line
-``done <candidate>`` on standard output marks each candidate's end.
+KV dtype, draft tokens; page size 1, every token at a random slot, KV scale 0.5 for fp8) runs MLA decode
+(``sm120_mla_decode_fwd``) or target verify under a tree mask (``sm120_tree_verify_fwd``) as the patched SGLang
+does, takes the largest absolute difference to the float32 reference, and times the call replayed from a CUDA
+graph (``triton.testing.do_bench_cudagraph``). A line ``done <candidate>`` on standard output marks each
+candidate's end.
 
 :func:`time_candidates` is that loop, with the device, the build's install and the timer as arguments (a test runs
 it on a CPU through the kernels' Triton path in Triton's interpreter).
 
-RESULT.json gets the GPU, the versions, the kernels' folder, SGLang's error per fp8 case (or why it was not measured) and, per
-candidate, its times and errors or the error that stopped it. The exit status is 0 whenever RESULT.json was
-written.
+RESULT.json gets the GPU, the versions, the kernels' folder, SGLang's error per fp8 case (or why it was not
+measured) and, per candidate, its times and errors or the error that stopped it. The exit status is 0 whenever
+RESULT.json was written.
 """
 
 import json
@@ -45,59 +46,80 @@ def _versions(torch):
     return info
 
 
-def _case(torch, ref, prefix, batch, heads, kv, kv_scale, device, dtype):
-    """A decode step of ``batch`` requests of ``prefix`` tokens on ``device``, queries (and 16-bit KV) in ``dtype``;
-    fp8 KV holds the values over ``kv_scale``, so the float32 reference multiplies them back."""
-    c = ref.make_decode_case([prefix] * batch, heads=heads, lk=LK, lv=LV, dtype=dtype, seed=prefix + batch)
+def case_key(prefix, batch, heads, kv, drafts=0):
+    """A case's name in SPEC's order: ``<prefix>x<batch>x<heads>:<kv>`` for decode, ``...d<drafts>:<kv>`` for verify."""
+    return f"{prefix}x{batch}x{heads}" + (f"d{drafts}" if drafts else "") + f":{kv}"
+
+
+def _case(torch, ref, prefix, batch, heads, kv, drafts, kv_scale, device, dtype):
+    """A decode step (``drafts`` 0) or a target verify of ``drafts`` tokens a request (a tree mask over them) of
+    ``batch`` requests of ``prefix`` tokens on ``device``, queries (and 16-bit KV) in ``dtype``, every prefix token
+    at a random slot of the pool; fp8 KV holds the values over ``kv_scale``, so the reference multiplies them back."""
+    if drafts:
+        c = ref.make_verify_case(
+            [prefix] * batch,
+            [drafts] * batch,
+            heads=heads,
+            lk=LK,
+            lv=LV,
+            dtype=dtype,
+            tree="tree",
+            seed=prefix + drafts,
+        )
+    else:
+        c = ref.make_decode_case([prefix] * batch, heads=heads, lk=LK, lv=LV, dtype=dtype, seed=prefix + batch)
     c = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in c.items()}
-    # every token at a random slot of the pool, as a page-1 pool serves a long request after others came and went
-    c["kv_indices"] = c["kv_indices"][torch.randperm(c["kv_indices"].numel(), device=device)]
     if kv == "fp8":
         c["k_pool"] = (c["k_pool"].float() / kv_scale).to(torch.float8_e4m3fn)
         c["v_pool"] = c["k_pool"][:, :, :LV]
     return c
 
 
-def _reference(ref, c, kv, kv_scale):
+def _reference(ref, c, kv, drafts, kv_scale):
     scale = kv_scale if kv == "fp8" else 1.0
+    if drafts:
+        return ref.reference_verify(c, k_scale=scale, v_scale=scale)
     return ref.reference_decode(c, k_scale=scale, v_scale=scale)
 
 
-def _call(torch, fn, c, heads, kv, kv_scale, device, **kwargs):
-    """The decode call as the patched SGLang makes it (``fn``: ``sm120_mla_decode_fwd`` or SGLang's
-    ``decode_attention_fwd``, ``kwargs`` its keyword arguments), as a function of no arguments, and its output."""
-    batch = c["q"].shape[0]
-    splits = 64
-    o = torch.zeros(batch, heads, LV, dtype=c["q"].dtype, device=device)
-    logits = torch.empty(batch, heads, splits, LV, dtype=torch.float32, device=device)
-    lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=device)
-    nsplit = torch.full((batch,), splits, dtype=torch.int32, device=device)
+def _call(torch, ref, fn, c, heads, kv, drafts, kv_scale, device, **kwargs):
+    """The decode or verify call as the patched SGLang makes it (``fn``: ``sm120_mla_decode_fwd`` or
+    ``sm120_tree_verify_fwd``, or SGLang's ``decode_attention_fwd`` or ``extend_attention_fwd``, ``kwargs`` its
+    keyword arguments), as a function of no arguments, and its output."""
     scale = kv_scale if kv == "fp8" else 1.0
-    args = (c["q"], c["k_pool"], c["v_pool"], o, c["kv_indptr"], c["kv_indices"], logits, lse, nsplit, splits)
+    rows = c["q"].shape[0]
+    o = torch.zeros(rows, heads, LV, dtype=c["q"].dtype, device=device)
+    if drafts:
+        args = ref.verify_args(c, o, scale, scale)
+    else:
+        splits = 64
+        logits = torch.empty(rows, heads, splits, LV, dtype=torch.float32, device=device)
+        lse = torch.empty(rows, heads, splits, dtype=torch.float32, device=device)
+        nsplit = torch.full((rows,), splits, dtype=torch.int32, device=device)
+        args = (c["q"], c["k_pool"], c["v_pool"], o, c["kv_indptr"], c["kv_indices"], logits, lse, nsplit, splits)
+        args += (1.0 / LK**0.5, scale, scale)
 
     def run():
-        served = fn(*args, 1.0 / LK**0.5, scale, scale, **kwargs)
-        if served is False:
+        if fn(*args, **kwargs) is False:
             raise RuntimeError("the SM120 MLA kernels declined the call")
 
     return run, o
 
 
-def _sglang_decode():
-    """SGLang's own Triton decode kernel (its module moved between releases) and its keyword arguments for MLA
-    (``has_mla`` where the release takes it), or None."""
+def _sglang_kernel(name):
+    """SGLang's own Triton kernel ``name`` (``decode_attention_fwd`` or ``extend_attention_fwd``; its module moved
+    between releases) and its keyword arguments for MLA (``has_mla`` where the release takes it), or None."""
     import importlib
     import inspect
 
-    for name in (
-        "sglang.kernels.ops.attention.decode_attention",
-        "sglang.srt.layers.attention.triton_ops.decode_attention",
-    ):
+    module = name.replace("_fwd", "")
+    for package in ("sglang.kernels.ops.attention", "sglang.srt.layers.attention.triton_ops"):
         try:
-            fn = importlib.import_module(name).decode_attention_fwd
+            fn = getattr(importlib.import_module(f"{package}.{module}"), name)
         except Exception:
             continue
-        return fn, ({"has_mla": True} if "has_mla" in inspect.signature(fn).parameters else {})
+        params = inspect.signature(fn).parameters
+        return fn, ({"has_mla": True} if name == "decode_attention_fwd" and "has_mla" in params else {})
     return None
 
 
@@ -110,28 +132,30 @@ def time_candidates(torch, ref, mla, spec, result, write, *, device, install, ti
     # bfloat16, as SGLang runs MLA; float16 where the loop is checked on a CPU (Triton's interpreter computes no
     # bfloat16)
     dtype = getattr(torch, spec.get("dtype", "bfloat16"))
-    cases = [tuple(case) for case in spec["cases"]]
+    cases = [tuple(case) + (0,) * (5 - len(case)) for case in spec["cases"]]  # drafts: 0 (decode) where left out
     inputs, refs = {}, {}
     try:
-        for prefix, batch, heads, kv in cases:
-            key = f"{prefix}x{batch}x{heads}:{kv}"
-            inputs[key] = _case(torch, ref, prefix, batch, heads, kv, kv_scale, device, dtype)
-            refs[key] = _reference(ref, inputs[key], kv, kv_scale)
+        for prefix, batch, heads, kv, drafts in cases:
+            key = case_key(prefix, batch, heads, kv, drafts)
+            inputs[key] = _case(torch, ref, prefix, batch, heads, kv, drafts, kv_scale, device, dtype)
+            refs[key] = _reference(ref, inputs[key], kv, drafts, kv_scale)
     except Exception as exc:  # noqa: BLE001 - out of GPU memory, most likely: the run stops and says so
         result["error"] = f"the cases' inputs and references could not be built: {type(exc).__name__}: {exc}"
         result["error_kind"] = "cases"
         write()
         return
 
-    sglang = _sglang_decode()
-    for (prefix, batch, heads, kv), key in zip(cases, inputs):
+    theirs = {name: _sglang_kernel(name) for name in ("decode_attention_fwd", "extend_attention_fwd")}
+    for (prefix, batch, heads, kv, drafts), key in zip(cases, inputs):
         if kv != "fp8":
             continue
-        if sglang is None:
-            result["sglang"][key] = {"error": "SGLang's decode_attention_fwd could not be imported"}
+        name = "extend_attention_fwd" if drafts else "decode_attention_fwd"
+        if theirs[name] is None:
+            result["sglang"][key] = {"error": f"SGLang's {name} could not be imported"}
             continue
         try:
-            run, o = _call(torch, sglang[0], inputs[key], heads, kv, kv_scale, device, **sglang[1])
+            fn, kwargs = theirs[name]
+            run, o = _call(torch, ref, fn, inputs[key], heads, kv, drafts, kv_scale, device, **kwargs)
             run()
             sync()
             result["sglang"][key] = {"max_abs_err": (o.float() - refs[key]).abs().max().item()}
@@ -144,8 +168,9 @@ def time_candidates(torch, ref, mla, spec, result, write, *, device, install, ti
         os.environ[FP8_MMA_ENV] = "1" if cand.get("fp8_mma") else "0"
         try:
             install(tuple(cand.get("defines", ())))
-            for (prefix, batch, heads, kv), key in zip(cases, inputs):
-                run, o = _call(torch, mla.sm120_mla_decode_fwd, inputs[key], heads, kv, kv_scale, device)
+            for (prefix, batch, heads, kv, drafts), key in zip(cases, inputs):
+                fn = mla.sm120_tree_verify_fwd if drafts else mla.sm120_mla_decode_fwd
+                run, o = _call(torch, ref, fn, inputs[key], heads, kv, drafts, kv_scale, device)
                 run()
                 sync()
                 err = (o.float() - refs[key]).abs().max().item()

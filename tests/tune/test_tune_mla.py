@@ -47,7 +47,13 @@ def test_the_plan_crosses_lengths_batches_and_heads_and_leaves_out_what_the_head
     bf16 = tune.plan_tune(kv="bf16", heads=[16])
     assert not any(c.fp8_mma for c in bf16.candidates)
     spec = plan16.spec()
-    assert spec["cases"] == [[185000, 4, 16, "fp8"], [185000, 4, 8, "fp8"]] and spec["kv_scale"] == 0.5
+    assert spec["cases"] == [[185000, 4, 16, "fp8", 0], [185000, 4, 8, "fp8", 0]] and spec["kv_scale"] == 0.5
+    verify = tune.plan_tune(kv="fp8", heads=[8], lengths=[32768], batches=[1], drafts=[4, 4, 8])
+    assert [(c.key, c.label) for c in verify.cases] == [
+        ("32768x1x8:fp8", "32k b1"),
+        ("32768x1x8d4:fp8", "32k b1 d4"),
+        ("32768x1x8d8:fp8", "32k b1 d8"),
+    ]
     assert spec["candidates"][1] == {
         "name": "DECODE16_MAX_SPLIT=2048",
         "defines": ["DECODE16_MAX_SPLIT=2048"],
@@ -73,6 +79,7 @@ def test_every_candidates_flags_are_ones_the_kernels_take_from_the_environment()
         (dict(kv="fp8", heads=[8], lengths=[0, 8192]), "--lengths 0,8192"),
         (dict(kv="fp8", heads=[8], batches=[1000]), "--batch 1000"),
         (dict(kv="fp8", heads=[]), "--heads (none)"),
+        (dict(kv="fp8", heads=[8], drafts=[0]), "--drafts 0"),
     ],
 )
 def test_the_plan_refuses_values_the_kernels_do_not_serve(kwargs, flag):
@@ -257,7 +264,6 @@ def install(defines):
     installed.append((defines, os.environ.get(mla_worker.FP8_MMA_ENV)))
 
 def timer(run, rep_ms):
-    run()
     return 0.5
 
 mla_worker.time_candidates(
@@ -277,10 +283,12 @@ def test_the_worker_checks_and_times_every_case_of_every_candidate_on_the_cpu(tm
     SGLang 0.5.23's own decode kernel on the fp8 case (the release on the path, unpatched, as the worker finds it in
     a serving Python), each candidate installed in turn with its fp8-mma switch. Stand-ins,
     for the GPU this machine lacks: the build's install (recorded, not compiled and loaded) and the CUDA-graph timer
-    (which runs the call once and gives 0.5 ms)."""
-    plan = tune.plan_tune(kv="fp8", heads=[16], lengths=[200], batches=[2])
+    (which gives 0.5 ms without running the call again)."""
+    plan = tune.plan_tune(kv="fp8", heads=[16], lengths=[100], batches=[2], drafts=[3])
     spec = plan.spec()
-    spec["cases"].append([40, 1, 8, "bf16"])
+    spec["cases"].append([40, 1, 8, "bf16"])  # the worker takes a case without drafts as decode
+    candidates = [c for c in plan.candidates if c.name in ("shipped", "DECODE16_MAX_SPLIT=2048", "fp8-mma path")]
+    spec["candidates"] = [c.to_json() for c in candidates]
     spec["dtype"] = "float16"  # Triton's interpreter computes no bfloat16 (it gives values of 1e8 and more)
     script = tmp_path / "worker_on_cpu.py"
     script.write_text(WORKER_ON_CPU)
@@ -291,20 +299,22 @@ def test_the_worker_checks_and_times_every_case_of_every_candidate_on_the_cpu(tm
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
-    assert lines[:-1] == [tune.DONE_MARK + c.name for c in plan.candidates]
+    assert lines[:-1] == [tune.DONE_MARK + c.name for c in candidates]
     result = json.loads(lines[-1])
     assert result["error"] is None
-    assert result["installed"] == [[list(c.defines), "1" if c.fp8_mma else "0"] for c in plan.candidates]
-    keys = ["200x2x16:fp8", "40x1x8:bf16"]
+    assert result["installed"] == [[list(c.defines), "1" if c.fp8_mma else "0"] for c in candidates]
+    keys = ["100x2x16:fp8", "100x2x16d3:fp8", "40x1x8:bf16"]
+    assert keys[:2] == [c.key for c in plan.cases]
     for entry in result["candidates"]:
         assert entry["error"] is None, entry
         assert [c["case"] for c in entry["cases"]] == keys
         for case in entry["cases"]:
             assert case["ms"] == 0.5 and 0 < case["max_abs_err"] < 0.02, (entry["name"], case)
-    # SGLang's own fp8 kernel on the same inputs, the error the fp8-mma path is weighed against (on this run 0.014,
-    # the kernels' Triton path 6e-05)
-    assert list(result["sglang"]) == ["200x2x16:fp8"]
-    assert 0 < result["sglang"]["200x2x16:fp8"]["max_abs_err"] < 0.05, result["sglang"]
+    # SGLang's own fp8 kernels (decode, and extend for verify) on the same inputs, the errors the fp8-mma path is
+    # weighed against
+    assert list(result["sglang"]) == keys[:2]
+    for key in keys[:2]:
+        assert 0 < result["sglang"][key]["max_abs_err"] < 0.05, result["sglang"]
 
 
 @pytest.mark.slow
@@ -314,7 +324,7 @@ def test_the_command_exits_9_without_a_12x_gpu_and_plans_anywhere():
     error = json.loads(proc.stdout)
     assert error["error"] == "missing-dependency" and "torch sees no CUDA GPU" in error["message"]
     plan = json.loads(_cli("--heads", "16", "--lengths", "185000", "--dry-run", "--json").stdout)["plan"]
-    assert plan["cases"] == [[185000, 1, 16, "fp8"], [185000, 4, 16, "fp8"]]
+    assert plan["cases"] == [[185000, 1, 16, "fp8", 0], [185000, 4, 16, "fp8", 0]]
     assert [c["name"] for c in plan["candidates"]] == [
         "shipped",
         "DECODE16_MAX_SPLIT=2048",
