@@ -71,7 +71,9 @@ def _case(torch, ref, prefix, batch, heads, kv, drafts, kv_scale, device, dtype)
     c = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in c.items()}
     if kv == "fp8":
         c["k_pool"] = (c["k_pool"].float() / kv_scale).to(torch.float8_e4m3fn)
-        c["v_pool"] = c["k_pool"][:, :, :LV]
+    # MLA's values are the first LV dims of the keys' rows, a view, as SGLang's pool holds them (the copy to the
+    # device made them a tensor of their own, which the CUDA kernels do not take)
+    c["v_pool"] = c["k_pool"][:, :, :LV]
     return c
 
 

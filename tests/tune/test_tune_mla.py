@@ -249,6 +249,31 @@ def test_the_worker_runs_in_the_serving_python_and_says_it_sees_no_gpu(tmp_path)
     assert usage.returncode == 2 and "usage: python -m sm120kit.tune.mla_worker" in usage.stderr
 
 
+@pytest.mark.parametrize("kv, drafts", [("bf16", 0), ("fp8", 0), ("bf16", 3)])
+def test_the_workers_cases_hold_the_values_as_a_view_of_the_keys(kv, drafts, monkeypatch):
+    """As SGLang's MLA pool holds them, and as the CUDA kernels take them (a tensor of its own sends the call to
+    the Triton kernels): the values are the first 512 dims of the keys' rows, for both KV dtypes, after the move
+    to the device. No GPU here: a move to a device stands in as a copy, as a move to a GPU is."""
+    import torch
+
+    from sm120_attention import reference as ref
+    from sm120kit.tune import mla_worker
+
+    real_to = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        moved = real_to(self, *args, **kwargs)
+        return moved.clone() if args and isinstance(args[0], torch.device) else moved
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+
+    c = mla_worker._case(torch, ref, 64, 2, 8, kv, drafts, 0.5, torch.device("cpu"), torch.bfloat16)
+    assert c["v_pool"].data_ptr() == c["k_pool"].data_ptr() and c["v_pool"].stride() == c["k_pool"].stride()
+    assert c["v_pool"].shape[-1] == 512 and c["k_pool"].dtype == (
+        torch.float8_e4m3fn if kv == "fp8" else torch.bfloat16
+    )
+
+
 WORKER_ON_CPU = """
 import json, os, sys
 import torch
