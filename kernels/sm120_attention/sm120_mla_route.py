@@ -51,6 +51,9 @@ class Table(NamedTuple):
     rows16_min_programs_bf16: float = 2  # bf16 decode: 16-row programs a split, at least: "Route: 16-row programs"
     rows16_transposed_rows_bf16: float = 8  # bf16 decode: or one program of <= these rows: "Route: 16-row programs"
     rows16_min_programs_bf16_verify: float = 1  # bf16 verify: the same: "Route: 16-row programs"
+    rows16_max_programs_fp8_verify: float = 32  # fp8 verify: the same, at most: "Route: several requests"
+    one_launch_min_rows_bf16_verify: float = 32  # bf16 verify left: 64-row launch from: "Route: several requests"
+    one_launch_max_programs_bf16_verify: float = 16  # ... up to these a split: "Route: several requests"
     fuse_tail_max_rows: float = 128  # draft tail inside the merge up to these rows: "Route: draft tail in the merge"
     min_chunk: int = 256  # fewest prefix tokens a split walks: "Route: fewest tokens a split"
     min_chunk_one: int = 64  # the same where a split has one program: "Route: fewest tokens a split"
@@ -199,12 +202,27 @@ def choose(call: Call, table: Table | None = None) -> Route:
         # bf16 decode of 8 rows a request or fewer runs the 16-row launch's transposed body even with one program
         # a split.
         transposed = call.decode and rows <= table.rows16_transposed_rows_bf16
-        if programs16 <= table.rows16_max_programs and (
-            call.kv_dtype != "bfloat16" or programs16 >= fewest or transposed
-        ):
+        # fp8 verify of several requests keeps the 16-row launch up to more programs a split than the rest.
+        fp8_verify = not call.decode and call.kv_dtype == "float8_e4m3fn"
+        most = max(table.rows16_max_programs, table.rows16_max_programs_fp8_verify if fp8_verify else 0)
+        if programs16 <= most and (call.kv_dtype != "bfloat16" or programs16 >= fewest or transposed):
             splits = _one_launch_splits(call, cuda.rows16, cuda.capacity16, table)
             if splits is not None:
                 return route(CUDA16_ONE_LAUNCH, splits, table.min_chunk_one if programs16 == 1 else table.min_chunk)
+        # bf16 verify of several requests whose 16-row programs are too many a split: the 64-row programs in one
+        # launch (each request's rows in one program, half of them padding at 32 rows) where a request has enough
+        # rows and a split few enough programs.
+        programs64 = row_blocks(call.tokens, call.heads, cuda.rows) * call.batch
+        if (
+            not call.decode
+            and call.kv_dtype == "bfloat16"
+            and programs16 > table.rows16_max_programs
+            and rows >= table.one_launch_min_rows_bf16_verify
+            and programs64 <= table.one_launch_max_programs_bf16_verify
+        ):
+            splits = _one_launch_splits(call, cuda.rows, cuda.capacity, table)
+            if splits is not None:
+                return route(CUDA64_ONE_LAUNCH, splits, table.min_chunk)
     triton_programs = -(-group // tiles.block_h) * -(-call.tokens // tiles.block_t) * call.batch * call.kv_heads
     min_chunk = table.min_chunk_one if not use_mma and triton_programs == 1 else table.min_chunk
     if use_mma:
@@ -231,14 +249,23 @@ def force(path: str, table: Table | None = None) -> Table:
     launch that cannot take the call leaves CUDA16_ONE_LAUNCH to TRITON and CUDA64_ONE_LAUNCH to CUDA64."""
     table = TABLE if table is None else table
     if path == TRITON:
-        return table._replace(mma_min_rows=NEVER, rows16_max_programs=0)
+        return table._replace(
+            mma_min_rows=NEVER,
+            rows16_max_programs=0,
+            rows16_max_programs_fp8_verify=0,
+            one_launch_min_rows_bf16_verify=NEVER,
+        )
     if path == CUDA64:
         return table._replace(mma_min_rows=0, one_launch_max_programs=0)
     if path == CUDA64_ONE_LAUNCH:
         return table._replace(mma_min_rows=0, one_launch_max_programs=NEVER)
     if path == CUDA16_ONE_LAUNCH:
         return table._replace(
-            mma_min_rows=NEVER, rows16_max_programs=NEVER, rows16_min_programs_bf16=0, rows16_min_programs_bf16_verify=0
+            mma_min_rows=NEVER,
+            rows16_max_programs=NEVER,
+            rows16_min_programs_bf16=0,
+            rows16_min_programs_bf16_verify=0,
+            one_launch_min_rows_bf16_verify=NEVER,
         )
     raise ValueError(f"no route path {path!r}; the paths are {', '.join(PATHS)}")
 

@@ -197,6 +197,38 @@ def test_every_benchmark_case_routes_as_the_launcher_did_before():
         assert summary(routes.choose(mla_call(*key, sm_count=132, cuda=False))) == triton_only, key
 
 
+def test_verify_of_several_requests_with_few_rows_each_keeps_the_cuda_kernels():
+    """Target verify of several requests with fewer than 64 query rows each (4 drafts x 8 heads, 2 x 16: 32 rows)
+    takes the 16-row one launch up to rows16_max_programs (4) programs a split; past that, fp8 KV keeps it up to
+    rows16_max_programs_fp8_verify (32), and bf16 KV takes the 64-row one launch (a program a request, 32 live
+    rows) up to one_launch_max_programs_bf16_verify (16) programs a split, where Triton's kernels ran before
+    (docs/benchmarks.md "Route: several requests": 2.6-3.9x for fp8, 1.12-2.3x for bf16, on an H100)."""
+    table = routes.TABLE
+    assert (table.rows16_max_programs_fp8_verify, table.one_launch_min_rows_bf16_verify) == (32, 32)
+    assert table.one_launch_max_programs_bf16_verify == 16
+    for drafts, heads in ((4, 8), (2, 16)):
+        for batch, fp8, bf16 in (
+            (2, ("cuda16 one launch", 32, 256, "one launch"), ("cuda16 one launch", 32, 256, "one launch")),
+            (4, ("cuda16 one launch", 15, 256, "one launch"), ("cuda64 one launch", 32, 256, "one launch")),
+            (8, ("cuda16 one launch", 7, 256, "one launch"), ("cuda64 one launch", 15, 256, "one launch")),
+            (16, ("cuda16 one launch", 3, 256, "one launch"), ("cuda64 one launch", 7, 256, "one launch")),
+            (32, ("triton pair", 8, 256, "merge"), ("triton pair", 8, 256, "merge")),
+        ):
+            assert summary(routes.choose(mla_call("verify", drafts, heads, "fp8", batch))) == fp8, (drafts, batch)
+            assert summary(routes.choose(mla_call("verify", drafts, heads, "bf16", batch))) == bf16, (drafts, batch)
+    # Below 32 rows a request (2 drafts x 8 heads) bf16 keeps Triton's kernels past four 16-row programs a split;
+    # decode is unchanged (batch 8 of 16 heads: eight 16-row programs, Triton's).
+    assert routes.choose(mla_call("verify", 2, 8, "bf16", 8)).path == routes.TRITON
+    assert routes.choose(mla_call("verify", 2, 8, "fp8", 8)).path == routes.CUDA16_ONE_LAUNCH
+    assert routes.choose(mla_call("decode", 1, 16, "bf16", 8)).path == routes.TRITON
+    assert routes.choose(mla_call("decode", 1, 16, "fp8", 8)).path == routes.TRITON
+    # force(TRITON) leaves every such call to Triton's kernels, force(CUDA16_ONE_LAUNCH) to the 16-row launch.
+    for kvd in ("fp8", "bf16"):
+        call = mla_call("verify", 4, 8, kvd, 8)
+        assert routes.choose(call, routes.force(routes.TRITON)).path == routes.TRITON
+        assert routes.choose(call, routes.force(routes.CUDA16_ONE_LAUNCH)).path == routes.CUDA16_ONE_LAUNCH
+
+
 def test_force_selects_each_path_where_its_kernels_take_the_call():
     call = mla_call("verify", 8, 16, "bf16", 1)  # 128 rows: two 64-row programs or eight 16-row ones a split
     assert routes.choose(call).path == routes.CUDA64_ONE_LAUNCH
