@@ -166,8 +166,8 @@ def parse_tunables(text: str) -> tuple[str, ...]:
     """``NAME=VALUE`` flags of :data:`TUNABLES`, comma-separated (spaces and empty items ignored, a later value of
     a name in place of an earlier one), as -D flags; ValueError, naming the item and what is allowed, for any item
     that is not a known name with an integer value in its range."""
-    flags = merge_defines(text.replace(" ", ""))
-    for flag in flags:
+    taken = []
+    for flag in merge_defines(text.replace(" ", "")):
         name, sep, value = flag.partition("=")
         if name not in TUNABLES:
             known = ", ".join(sorted(TUNABLES))
@@ -179,7 +179,8 @@ def parse_tunables(text: str) -> tuple[str, ...]:
             number = None
         if number is None or not low <= number <= high:
             raise ValueError(f"{flag!r}: {name} takes a whole number from {low} to {high} ({name}={low} .. {high})")
-    return tuple(f"{name}={int(value, 10)}" for name, _, value in (flag.partition("=") for flag in flags))
+        taken.append(f"{name}={number}")
+    return tuple(taken)
 
 
 def defines_setting() -> tuple[tuple[str, ...], str | None]:

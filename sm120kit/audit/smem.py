@@ -33,7 +33,7 @@ from sm120kit.audit.shapes import ProbeCase, ShapeMatrix, expand, load_matrix
 from sm120kit.errors import MissingDependency, ToolFailed, UsageError
 from sm120kit.hardware.arch import SM12X_LABELS, parse_capability
 from sm120kit.sglang import launchers as launcher_table
-from sm120kit.sglang import releases
+from sm120kit.sglang import mla_kernels, releases
 from sm120kit.sglang.metadata import installed_version
 from sm120kit.sglang.target import Target, find_target
 from sm120kit.util.report import Progress, Step, tell
@@ -45,9 +45,6 @@ METHOD = (
     "Triton compile for the target, nothing ran on a GPU"
 )
 _PROBE_TIMEOUT = 3600
-# The build flags of the CUDA MLA kernels a patched SGLang takes from the environment (sm120_mla_mma.DEFINES_ENV):
-# the probe inherits it and builds what the server would, so a cached result holds only for the same value.
-MLA_DEFINES_ENV = "SGLANG_SM120_MLA_DEFINES"
 NOT_APPLICABLE = "not-applicable"
 
 
@@ -410,7 +407,7 @@ def _run_probe(
         env = {
             "PYTHONPATH": os.pathsep.join(path_parts),
             "TRITON_CACHE_DIR": str(cache.triton_dir),
-            "SGLANG_SM120_MLA_CACHE_DIR": str(cache.nvrtc_dir),
+            mla_kernels.CACHE_DIR_ENV: str(cache.nvrtc_dir),
             "PYTHONDONTWRITEBYTECODE": "1",
             "SGLANG_DISABLE_REQUEST_LOGGING": "1",
         }
@@ -569,7 +566,8 @@ def audit_tree(
                 case.key_text(),
                 source_digests[sd_key],
                 policy.get(case.launcher, {}),
-                os.environ.get(MLA_DEFINES_ENV, ""),
+                # the probe inherits the MLA kernels' build flags and builds what the server would
+                os.environ.get(mla_kernels.DEFINES_ENV, ""),
             )
 
     reports: dict[tuple[str, str], CaseReport] = {}

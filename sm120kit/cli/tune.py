@@ -204,7 +204,7 @@ def tune_moe_command(
 def _int_list(ctx, param, value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
-    flag = "--" + param.name.replace("_", "-") if param is not None and param.name else "the value"
+    flag = param.opts[0] if param is not None and param.opts else "the value"
     try:
         numbers = tuple(int(part) for part in value.replace(" ", "").split(",") if part)
     except ValueError:

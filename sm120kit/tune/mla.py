@@ -30,13 +30,12 @@ from pathlib import Path
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, ToolFailed, UsageError
 from sm120kit.hardware.arch import SM12X_CAPABILITIES, is_sm12x
+from sm120kit.sglang.mla_kernels import DEFINES_ENV, FP8_MMA_ENV
+from sm120kit.tune.mla_worker import DONE_MARK, case_key
 from sm120kit.util.report import Progress, Step
 from sm120kit.util.resources import data_dir, package_path
 
 WORKER = "sm120kit.tune.mla_worker"
-DONE_MARK = "done "  # the worker's line at each candidate's end
-DEFINES_ENV = "SGLANG_SM120_MLA_DEFINES"
-FP8_MMA_ENV = "SGLANG_SM120_MLA_FP8_MMA"
 KV_DTYPES = ("fp8", "bf16")
 DEFAULT_LENGTHS = (8192, 32768, 131072)
 DEFAULT_BATCHES = (1, 4)
@@ -90,8 +89,8 @@ class Case:
     drafts: int = 0  # draft tokens a request: 0 for decode, else target verify under a tree mask
 
     @property
-    def key(self) -> str:  # the worker's name of the case (mla_worker.case_key)
-        return f"{self.prefix}x{self.batch}x{self.heads}" + (f"d{self.drafts}" if self.drafts else "") + f":{self.kv}"
+    def key(self) -> str:  # the worker's name of the case
+        return case_key(self.prefix, self.batch, self.heads, self.kv, self.drafts)
 
     @property
     def label(self) -> str:

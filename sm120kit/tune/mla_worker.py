@@ -30,7 +30,6 @@ import sys
 import traceback
 
 LK, LV = 576, 512
-FP8_MMA_ENV = "SGLANG_SM120_MLA_FP8_MMA"
 DONE_MARK = "done "
 
 
@@ -167,7 +166,7 @@ def time_candidates(torch, ref, mla, spec, result, write, *, device, install, ti
     for cand in spec["candidates"]:
         entry = {"name": cand["name"], "error": None, "cases": []}
         result["candidates"].append(entry)
-        os.environ[FP8_MMA_ENV] = "1" if cand.get("fp8_mma") else "0"
+        os.environ[mla.cuda_prefix.FP8_MMA_ENV] = "1" if cand.get("fp8_mma") else "0"
         try:
             install(tuple(cand.get("defines", ())))
             for (prefix, batch, heads, kv, drafts), key in zip(cases, inputs):

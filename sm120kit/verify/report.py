@@ -30,6 +30,7 @@ from typing import Any
 from sm120kit import runner
 from sm120kit.errors import MissingDependency, NotSglangTree, Sm120kitError, ToolFailed
 from sm120kit.hardware import arch
+from sm120kit.sglang import mla_kernels
 from sm120kit.sglang.metadata import dist_metadata_files, installed_version, version_in_file
 from sm120kit.verify.flag import ERROR, INFO, WARNING, Flag  # noqa: F401 (re-exported for the report's users)
 
@@ -693,9 +694,6 @@ def min_tool_release(capability: tuple[int, int], machine: str | None = None) ->
     return arch.min_cuda(capability, machine=machine) or (12, 0)
 
 
-MLA_DEFINES_ENV = "SGLANG_SM120_MLA_DEFINES"  # the CUDA MLA kernels' build flags (sm120_mla_mma.DEFINES_ENV)
-
-
 def _mla_defines_problem(value: str) -> str | None:
     """What the kernels' own parser finds wrong with a value of SGLANG_SM120_MLA_DEFINES, or None; None as well
     where the kernels' package (with torch) cannot be imported here, as nothing can then be said of it."""
@@ -984,7 +982,7 @@ def assess(
                     f"Add {judged[0]}.{judged[1]}{'a' if judged[0] >= 9 else ''} to it.",
                 )
             )
-    mla_defines = env.get(MLA_DEFINES_ENV, "").strip()
+    mla_defines = env.get(mla_kernels.DEFINES_ENV, "").strip()
     if mla_defines:
         problem = _mla_defines_problem(mla_defines)
         if problem is not None:
@@ -992,7 +990,7 @@ def assess(
                 Flag(
                     WARNING,
                     "env",
-                    f"{MLA_DEFINES_ENV}={mla_defines!r} cannot be taken ({problem}): a patched SGLang ignores it "
+                    f"{mla_kernels.DEFINES_ENV}={mla_defines!r} cannot be taken ({problem}): a patched SGLang ignores it "
                     "and builds the MLA kernels as shipped.",
                     "Give NAME=VALUE items of the kernels' TUNABLES (docs/cli.md), or unset it; "
                     "sm120kit tune-mla prints a value measured on this GPU.",

@@ -21,7 +21,10 @@ from sm120kit.audit import smem as smem_audit  # noqa: E402
 from sm120kit.cli import main as cli_main  # noqa: E402
 from sm120kit.errors import UsageError  # noqa: E402
 from sm120kit.hardware import cubin  # noqa: E402
-from sm120kit.sglang import launchers  # noqa: E402
+from sm120kit.sglang import (
+    launchers,  # noqa: E402
+    mla_kernels,  # noqa: E402
+)
 from sm120kit.util.resources import patches_dir  # noqa: E402
 
 LIMIT = 101376
@@ -525,7 +528,7 @@ def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(
     tree = installed_tree("0.5.23")
     code, _, err = _cli(capsys, "apply", str(tree))
     assert code == 0, err
-    monkeypatch.delenv(smem_audit.MLA_DEFINES_ENV, raising=False)
+    monkeypatch.delenv(mla_kernels.DEFINES_ENV, raising=False)
     cache = audit_cache(tmp_path / "cache")
     result = smem_audit.audit_tree(
         tree.parent, archs=("12.0",), matrix=_matrix(tmp_path, MLA_TREE_VERIFY), cache=cache, jobs=2
@@ -550,7 +553,7 @@ def test_patched_tree_verify_audit_compiles_the_cuda_prefix_kernel(
     decode = MLA_TREE_VERIFY.replace('["auto", "fp8_e4m3"]', '["fp8_e4m3"]').replace(
         '["tree-verify", "mla-decode"]', '["mla-decode"]'
     )
-    env = smem_audit.MLA_DEFINES_ENV
+    env = mla_kernels.DEFINES_ENV
     for value, note in (
         ("DECODE16_MAX_SPLIT=2048", f"CUDA MLA kernels built with {env}=DECODE16_MAX_SPLIT=2048"),
         ("DECODE16=2", f"{env} is ignored, the kernels are built as shipped: 'DECODE16=2': DECODE16 takes"),

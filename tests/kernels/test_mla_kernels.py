@@ -641,9 +641,12 @@ def test_the_defines_setting_refuses_what_it_cannot_take_and_names_it(mma, monke
 
 
 def test_the_defines_setting_takes_known_flags_with_a_later_value_in_place(mma, monkeypatch):
-    from sm120kit.audit import smem
+    from sm120_attention import sm120_mla_nvrtc
+    from sm120kit.sglang import mla_kernels
 
-    assert smem.MLA_DEFINES_ENV == mma.DEFINES_ENV == "SGLANG_SM120_MLA_DEFINES"  # the audit keys its cache on it
+    # sm120kit's names of the switches (the audit keys its cache on the flags) are the kernels' own
+    assert mla_kernels.DEFINES_ENV == mma.DEFINES_ENV == "SGLANG_SM120_MLA_DEFINES"
+    assert mla_kernels.FP8_MMA_ENV == mma.FP8_MMA_ENV and mla_kernels.CACHE_DIR_ENV == sm120_mla_nvrtc.CACHE_ENV
     monkeypatch.delenv(mma.DEFINES_ENV, raising=False)
     assert mma.defines_setting() == ((), None)
     monkeypatch.setenv(mma.DEFINES_ENV, " DECODE16_MAX_SPLIT = 02048 ,, FP8_UNPACK16=3, DECODE16_MAX_SPLIT=1024")

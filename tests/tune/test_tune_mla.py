@@ -286,7 +286,7 @@ result = {"error": None, "sglang": {}, "candidates": []}
 installed = []
 
 def install(defines):
-    installed.append((defines, os.environ.get(mla_worker.FP8_MMA_ENV)))
+    installed.append((defines, os.environ.get(mla.cuda_prefix.FP8_MMA_ENV)))
 
 def timer(run, rep_ms):
     return 0.5
@@ -358,5 +358,7 @@ def test_the_command_exits_9_without_a_12x_gpu_and_plans_anywhere():
     ]
     bad = _cli("--heads", "8", "--lengths", "8k")
     assert bad.returncode == 2 and "--lengths '8k': expected positive integers" in bad.stderr
+    bad = _cli("--heads", "8", "--batch", "1,x")  # the option as typed, not the parameter it fills
+    assert bad.returncode == 2 and "--batch '1,x': expected positive integers" in bad.stderr
     assert _cli("--heads", "200").returncode == 2
     assert _cli("--lengths", "8192").returncode == 2  # --heads is required

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sm120kit.hardware.fake_device import PRESETS, faked_cuda
+from sm120kit.sglang import mla_kernels
 from sm120kit.verify import report
 from sm120kit.verify.report import (
     ERROR,
@@ -469,7 +470,7 @@ def test_mla_kernel_flags_the_kernels_cannot_take_are_a_warning():
     assert "builds the MLA kernels as shipped" in flag.message and "tune-mla" in flag.fix
     assert not _assess(env={"SGLANG_SM120_MLA_DEFINES": "DECODE16_MAX_SPLIT=2048"})
     assert not _assess(env={"SGLANG_SM120_MLA_DEFINES": " "})
-    assert report.MLA_DEFINES_ENV == "SGLANG_SM120_MLA_DEFINES"
+    assert mla_kernels.DEFINES_ENV == "SGLANG_SM120_MLA_DEFINES"
 
 
 def test_missing_sgl_kernel_and_version_pins_are_warnings():
