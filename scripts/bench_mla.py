@@ -561,6 +561,21 @@ def verify_cases(which):
     return cases
 
 
+def batched_verify_cases(which):
+    """Target verify of several requests with fewer than 64 query rows each (4 drafts x 8 heads, 2 x 16): the
+    cases of "Route: several requests" in docs/benchmarks.md, as (prefix, drafts, heads, kv dtype, tree, page
+    size, batch). Only ``--cases verify-batch`` runs them."""
+    if which != "verify-batch":
+        return []
+    return [
+        (prefix, drafts, heads, kvd, "tree", 1, batch)
+        for kvd in ("fp8", "bf16")
+        for drafts, heads in ((4, 8), (2, 16))
+        for batch in (4, 8)
+        for prefix in (32768, 131072)
+    ]
+
+
 def decode_cases(which):
     cases = []
     if which in ("all", "decode"):
@@ -1598,8 +1613,9 @@ def main():
     ap.add_argument(
         "--cases",
         default="all",
-        choices=("all", "verify", "decode", "fp8", "fp8-decode", "quick", "none"),
-        help="fp8: the fp8 KV and 8-head cases only (decode and verify); fp8-decode: their decode cases",
+        choices=("all", "verify", "decode", "fp8", "fp8-decode", "verify-batch", "quick", "none"),
+        help="fp8: the fp8 KV and 8-head cases only (decode and verify); fp8-decode: their decode cases; "
+        "verify-batch: verify of 4 and 8 requests with 32 query rows each",
     )
     ap.add_argument("--sweep", action="store_true", help="time every SM120-legal tile set and split count first")
     ap.add_argument("--sweep-splits", action="store_true", help="time split counts past the cap at 185k")
@@ -1765,10 +1781,11 @@ def main():
         result["sweep"] = sweep(mla, roof)
     if args.sweep_splits:
         result["sweep_splits"] = sweep_splits(mla, roof)
-    for prefix, drafts, heads, kvd, tree, page in verify_cases(args.cases):
+    cases = [(*case, 1) for case in verify_cases(args.cases)] + batched_verify_cases(args.cases)
+    for prefix, drafts, heads, kvd, tree, page, batch in cases:
         if args.heads and heads not in args.heads:
             continue
-        c = verify_case(prefix, drafts, heads, kvd, tree, page)
+        c = verify_case(prefix, drafts, heads, kvd, tree, page, batch)
         scale = 0.5 if kvd == "fp8" else 1.0
         new, old, o_new, o_old = run_verify(mla, ext, c, heads, page, scale)
         new()
@@ -1780,7 +1797,9 @@ def main():
             diff = (o_new.float() - o_old.float()).abs().max().item()
         except Exception as e:  # noqa: BLE001  (SGLang's kernel may not run this case in this mode)
             t_old, diff = None, f"SGLang kernel failed: {str(e)[:80]}"
-        label = f"verify prefix {prefix}, {drafts} {tree}, {heads} heads, {kvd}, page {page}"
+        label = f"verify prefix {prefix}, {drafts} {tree}, {heads} heads, {kvd}, page {page}" + (
+            f", {batch} requests" if batch > 1 else ""
+        )
         r = row("verify", label, c, heads, t_old, t_new, roof, diff)
         r["timing"] = {"new": how_new, "old": LAST["method"]}
         r.update(route_fields(mla, c, new))

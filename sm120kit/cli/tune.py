@@ -536,7 +536,10 @@ def tune_mla_cmd(
 
 def _show_tune_mla(console, result: tune_mla.MlaTuneResult) -> None:
     plan = result.plan
-    where = result.device + ("" if result.sm120_card else " (not an SM120 card: --any-gpu)")
+    where = result.device
+    if not result.sm120_card:
+        mode = "; Triton on mma.sync as on SM120, DISABLE_MMA_V3=1" if result.sm120_mode else ""
+        where += f" (not an SM120 card: --any-gpu{mode})"
     console.info(f"GPU: {where}")
     verdicts = {v.name: v for v in result.verdicts()}
     headers = ["candidate"] + [f"{c.label} {c.heads}h ms" for c in plan.cases] + ["max err", "verdict"]

@@ -196,6 +196,7 @@ class MlaTuneResult:
     versions: dict
     sglang: dict[str, dict]  # fp8 case key -> {"max_abs_err"} or {"error"}
     results: list[CandidateResult]
+    sm120_mode: bool = False  # the worker held Triton to mma.sync (DISABLE_MMA_V3=1) on a GPU that is not 12.x
 
     @property
     def sm120_card(self) -> bool:
@@ -281,6 +282,7 @@ class MlaTuneResult:
             "device": self.device,
             "capability": list(self.capability),
             "sm120_card": self.sm120_card,
+            "sm120_mode": self.sm120_mode,
             "versions": self.versions,
             "sglang_fp8_errors": self.sglang,
             "candidates": [
@@ -328,6 +330,7 @@ def result_from(plan: MlaTunePlan, data: dict) -> MlaTuneResult:
         data.get("versions") or {},
         data.get("sglang") or {},
         results,
+        bool(data.get("sm120_mode")),
     )
 
 

@@ -18,7 +18,8 @@ candidate's end.
 :func:`time_candidates` is that loop, with the device, the build's install and the timer as arguments (a test runs
 it on a CPU through the kernels' Triton path in Triton's interpreter).
 
-RESULT.json gets the GPU, the versions, the kernels' folder, SGLang's error per fp8 case (or why it was not
+On a GPU that is not 12.x (``--any-gpu``) it first sets ``DISABLE_MMA_V3=1`` (:func:`enter_sm120_mode`), as
+``scripts/bench_mla.py`` does. RESULT.json gets the GPU, whether it did so, the versions, the kernels' folder, SGLang's error per fp8 case (or why it was not
 measured) and, per candidate, its times and errors or the error that stopped it. The exit status is 0 whenever
 RESULT.json was written.
 """
@@ -31,6 +32,7 @@ import traceback
 
 LK, LV = 576, 512
 DONE_MARK = "done "
+SM120_MODE_ENV = "DISABLE_MMA_V3"
 
 
 def _versions(torch):
@@ -43,6 +45,16 @@ def _versions(torch):
         except Exception:
             info[name] = None
     return info
+
+
+def enter_sm120_mode(capability, environ=os.environ):
+    """On a GPU that is not 12.x (``--any-gpu``), have Triton emit ``mma.sync`` as it does for sm_120 instead of
+    Hopper's wgmma (``DISABLE_MMA_V3=1``, read when a kernel is compiled and part of Triton's cache key), so the
+    Triton path is timed the way an SM120 card runs it. Returns whether it did."""
+    if capability[0] == 12:
+        return False
+    environ[SM120_MODE_ENV] = "1"
+    return True
 
 
 def case_key(prefix, batch, heads, kv, drafts=0):
@@ -191,6 +203,7 @@ def measure(spec_path, out_path):
         "error_kind": None,  # "environment" (no GPU, not 12.x, a package missing) or "cases"
         "device": None,
         "capability": None,
+        "sm120_mode": False,  # Triton held to mma.sync on a GPU that is not 12.x (enter_sm120_mode)
         "versions": None,
         "kernels": None,
         "sglang": {},
@@ -226,6 +239,7 @@ def measure(spec_path, out_path):
             result["error_kind"] = "environment"
             write()
             return
+        result["sm120_mode"] = enter_sm120_mode(result["capability"])
     except Exception as exc:  # noqa: BLE001 - what the serving Python lacks is the finding
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["error_kind"] = "environment"

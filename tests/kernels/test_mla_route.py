@@ -216,6 +216,13 @@ def test_verify_of_several_requests_with_few_rows_each_keeps_the_cuda_kernels():
         ):
             assert summary(routes.choose(mla_call("verify", drafts, heads, "fp8", batch))) == fp8, (drafts, batch)
             assert summary(routes.choose(mla_call("verify", drafts, heads, "bf16", batch))) == bf16, (drafts, batch)
+    # bench_mla.py --cases verify-batch times the route's own pick on these shapes (and only there)
+    timed = {
+        (drafts, heads, kvd, batch)
+        for _, drafts, heads, kvd, _, _, batch in _bench().batched_verify_cases("verify-batch")
+    }
+    assert timed == {(d, h, k, b) for d, h in ((4, 8), (2, 16)) for k in ("fp8", "bf16") for b in (4, 8)}
+    assert not _bench().batched_verify_cases("all")
     # Below 32 rows a request (2 drafts x 8 heads) bf16 keeps Triton's kernels past four 16-row programs a split;
     # decode is unchanged (batch 8 of 16 heads: eight 16-row programs, Triton's).
     assert routes.choose(mla_call("verify", 2, 8, "bf16", 8)).path == routes.TRITON

@@ -249,6 +249,40 @@ def test_the_worker_runs_in_the_serving_python_and_says_it_sees_no_gpu(tmp_path)
     assert usage.returncode == 2 and "usage: python -m sm120kit.tune.mla_worker" in usage.stderr
 
 
+@pytest.mark.parametrize(
+    "capability, sm120_mode", [((9, 0), True), ((10, 0), True), ((12, 0), False), ((12, 1), False)]
+)
+def test_on_a_gpu_that_is_not_12x_the_worker_holds_triton_to_mma_sync(capability, sm120_mode, tmp_path, monkeypatch):
+    """--any-gpu on an H200 must time the Triton path as SM120 runs it (mma.sync, no wgmma): the worker sets
+    DISABLE_MMA_V3=1 before it builds or times anything, records that it did, and the command says so. No GPU
+    here: torch's device queries stand in for one of ``capability``, and the timing loop for the real one (it
+    records the environment it was called in); the test says so."""
+    import torch
+
+    from sm120kit.tune import mla_worker
+
+    monkeypatch.delenv("DISABLE_MMA_V3", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "stand-in GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+    seen = {}
+
+    def loop(torch_, ref, mla, spec, result, write, **kw):
+        seen["env"] = os.environ.get("DISABLE_MMA_V3")
+
+    monkeypatch.setattr(mla_worker, "time_candidates", loop)
+    plan = tune.plan_tune(kv="fp8", heads=[8], lengths=[8192], batches=[1], any_gpu=True)
+    (tmp_path / "spec.json").write_text(json.dumps(plan.spec()))
+    mla_worker.measure(tmp_path / "spec.json", tmp_path / "out.json")
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["error"] is None and out["capability"] == list(capability)
+    assert out["sm120_mode"] is sm120_mode
+    assert seen["env"] == ("1" if sm120_mode else None)
+    result = tune.result_from(plan, out)
+    assert result.sm120_mode is sm120_mode and result.to_json()["sm120_mode"] is sm120_mode
+
+
 @pytest.mark.parametrize("kv, drafts", [("bf16", 0), ("fp8", 0), ("bf16", 3)])
 def test_the_workers_cases_hold_the_values_as_a_view_of_the_keys(kv, drafts, monkeypatch):
     """As SGLang's MLA pool holds them, and as the CUDA kernels take them (a tensor of its own sends the call to
