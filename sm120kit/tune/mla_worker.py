@@ -47,11 +47,12 @@ def _versions(torch):
     return info
 
 
-def enter_sm120_mode(capability, environ=os.environ):
-    """On a GPU that is not 12.x (``--any-gpu``), have Triton emit ``mma.sync`` as it does for sm_120 instead of
-    Hopper's wgmma (``DISABLE_MMA_V3=1``, read when a kernel is compiled and part of Triton's cache key), so the
-    Triton path is timed the way an SM120 card runs it. Returns whether it did."""
-    if capability[0] == 12:
+def enter_sm120_mode(capability, family, environ=os.environ):
+    """On a GPU outside ``family`` (SPEC's ``capabilities``, the 12.x cards; ``--any-gpu`` let another in), have
+    Triton emit ``mma.sync`` as it does for sm_120 instead of Hopper's wgmma (``DISABLE_MMA_V3=1``, read when a
+    kernel is compiled and part of Triton's cache key), so the Triton path is timed the way an SM120 card runs it.
+    Returns whether it did."""
+    if list(capability) in [list(c) for c in family]:
         return False
     environ[SM120_MODE_ENV] = "1"
     return True
@@ -239,7 +240,7 @@ def measure(spec_path, out_path):
             result["error_kind"] = "environment"
             write()
             return
-        result["sm120_mode"] = enter_sm120_mode(result["capability"])
+        result["sm120_mode"] = enter_sm120_mode(result["capability"], spec.get("capabilities", []))
     except Exception as exc:  # noqa: BLE001 - what the serving Python lacks is the finding
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["error_kind"] = "environment"
