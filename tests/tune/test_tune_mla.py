@@ -261,7 +261,11 @@ def test_on_a_gpu_that_is_not_12x_the_worker_holds_triton_to_mma_sync(capability
 
     from sm120kit.tune import mla_worker
 
-    monkeypatch.delenv("DISABLE_MMA_V3", raising=False)
+    # the worker sets the variable in this process's environment: setenv records the value before the test, so
+    # it comes back after (left set, it would make every later Triton compile for sm_90 in this process drop wgmma)
+    before = os.environ.get("DISABLE_MMA_V3")
+    monkeypatch.setenv("DISABLE_MMA_V3", "")
+    monkeypatch.delenv("DISABLE_MMA_V3")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "stand-in GPU")
@@ -281,6 +285,8 @@ def test_on_a_gpu_that_is_not_12x_the_worker_holds_triton_to_mma_sync(capability
     assert seen["env"] == ("1" if sm120_mode else None)
     result = tune.result_from(plan, out)
     assert result.sm120_mode is sm120_mode and result.to_json()["sm120_mode"] is sm120_mode
+    monkeypatch.undo()
+    assert os.environ.get("DISABLE_MMA_V3") == before
 
 
 @pytest.mark.parametrize("kv, drafts", [("bf16", 0), ("fp8", 0), ("bf16", 3)])
