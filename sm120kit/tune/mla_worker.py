@@ -19,9 +19,9 @@ candidate's end.
 it on a CPU through the kernels' Triton path in Triton's interpreter).
 
 On a GPU that is not 12.x (``--any-gpu``) it first sets ``DISABLE_MMA_V3=1`` (:func:`enter_sm120_mode`), as
-``scripts/bench_mla.py`` does. RESULT.json gets the GPU, whether it did so, the versions, the kernels' folder, SGLang's error per fp8 case (or why it was not
-measured) and, per candidate, its times and errors or the error that stopped it. The exit status is 0 whenever
-RESULT.json was written.
+``scripts/bench_mla.py`` does. RESULT.json gets the GPU, whether it did so, the versions, the kernels' folder,
+SGLang's error per fp8 case (or why it was not measured) and, per candidate, its times and errors or the error that
+stopped it. The exit status is 0 whenever RESULT.json was written.
 """
 
 import json

@@ -285,6 +285,25 @@ def test_on_a_gpu_that_is_not_12x_the_worker_holds_triton_to_mma_sync(capability
     assert seen["env"] == ("1" if sm120_mode else None)
     result = tune.result_from(plan, out)
     assert result.sm120_mode is sm120_mode and result.to_json()["sm120_mode"] is sm120_mode
+    # the command's GPU line says where the answer came from
+    from sm120kit.cli.tune import _show_tune_mla
+
+    class Lines:
+        def __init__(self):
+            self.text = []
+
+        def info(self, line):
+            self.text.append(line)
+
+        def table(self, headers, rows):
+            self.text.append(" | ".join(headers))
+
+    shown = Lines()
+    _show_tune_mla(shown, result)
+    gpu = shown.text[0]
+    assert gpu.startswith("GPU: stand-in GPU")
+    assert ("not an SM120 card: --any-gpu; Triton on mma.sync as on SM120, DISABLE_MMA_V3=1" in gpu) is sm120_mode
+    assert ("not an SM120 card" in gpu) is sm120_mode
     monkeypatch.undo()
     assert os.environ.get("DISABLE_MMA_V3") == before
 
