@@ -47,15 +47,11 @@ def _versions(torch):
     return info
 
 
-def enter_sm120_mode(capability, family, environ=os.environ):
-    """On a GPU outside ``family`` (SPEC's ``capabilities``, the 12.x cards; ``--any-gpu`` let another in), have
-    Triton emit ``mma.sync`` as it does for sm_120 instead of Hopper's wgmma (``DISABLE_MMA_V3=1``, read when a
-    kernel is compiled and part of Triton's cache key), so the Triton path is timed the way an SM120 card runs it.
-    Returns whether it did."""
-    if list(capability) in [list(c) for c in family]:
-        return False
+def enter_sm120_mode(environ=os.environ):
+    """For a GPU outside SPEC's ``capabilities`` (the 12.x cards) that ``--any-gpu`` let in: have Triton emit
+    ``mma.sync`` as it does for sm_120 instead of Hopper's wgmma (``DISABLE_MMA_V3=1``, read when a kernel is
+    compiled and part of Triton's cache key), so the Triton path is timed the way an SM120 card runs it."""
     environ[SM120_MODE_ENV] = "1"
-    return True
 
 
 def case_key(prefix, batch, heads, kv, drafts=0):
@@ -232,7 +228,8 @@ def measure(spec_path, out_path):
         index = torch.cuda.current_device()
         result["device"] = torch.cuda.get_device_name(index)
         result["capability"] = list(torch.cuda.get_device_capability(index))
-        if result["capability"] not in spec.get("capabilities", []) and not spec.get("any_gpu"):
+        on_card = result["capability"] in spec.get("capabilities", [])
+        if not on_card and not spec.get("any_gpu"):
             result["error"] = (
                 f"the GPU is {result['device']} (compute capability {'.'.join(map(str, result['capability']))}), "
                 "not a 12.x card"
@@ -240,7 +237,9 @@ def measure(spec_path, out_path):
             result["error_kind"] = "environment"
             write()
             return
-        result["sm120_mode"] = enter_sm120_mode(result["capability"], spec.get("capabilities", []))
+        if not on_card:
+            enter_sm120_mode()
+            result["sm120_mode"] = True
     except Exception as exc:  # noqa: BLE001 - what the serving Python lacks is the finding
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["error_kind"] = "environment"

@@ -21,10 +21,7 @@ from sm120kit.audit import smem as smem_audit  # noqa: E402
 from sm120kit.cli import main as cli_main  # noqa: E402
 from sm120kit.errors import UsageError  # noqa: E402
 from sm120kit.hardware import cubin  # noqa: E402
-from sm120kit.sglang import (
-    launchers,  # noqa: E402
-    mla_kernels,  # noqa: E402
-)
+from sm120kit.sglang import launchers, mla_kernels  # noqa: E402
 from sm120kit.util.resources import patches_dir  # noqa: E402
 
 LIMIT = 101376
